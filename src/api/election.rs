@@ -1,0 +1,211 @@
+//! The Election service: stream plumbing and conversions around `coord::election`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::convert;
+use crate::coord::election::{CandidacyEnd, CandidacyEvent, Candidacy};
+use crate::coord::session::LossReason;
+use crate::coord::types::{FencingToken, QueueKind};
+use crate::coord::{CoordError, Coordinator};
+use crate::proto as pb;
+use crate::proto::campaign_request::Request as CampaignMsg;
+use crate::proto::campaign_response::Event;
+use crate::proto::election_server::Election;
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// Serves `zkgate.v1.Election`.
+#[derive(Debug, Clone)]
+pub struct ElectionApi {
+    coord: Arc<Coordinator>,
+}
+
+impl ElectionApi {
+    pub fn new(coord: Arc<Coordinator>) -> Self {
+        Self { coord }
+    }
+
+    fn max_value(&self) -> usize {
+        self.coord.cfg.max_value_bytes
+    }
+}
+
+fn event(e: Event) -> Result<pb::CampaignResponse, Status> {
+    Ok(pb::CampaignResponse { event: Some(e) })
+}
+
+/// Drives one Campaign stream until it ends. The candidacy lives in this task: when the task
+/// ends for any reason the candidacy is dropped and its znode deleted (G3).
+async fn drive_campaign(
+    mut candidacy: Candidacy,
+    mut inbound: Streaming<pb::CampaignRequest>,
+    tx: mpsc::Sender<Result<pb::CampaignResponse, Status>>,
+    coord: Arc<Coordinator>,
+) {
+    let draining = coord.draining();
+    let max_value = coord.cfg.max_value_bytes;
+    let silence = candidacy.silence_limit();
+    let queued = pb::Queued { lease: candidacy.lease().encode(), position: candidacy.position() };
+    if tx.send(event(Event::Queued(queued))).await.is_err() {
+        return;
+    }
+    let mut heartbeat = tokio::time::interval((silence / 3).max(Duration::from_millis(50)));
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut inbound_open = true;
+    loop {
+        let out = tokio::select! {
+            biased;
+            _ = draining.cancelled() => {
+                Some(Err(Status::from(CoordError::Draining)))
+            }
+            _ = tx.closed() => return,
+            ev = candidacy.next_event() => match ev {
+                CandidacyEvent::Elected(l) => {
+                    heartbeat.reset();
+                    Some(event(Event::Elected(pb::Elected {
+                        leader: Some(convert::leader(l)),
+                        silence_limit: Some(convert::duration(silence)),
+                    })))
+                }
+                CandidacyEvent::Proclaimed(l) => Some(event(Event::Proclaimed(pb::Proclaimed { leader: Some(convert::leader(l)) }))),
+                CandidacyEvent::Suspended { stop_within } => {
+                    Some(event(Event::Suspended(pb::Suspended { stop_within: Some(convert::duration(stop_within)) })))
+                }
+                CandidacyEvent::Resumed => Some(event(Event::Resumed(pb::Resumed {}))),
+                CandidacyEvent::Ended(CandidacyEnd::Resigned) => return,
+                CandidacyEvent::Ended(CandidacyEnd::Lost(reason)) => Some(Err(Status::from(CoordError::SessionLost(reason)))),
+            },
+            msg = inbound.message(), if inbound_open => match msg {
+                Ok(Some(pb::CampaignRequest { request: Some(CampaignMsg::Proclaim(p)) })) => {
+                    match convert::value(p.value, max_value) {
+                        Err(status) => Some(Err(status)),
+                        // The change comes back as `proclaimed` through the queue's watch.
+                        Ok(v) => candidacy.proclaim(v).await.err().map(|e| Err(Status::from(e))),
+                    }
+                }
+                Ok(Some(pb::CampaignRequest { request: Some(CampaignMsg::Resign(_)) })) => {
+                    if let Err(e) = candidacy.resign().await {
+                        let _ = tx.send(Err(Status::from(e))).await;
+                    }
+                    return;
+                }
+                Ok(Some(pb::CampaignRequest { request: Some(CampaignMsg::Join(_)) })) => {
+                    Some(Err(Status::invalid_argument("join may only be the first message of a Campaign stream")))
+                }
+                Ok(Some(pb::CampaignRequest { request: None })) => {
+                    Some(Err(Status::invalid_argument("empty CampaignRequest: set proclaim or resign")))
+                }
+                // Half-close (grpcurl -d does this): the candidacy stays.
+                Ok(None) => {
+                    inbound_open = false;
+                    None
+                }
+                // Cancelled or broken: stream loss is release.
+                Err(_) => return,
+            },
+            _ = heartbeat.tick(), if candidacy.is_elected() => Some(event(Event::Heartbeat(pb::Heartbeat {}))),
+        };
+        if let Some(out) = out {
+            let end = out.is_err();
+            if tx.send(out).await.is_err() || end {
+                return;
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Election for ElectionApi {
+    type CampaignStream = BoxStream<pb::CampaignResponse>;
+    type ObserveStream = BoxStream<pb::ObserveResponse>;
+
+    async fn campaign(
+        &self,
+        request: Request<Streaming<pb::CampaignRequest>>,
+    ) -> Result<Response<Self::CampaignStream>, Status> {
+        let mut inbound = request.into_inner();
+        let first = inbound
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("Campaign stream closed before its first message (join)"))?;
+        let join = match first.request {
+            Some(CampaignMsg::Join(j)) => convert::join(j, self.max_value())?,
+            _ => return Err(Status::invalid_argument("the first Campaign message must be join{election, candidate, value}")),
+        };
+        let candidacy = self.coord.campaign(join).await?;
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(drive_campaign(candidacy, inbound, tx, self.coord.clone()));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn proclaim(&self, request: Request<pb::ProclaimRequest>) -> Result<Response<pb::ProclaimResponse>, Status> {
+        let r = request.into_inner();
+        let lease = convert::lease(&r.lease, QueueKind::Election)?;
+        let value = convert::value(r.value, self.max_value())?;
+        let leader = self.coord.proclaim(&lease, value).await?;
+        Ok(Response::new(pb::ProclaimResponse { leader: Some(convert::leader(leader)) }))
+    }
+
+    async fn resign(&self, request: Request<pb::ResignRequest>) -> Result<Response<pb::ResignResponse>, Status> {
+        let lease = convert::lease(&request.into_inner().lease, QueueKind::Election)?;
+        self.coord.resign(&lease).await?;
+        Ok(Response::new(pb::ResignResponse {}))
+    }
+
+    async fn leader(&self, request: Request<pb::LeaderRequest>) -> Result<Response<pb::LeaderResponse>, Status> {
+        let election = convert::queue_name(request.into_inner().election, "election")?;
+        let leader = self.coord.leader(&election).await?;
+        Ok(Response::new(pb::LeaderResponse { leader: Some(convert::leader(leader)) }))
+    }
+
+    async fn observe(&self, request: Request<pb::ObserveRequest>) -> Result<Response<Self::ObserveStream>, Status> {
+        let election = convert::queue_name(request.into_inner().election, "election")?;
+        let mut observation = self.coord.observe(&election).await?;
+        let draining = self.coord.draining();
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            loop {
+                let out = tokio::select! {
+                    biased;
+                    _ = draining.cancelled() => Err(Status::from(CoordError::SessionLost(LossReason::Draining))),
+                    _ = tx.closed() => return,
+                    next = observation.next() => match next {
+                        Ok(leader) => Ok(pb::ObserveResponse { leader: leader.map(convert::leader) }),
+                        Err(e) => Err(Status::from(e)),
+                    },
+                };
+                let end = out.is_err();
+                if tx.send(out).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn candidates(
+        &self,
+        request: Request<pb::CandidatesRequest>,
+    ) -> Result<Response<pb::CandidatesResponse>, Status> {
+        let election = convert::queue_name(request.into_inner().election, "election")?;
+        let candidates = self.coord.candidates(&election).await?;
+        Ok(Response::new(pb::CandidatesResponse { candidates: candidates.into_iter().map(convert::candidate).collect() }))
+    }
+
+    async fn validate(
+        &self,
+        request: Request<pb::ElectionValidateRequest>,
+    ) -> Result<Response<pb::ElectionValidateResponse>, Status> {
+        let r = request.into_inner();
+        let election = convert::queue_name(r.election, "election")?;
+        let (current, leader) = self.coord.validate_leader(&election, FencingToken(r.fencing_token)).await?;
+        Ok(Response::new(pb::ElectionValidateResponse { current, leader: leader.map(convert::leader) }))
+    }
+}

@@ -1,0 +1,10 @@
+//! tonic handlers only: proto ↔ domain conversion at the edge, and one mapping from
+//! coordination errors to gRPC statuses. No ZooKeeper calls here.
+
+pub mod convert;
+pub mod election;
+pub mod error;
+pub mod lock;
+
+pub use election::ElectionApi;
+pub use lock::LockApi;

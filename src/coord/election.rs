@@ -1,0 +1,546 @@
+//! Elections: campaigning (one EPHEMERAL_SEQUENTIAL znode per stream), observing, and the
+//! by-lease and read-only operations any gateway can serve.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use zookeeper_client as zkc;
+
+use super::queue::{MemberSignal, QueueHandle, QueueView};
+use super::record::{ms_to_time, NodeRecord};
+use super::session::{Link, ZkSession};
+use super::types::{
+    FencingToken, LeaderInfo, Lease, MemberInfo, MemberName, Participant, ProtectedId, QueueKind, QueueName, Value,
+};
+use super::{CoordError, Coordinator};
+use crate::metrics as m;
+
+/// A validated `join`.
+#[derive(Debug, Clone)]
+pub struct JoinSpec {
+    pub election: QueueName,
+    pub candidate: Participant,
+    pub value: Value,
+}
+
+/// What a candidate's stream tells its client, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CandidacyEvent {
+    Elected(LeaderInfo),
+    Proclaimed(LeaderInfo),
+    Suspended { stop_within: Duration },
+    Resumed,
+    Ended(CandidacyEnd),
+}
+
+/// Why a candidacy ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CandidacyEnd {
+    /// The znode was deleted: in-stream resign, or `Resign` by lease on any gateway. Ends `OK`.
+    Resigned,
+    /// The session is over (or presumed over). Ends `ABORTED`, or `UNAVAILABLE` when draining.
+    Lost(super::session::LossReason),
+}
+
+/// Creates a member znode with a protected name. A create whose reply was lost to a connection
+/// loss is found again by its protected id and our session as owner (G5), then adopted.
+pub(crate) async fn create_member(
+    session: &ZkSession,
+    queue_path: &str,
+    mode: char,
+    record: &NodeRecord,
+) -> Result<MemberName, CoordError> {
+    let id = ProtectedId::random();
+    let prefix = MemberName::prefix(mode, &id);
+    let prefix_path = format!("{queue_path}/{prefix}");
+    let data = record.encode_to_vec();
+    let mut made_parents = false;
+    for _attempt in 0..5 {
+        match session.zk.create_member(&prefix_path, &data).await {
+            Ok((_, seq)) => {
+                return Ok(MemberName { mode, id: id.hex(), sequence: seq });
+            }
+            Err(zkc::Error::NoNode) if !made_parents => {
+                made_parents = true;
+                let (root, rest) = (session.cfg.root_path(), &queue_path[session.cfg.root_path().len() + 1..]);
+                let (folder, queue) = rest.split_once('/').unwrap_or((rest, ""));
+                session.zk.ensure_queue(root, folder, queue).await?;
+            }
+            Err(zkc::Error::NoNode) => {
+                // The container parent was reaped between our mkdir and create: make it again.
+                made_parents = false;
+            }
+            Err(zkc::Error::ConnectionLoss) => {
+                if let Some(found) = find_protected(session, queue_path, &prefix).await? {
+                    return Ok(found);
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(CoordError::Unavailable("could not create the candidate znode after several attempts".into()))
+}
+
+/// Looks for our own znode by protected prefix after a lost create reply. Waits for the link to
+/// come back (bounded by the link's own deadline: a lost session ends the search).
+async fn find_protected(session: &ZkSession, queue_path: &str, prefix: &str) -> Result<Option<MemberName>, CoordError> {
+    let mut link = session.link();
+    loop {
+        match &*link.borrow_and_update() {
+            Link::Connected => break,
+            Link::Lost(r) => return Err(CoordError::SessionLost(*r)),
+            Link::Suspended { .. } => {}
+        }
+        if link.changed().await.is_err() {
+            return Err(CoordError::Unavailable("ZooKeeper session closed".into()));
+        }
+    }
+    let children = match session.zk.list_children(queue_path).await {
+        Ok(c) => c,
+        Err(zkc::Error::NoNode) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    for child in children.iter().filter(|c| c.starts_with(prefix)) {
+        let path = format!("{queue_path}/{child}");
+        if let Ok((_, stat)) = session.zk.get_data(&path).await {
+            if stat.ephemeral_owner == session.session_id() {
+                return Ok(MemberName::parse(child));
+            }
+            // Not ours (cannot happen with a 128-bit id, but never adopt a stranger's node).
+        }
+    }
+    Ok(None)
+}
+
+/// Deletes a member znode in the background, retried until gone or the session is over, and
+/// tracked so a drain waits for it.
+pub(crate) fn release_in_background(session: &Arc<ZkSession>, path: String) {
+    let s = session.clone();
+    let give_up = session.timing.negotiated;
+    session.releases.spawn(async move {
+        if let Err(e) = s.zk.delete_until_gone(&path, give_up).await {
+            tracing::debug!(error = %e, "background release failed; the session's end will remove the znode");
+        }
+    });
+}
+
+/// One open Campaign stream's candidacy. Dropping it (the stream ended for any reason) deletes
+/// its znode: stream loss is release (G3).
+#[derive(Debug)]
+pub struct Candidacy {
+    session: Arc<ZkSession>,
+    queue: Arc<QueueHandle>,
+    lease: Lease,
+    path: String,
+    position: u32,
+    record: NodeRecord,
+    signals: mpsc::UnboundedReceiver<MemberSignal>,
+    link: watch::Receiver<Link>,
+    suspended: bool,
+    elected: Option<(LeaderInfo, Instant)>,
+    /// The znode is known gone (resigned): nothing to delete on drop.
+    released: bool,
+    _gauge: m::GaugeGuard,
+    _stream: tokio_util::task::task_tracker::TaskTrackerToken,
+}
+
+impl Coordinator {
+    /// Joins an election: creates the candidate's znode and registers it with the queue.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Draining` without a session; ZooKeeper errors.
+    ///
+    /// # Cancellation safety
+    /// Not cancellation safe: a future dropped after the znode was created leaves it to the
+    /// session's end. The API never drops it midway.
+    pub async fn campaign(&self, join: JoinSpec) -> Result<Candidacy, CoordError> {
+        let stream = self.stream_token();
+        let session = self.session()?;
+        let queue = session.queue(QueueKind::Election, &join.election).await?;
+        let record =
+            NodeRecord { participant: join.candidate.as_str().to_owned(), value: join.value.into_bytes(), ..Default::default() };
+        let member = create_member(&session, &queue.path, 'c', &record).await?;
+        let path = format!("{}/{}", queue.path, member.node_name());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let Some(position) = queue.register(member.clone(), record.clone(), tx).await else {
+            // Gone before we could register it: deleted by nobody we know of; clean up anyway.
+            release_in_background(&session, path);
+            return Err(CoordError::Unavailable("the candidate znode vanished right after creation".into()));
+        };
+        let lease = Lease { kind: QueueKind::Election, queue: join.election, member };
+        let link = session.link();
+        Ok(Candidacy {
+            session,
+            queue,
+            lease,
+            path,
+            position,
+            record,
+            signals: rx,
+            link,
+            suspended: false,
+            elected: None,
+            released: false,
+            _gauge: m::GaugeGuard::raise(m::campaigns_active),
+            _stream: stream,
+        })
+    }
+}
+
+impl Candidacy {
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Candidates ahead of this one when it joined.
+    pub fn position(&self) -> u32 {
+        self.position
+    }
+
+    pub fn silence_limit(&self) -> Duration {
+        self.session.timing.silence_limit
+    }
+
+    pub fn is_elected(&self) -> bool {
+        self.elected.is_some()
+    }
+
+    /// The next thing to tell the client. After `Ended` the candidacy is over.
+    ///
+    /// # Cancellation safety
+    /// Cancellation safe: it only reads channels, so it can sit in a `select!` loop.
+    pub async fn next_event(&mut self) -> CandidacyEvent {
+        loop {
+            tokio::select! {
+                biased;
+                changed = self.link.changed() => {
+                    if changed.is_err() {
+                        return self.end(CandidacyEnd::Lost(super::session::LossReason::Closed));
+                    }
+                    let link = self.link.borrow_and_update().clone();
+                    match link {
+                        Link::Lost(reason) => return self.end(CandidacyEnd::Lost(reason)),
+                        Link::Suspended { deadline } if !self.suspended => {
+                            self.suspended = true;
+                            return CandidacyEvent::Suspended { stop_within: deadline.saturating_duration_since(Instant::now()) };
+                        }
+                        Link::Connected if self.suspended => {
+                            self.suspended = false;
+                            return CandidacyEvent::Resumed;
+                        }
+                        _ => {}
+                    }
+                }
+                signal = self.signals.recv() => match signal {
+                    Some(MemberSignal::Elected { leader, failover }) => {
+                        m::leader_elected(leader.election.as_str(), failover);
+                        tracing::info!(
+                            election = %leader.election, candidate = %leader.candidate,
+                            fencing_token = leader.fencing_token.0, "leader elected"
+                        );
+                        self.elected = Some((leader.clone(), Instant::now()));
+                        return CandidacyEvent::Elected(leader);
+                    }
+                    Some(MemberSignal::Proclaimed(leader)) => {
+                        if let Some((l, _)) = self.elected.as_mut() {
+                            *l = leader.clone();
+                        }
+                        return CandidacyEvent::Proclaimed(leader);
+                    }
+                    Some(MemberSignal::Gone) | None => {
+                        // Distinguish a resign from a session that is going away.
+                        let lost = match &*self.link.borrow() {
+                            Link::Lost(reason) => Some(*reason),
+                            _ => None,
+                        };
+                        if let Some(reason) = lost {
+                            return self.end(CandidacyEnd::Lost(reason));
+                        }
+                        self.released = true;
+                        return self.end(CandidacyEnd::Resigned);
+                    }
+                },
+            }
+        }
+    }
+
+    fn end(&mut self, why: CandidacyEnd) -> CandidacyEvent {
+        if let Some((leader, at)) = self.elected.take() {
+            m::leader_tenure(at.elapsed());
+            tracing::info!(election = %leader.election, candidate = %leader.candidate, fencing_token = leader.fencing_token.0, ?why, "leadership ended");
+        }
+        CandidacyEvent::Ended(why)
+    }
+
+    /// Replaces the leader's value. The change reaches this stream (and observers) as
+    /// `proclaimed` through the queue's watch.
+    ///
+    /// # Errors
+    /// `FailedPrecondition` unless elected; ZooKeeper errors.
+    pub async fn proclaim(&mut self, value: Value) -> Result<(), CoordError> {
+        let Some((leader, _)) = &self.elected else {
+            return Err(CoordError::FailedPrecondition("proclaim refused: this candidate is not the leader".into()));
+        };
+        let mut record = self.record.clone();
+        record.value = value.into_bytes();
+        record.elected_at_ms =
+            leader.since.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        self.session.zk.set_data(&self.path, &record.encode_to_vec(), None).await?;
+        self.record = record;
+        Ok(())
+    }
+
+    /// Leaves the election: deletes the znode and waits for it.
+    ///
+    /// # Errors
+    /// ZooKeeper errors other than connection losses (those are retried).
+    pub async fn resign(mut self) -> Result<(), CoordError> {
+        self.queue.unregister(&self.lease.member.node_name());
+        self.released = true;
+        self.session.zk.delete_until_gone(&self.path, self.session.timing.negotiated).await?;
+        if let Some((_, at)) = self.elected.take() {
+            m::leader_tenure(at.elapsed());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Candidacy {
+    fn drop(&mut self) {
+        if let Some((_, at)) = self.elected.take() {
+            m::leader_tenure(at.elapsed());
+        }
+        if self.released {
+            return;
+        }
+        self.queue.unregister(&self.lease.member.node_name());
+        release_in_background(&self.session, std::mem::take(&mut self.path));
+    }
+}
+
+/// An open Observe stream: the current state first, then each change.
+#[derive(Debug)]
+pub struct Observation {
+    _queue: Arc<QueueHandle>,
+    view: watch::Receiver<QueueView>,
+    link: watch::Receiver<Link>,
+    sent_any: bool,
+    last: Option<LeaderInfo>,
+    _gauge: m::GaugeGuard,
+    _stream: tokio_util::task::task_tracker::TaskTrackerToken,
+}
+
+impl Coordinator {
+    /// Starts observing an election (it need not exist yet).
+    ///
+    /// # Errors
+    /// `Unavailable`/`Draining` without a session; ZooKeeper errors placing the watch.
+    pub async fn observe(&self, election: &QueueName) -> Result<Observation, CoordError> {
+        let stream = self.stream_token();
+        let session = self.session()?;
+        let queue = session.queue(QueueKind::Election, election).await?;
+        Ok(Observation {
+            view: queue.view(),
+            _queue: queue,
+            link: session.link(),
+            sent_any: false,
+            last: None,
+            _gauge: m::GaugeGuard::raise(m::observers_active),
+            _stream: stream,
+        })
+    }
+}
+
+impl Observation {
+    /// The next state to send: the first call returns the current one (leader or vacant).
+    ///
+    /// # Errors
+    /// `SessionLost` when the gateway's session ends: the client re-observes, on any gateway.
+    ///
+    /// # Cancellation safety
+    /// Cancellation safe.
+    pub async fn next(&mut self) -> Result<Option<LeaderInfo>, CoordError> {
+        loop {
+            {
+                let view = self.view.borrow_and_update();
+                if view.synced && (!self.sent_any || view.leader != self.last) {
+                    let stale = matches!((&self.last, &view.leader), (Some(o), Some(n)) if n.fencing_token < o.fencing_token);
+                    if !stale {
+                        self.sent_any = true;
+                        self.last = view.leader.clone();
+                        return Ok(view.leader.clone());
+                    }
+                }
+            }
+            tokio::select! {
+                r = self.view.changed() => if r.is_err() {
+                    return Err(CoordError::Unavailable("the election's watch ended; observe again".into()));
+                },
+                r = self.link.changed() => {
+                    if r.is_err() {
+                        return Err(CoordError::Unavailable("ZooKeeper session closed; observe again".into()));
+                    }
+                    if let Link::Lost(reason) = &*self.link.borrow_and_update() {
+                        return Err(CoordError::SessionLost(*reason));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reads a queue's members in order, with their data (for operators; not on any hot path).
+pub(crate) async fn read_members(
+    session: &ZkSession,
+    kind: QueueKind,
+    name: &QueueName,
+) -> Result<Vec<(MemberName, NodeRecord, zkc::Stat)>, CoordError> {
+    let path = session.queue_path(kind, name);
+    let children = match session.zk.list_children(&path).await {
+        Ok(c) => c,
+        Err(zkc::Error::NoNode) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut members: Vec<MemberName> = children.iter().filter_map(|c| MemberName::parse(c)).collect();
+    members.sort_by_key(|m| m.sequence);
+    let paths: Vec<String> = members.iter().map(|m| format!("{path}/{}", m.node_name())).collect();
+    let data = session.zk.get_many(&paths).await?;
+    Ok(members
+        .into_iter()
+        .zip(data)
+        .filter_map(|(m, d)| d.map(|(bytes, stat)| (m, NodeRecord::decode_lossy(&bytes), stat)))
+        .collect())
+}
+
+fn leader_of(election: &QueueName, record: &NodeRecord, stat: &zkc::Stat) -> Option<LeaderInfo> {
+    record.elected_at().map(|since| LeaderInfo {
+        election: election.clone(),
+        candidate: record.participant.clone(),
+        value: record.value.clone(),
+        fencing_token: FencingToken(stat.czxid as u64),
+        since,
+    })
+}
+
+impl Coordinator {
+    /// The current leader, read from ZooKeeper: the head of the queue, once confirmed.
+    ///
+    /// # Errors
+    /// `NotFound` when nobody leads; `Unavailable` without a session.
+    pub async fn leader(&self, election: &QueueName) -> Result<LeaderInfo, CoordError> {
+        let session = self.session()?;
+        let path = session.queue_path(QueueKind::Election, election);
+        for _ in 0..5 {
+            let children = match session.zk.list_children(&path).await {
+                Ok(c) => c,
+                Err(zkc::Error::NoNode) => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+            let Some(head) = children.iter().filter_map(|c| MemberName::parse(c)).min_by_key(|m| m.sequence) else {
+                break;
+            };
+            match session.zk.get_data(&format!("{path}/{}", head.node_name())).await {
+                Ok((data, stat)) => {
+                    return leader_of(election, &NodeRecord::decode_lossy(&data), &stat).ok_or_else(|| no_leader(election));
+                }
+                Err(zkc::Error::NoNode) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(no_leader(election))
+    }
+
+    /// The queue in order, for operators. Never reveals leases.
+    ///
+    /// # Errors
+    /// `Unavailable` without a session.
+    pub async fn candidates(&self, election: &QueueName) -> Result<Vec<MemberInfo>, CoordError> {
+        let session = self.session()?;
+        let members = read_members(&session, QueueKind::Election, election).await?;
+        Ok(members
+            .into_iter()
+            .enumerate()
+            .map(|(i, (m, record, stat))| MemberInfo {
+                leader_since: if i == 0 { record.elected_at() } else { None },
+                participant: record.participant,
+                value: record.value,
+                position: i as u32,
+                fencing_token: FencingToken(stat.czxid as u64),
+                joined: ms_to_time(stat.ctime),
+                mode: m.mode,
+            })
+            .collect())
+    }
+
+    /// Whether `token` is the current leader's (Chubby's CheckSequencer).
+    ///
+    /// # Errors
+    /// `Unavailable` without a session.
+    pub async fn validate_leader(
+        &self,
+        election: &QueueName,
+        token: FencingToken,
+    ) -> Result<(bool, Option<LeaderInfo>), CoordError> {
+        match self.leader(election).await {
+            Ok(l) => Ok((l.fencing_token == token, Some(l))),
+            Err(CoordError::NotFound(_)) => Ok((false, None)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Leaves an election by lease, from any gateway. Idempotent: a spent lease is `NotFound`.
+    ///
+    /// # Errors
+    /// `NotFound` for a lease naming no znode; `Unavailable` without a session.
+    pub async fn resign(&self, lease: &Lease) -> Result<(), CoordError> {
+        let session = self.session()?;
+        let path = format!("{}/{}", session.queue_path(lease.kind, &lease.queue), lease.member.node_name());
+        match session.zk.delete_until_gone(&path, session.timing.negotiated).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(lease_not_found()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The leader replaces its value, by lease, from any gateway.
+    ///
+    /// # Errors
+    /// `NotFound` for a spent lease; `FailedPrecondition` if the lease's candidate does not lead.
+    pub async fn proclaim(&self, lease: &Lease, value: Value) -> Result<LeaderInfo, CoordError> {
+        let session = self.session()?;
+        let path = format!("{}/{}", session.queue_path(lease.kind, &lease.queue), lease.member.node_name());
+        let value = value.into_bytes();
+        for _ in 0..10 {
+            let (data, stat) = match session.zk.get_data(&path).await {
+                Ok(r) => r,
+                Err(zkc::Error::NoNode) => return Err(lease_not_found()),
+                Err(e) => return Err(e.into()),
+            };
+            let mut record = NodeRecord::decode_lossy(&data);
+            if record.elected_at().is_none() {
+                return Err(CoordError::FailedPrecondition("proclaim refused: this candidate is not the leader".into()));
+            }
+            record.value = value.clone();
+            match session.zk.set_data(&path, &record.encode_to_vec(), Some(stat.version)).await {
+                Ok(new_stat) => {
+                    return leader_of(&lease.queue, &record, &new_stat)
+                        .ok_or_else(|| CoordError::FailedPrecondition("not the leader".into()))
+                }
+                Err(zkc::Error::BadVersion) => continue,
+                Err(zkc::Error::NoNode) => return Err(lease_not_found()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(CoordError::Unavailable("proclaim kept racing with concurrent writes; retry".into()))
+    }
+}
+
+fn no_leader(election: &QueueName) -> CoordError {
+    CoordError::NotFound(format!("election {election:?} has no leader"))
+}
+
+pub(crate) fn lease_not_found() -> CoordError {
+    CoordError::NotFound("lease not found: it was never issued, is malformed, or is already spent".into())
+}

@@ -1,0 +1,238 @@
+//! Coordination over ZooKeeper: sessions, queues, elections and leases. No tonic types here;
+//! the API layer converts to and from the wire.
+//!
+//! Data flows one way: `api` → `coord` → ZooKeeper; events flow back through channels.
+
+pub mod election;
+pub mod queue;
+pub mod record;
+pub mod session;
+pub mod types;
+pub mod zk;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use zookeeper_client as zkc;
+
+use self::session::{LossReason, Slot, ZkSession};
+use self::types::{InvalidInput, DEFAULT_MAX_VALUE_BYTES};
+use self::zk::RequestCounter;
+
+pub const DEFAULT_ROOT: &str = "/zkgate";
+pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Settings of the coordination layer (the `serve` flags that concern ZooKeeper).
+#[derive(Debug, Clone)]
+pub struct CoordConfig {
+    /// ZooKeeper connect string, `host:port[,host:port…]`.
+    pub zk: String,
+    /// Root znode, e.g. `/zkgate`.
+    pub root: String,
+    /// Requested session timeout; ZooKeeper clamps it to 2–20 × tickTime.
+    pub session_timeout: Duration,
+    /// Sessions in the pool (default 1).
+    pub pool_size: usize,
+    pub max_value_bytes: usize,
+    /// Stop leaders this long before the server could expire the session (default T/10).
+    pub stop_margin: Option<Duration>,
+    /// Explicit silence limit (default 35% of the session timeout).
+    pub silence_limit: Option<Duration>,
+    /// `user:password` for ZooKeeper digest auth; znodes then get a creator-only ACL (G9).
+    pub zk_digest: Option<String>,
+}
+
+impl CoordConfig {
+    pub fn new(zk: impl Into<String>) -> Self {
+        Self {
+            zk: zk.into(),
+            root: DEFAULT_ROOT.to_owned(),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            pool_size: 1,
+            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            stop_margin: None,
+            silence_limit: None,
+            zk_digest: None,
+        }
+    }
+
+    /// The root without a trailing slash ("" for "/").
+    pub fn root_path(&self) -> &str {
+        self.root.trim_end_matches('/')
+    }
+
+    /// A fifth of the session timeout: the client notices a dead link fast, which both warns
+    /// leaders early and keeps `stop_within` long (see `session` module docs).
+    pub fn connection_timeout(&self) -> Duration {
+        self.session_timeout / 5
+    }
+}
+
+/// Everything the coordination layer can refuse or fail with; the API maps each variant to
+/// exactly one gRPC code.
+#[derive(Debug, thiserror::Error)]
+pub enum CoordError {
+    #[error("{0}")]
+    Invalid(#[from] InvalidInput),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("no ZooKeeper session: {0}")]
+    Unavailable(String),
+    #[error("the gateway is draining for shutdown; retry on another gateway")]
+    Draining,
+    #[error("{}", .0.describe())]
+    SessionLost(LossReason),
+    #[error("{0}")]
+    DeadlineExceeded(String),
+    #[error("{0}")]
+    ResourceExhausted(String),
+    #[error("ZooKeeper refused the request: not authorised ({0})")]
+    NoAuth(String),
+    #[error("ZooKeeper error: {0}")]
+    Zk(zkc::Error),
+}
+
+impl From<zkc::Error> for CoordError {
+    fn from(e: zkc::Error) -> Self {
+        match e {
+            zkc::Error::ConnectionLoss | zkc::Error::Timeout | zkc::Error::SessionExpired | zkc::Error::ClientClosed => {
+                CoordError::Unavailable(format!("ZooKeeper request failed: {e}"))
+            }
+            zkc::Error::NoAuth | zkc::Error::AuthFailed => CoordError::NoAuth(e.to_string()),
+            e => CoordError::Zk(e),
+        }
+    }
+}
+
+/// The gateway's coordination core: the session pool and everything served over it.
+#[derive(Debug)]
+pub struct Coordinator {
+    pub cfg: Arc<CoordConfig>,
+    slots: Vec<Slot>,
+    next: AtomicUsize,
+    counter: Arc<RequestCounter>,
+    /// Cancelled first on shutdown: streams end `UNAVAILABLE`.
+    draining: CancellationToken,
+    /// Cancelled after streams are gone: sessions close.
+    shutdown: CancellationToken,
+    supervisors: TaskTracker,
+    streams: TaskTracker,
+}
+
+impl Coordinator {
+    /// Starts the session pool in the background; sessions connect (and reconnect) on their own.
+    pub fn start(cfg: CoordConfig) -> Arc<Self> {
+        let cfg = Arc::new(cfg);
+        let counter = Arc::new(RequestCounter::default());
+        let shutdown = CancellationToken::new();
+        let supervisors = TaskTracker::new();
+        let mut slots = Vec::new();
+        for _ in 0..cfg.pool_size.max(1) {
+            let (tx, rx) = watch::channel(None);
+            supervisors.spawn(session::supervise_slot(cfg.clone(), counter.clone(), tx, shutdown.clone()));
+            slots.push(rx);
+        }
+        supervisors.close();
+        Arc::new(Self {
+            cfg,
+            slots,
+            next: AtomicUsize::new(0),
+            counter,
+            draining: CancellationToken::new(),
+            shutdown,
+            supervisors,
+            streams: TaskTracker::new(),
+        })
+    }
+
+    /// ZooKeeper requests sent so far by this gateway (all sessions).
+    pub fn zk_requests(&self) -> u64 {
+        self.counter.get()
+    }
+
+    pub fn draining(&self) -> CancellationToken {
+        self.draining.clone()
+    }
+
+    /// True while at least one pool session is connected.
+    pub fn is_connected(&self) -> bool {
+        self.slots.iter().any(|s| s.borrow().as_ref().is_some_and(|s| s.is_connected()))
+    }
+
+    /// Resolves whenever any slot changes (a session appears, goes, or its link changes).
+    pub async fn connection_changed(&self) {
+        let mut futs = Vec::new();
+        for s in &self.slots {
+            let mut slot = s.clone();
+            let link = slot.borrow().as_ref().map(|s| s.link());
+            futs.push(Box::pin(async move {
+                match link {
+                    Some(mut link) => {
+                        tokio::select! {
+                            _ = slot.changed() => {},
+                            _ = link.changed() => {},
+                        }
+                    }
+                    None => {
+                        let _ = slot.changed().await;
+                    }
+                }
+            }));
+        }
+        futures::future::select_all(futs).await;
+    }
+
+    /// Waits until a session is connected, up to `timeout`.
+    pub async fn wait_connected(&self, timeout: Duration) -> bool {
+        tokio::time::timeout(timeout, async {
+            while !self.is_connected() {
+                self.connection_changed().await;
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    /// A connected session for a new stream or request, round-robin over the pool.
+    ///
+    /// # Errors
+    /// `Draining` during shutdown, `Unavailable` when no session is connected.
+    pub fn session(&self) -> Result<Arc<ZkSession>, CoordError> {
+        if self.draining.is_cancelled() {
+            return Err(CoordError::Draining);
+        }
+        let n = self.slots.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        for i in 0..n {
+            if let Some(s) = self.slots[(start + i) % n].borrow().as_ref() {
+                if s.is_connected() {
+                    return Ok(s.clone());
+                }
+            }
+        }
+        Err(CoordError::Unavailable(format!("the gateway is not connected to ZooKeeper at {}", self.cfg.zk)))
+    }
+
+    /// A token every long stream holds, so a drain can wait for them to finish.
+    pub(crate) fn stream_token(&self) -> tokio_util::task::task_tracker::TaskTrackerToken {
+        self.streams.token()
+    }
+
+    /// Graceful drain (G7): streams end `UNAVAILABLE` and release their znodes, then the
+    /// sessions close. Bounded by `grace`.
+    pub async fn drain(&self, grace: Duration) {
+        self.draining.cancel();
+        self.streams.close();
+        if tokio::time::timeout(grace, self.streams.wait()).await.is_err() {
+            tracing::warn!("streams did not finish within the drain grace period");
+        }
+        self.shutdown.cancel();
+        let _ = tokio::time::timeout(grace, self.supervisors.wait()).await;
+    }
+}

@@ -1,0 +1,43 @@
+//! What a member znode stores. Protobuf (via prost) so it can grow fields compatibly.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct NodeRecord {
+    /// Candidate (elections) or owner (locks).
+    #[prost(string, tag = "1")]
+    pub participant: String,
+    #[prost(bytes = "vec", tag = "2")]
+    pub value: Vec<u8>,
+    /// Milliseconds since the epoch at which this member was confirmed leader or holder by its
+    /// own gateway; 0 while it waits. Written with the ownership check before `elected`, so
+    /// every gateway agrees on `since`.
+    #[prost(int64, tag = "3")]
+    pub elected_at_ms: i64,
+    /// Lock permits this member agreed to (0 for elections).
+    #[prost(uint32, tag = "4")]
+    pub permits: u32,
+}
+
+impl NodeRecord {
+    pub fn encode_to_vec(&self) -> Vec<u8> {
+        prost::Message::encode_to_vec(self)
+    }
+
+    /// Foreign or corrupt data reads as an empty record rather than failing the whole queue.
+    pub fn decode_lossy(bytes: &[u8]) -> Self {
+        <Self as prost::Message>::decode(bytes).unwrap_or_default()
+    }
+
+    pub fn elected_at(&self) -> Option<SystemTime> {
+        (self.elected_at_ms > 0).then(|| UNIX_EPOCH + Duration::from_millis(self.elected_at_ms as u64))
+    }
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+pub fn ms_to_time(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
+}

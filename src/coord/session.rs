@@ -1,0 +1,284 @@
+//! ZooKeeper sessions held by the gateway, and the clock that decides when a disconnected
+//! session must be presumed lost (G2).
+//!
+//! The gateway multiplexes every stream over a small pool of sessions (SPEC §6: never one per
+//! stream). Each pool slot runs a supervisor that connects, publishes the session, follows its
+//! state and, once the session is over, opens a fresh one: nothing is carried over.
+//!
+//! # Why our own clock
+//! `zookeeper-client` reports `Expired` only at about 1.4× the negotiated timeout after the
+//! last reply, while the server may expire the session at 1×. So on `Disconnected` we compute
+//! the latest moment the server may still consider us alive, conservatively: the client
+//! declares a connection dead when nothing arrived for its connection timeout (checked every
+//! tick), so the last server contact was no earlier than `disconnected_at - connection_timeout
+//! - tick`. Streams are told `suspended{stop_within}` at once, and are ended `ABORTED` at
+//! `last_contact + negotiated_timeout - margin` unless the same session is back.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use zookeeper_client as zkc;
+use zookeeper_client::{Acls, SessionState};
+
+use super::queue::QueueHandle;
+use super::types::{QueueKind, QueueName};
+use super::zk::{RequestCounter, Zk};
+use super::CoordConfig;
+use crate::metrics as m;
+
+/// Where a session's link to ZooKeeper stands, as every stream on it sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Link {
+    Connected,
+    /// Disconnected; the session may still come back until `deadline`.
+    Suspended { deadline: Instant },
+    /// Terminal: every stream on this session ends.
+    Lost(LossReason),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossReason {
+    /// ZooKeeper said so.
+    Expired,
+    /// Disconnected for longer than the server would keep the session (our own clock).
+    PresumedExpired,
+    /// Authentication failed or the client closed.
+    Closed,
+    /// The gateway is shutting down.
+    Draining,
+}
+
+impl LossReason {
+    pub fn describe(self) -> &'static str {
+        match self {
+            LossReason::Expired => "leadership lost: ZooKeeper session expired",
+            LossReason::PresumedExpired => {
+                "leadership lost: ZooKeeper session presumed expired (disconnected past the session timeout minus the safety margin)"
+            }
+            LossReason::Closed => "leadership lost: ZooKeeper session closed",
+            LossReason::Draining => "the gateway is draining for shutdown; retry on another gateway",
+        }
+    }
+}
+
+/// Timing derived from the negotiated session timeout (G2, G3b).
+#[derive(Debug, Clone, Copy)]
+pub struct SessionTiming {
+    pub negotiated: Duration,
+    /// How long the client library waits for a reply before it declares the link dead.
+    pub connection_timeout: Duration,
+    /// Subtracted from the server's expiry time to stop leaders safely before it.
+    pub margin: Duration,
+    /// A leader hearing nothing for this long must assume it lost.
+    pub silence_limit: Duration,
+}
+
+impl SessionTiming {
+    /// Mirrors `zookeeper-client`'s own rule for its connection timeout (session/mod.rs
+    /// `calc_tick_timeout`): the configured value unless it exceeds 3/5 of the session timeout,
+    /// then 2/5 of it; the client checks it every 1/8 of that.
+    pub fn derive(cfg: &CoordConfig, negotiated: Duration) -> Self {
+        let configured = cfg.connection_timeout();
+        let connection_timeout = if configured > negotiated * 3 / 5 { negotiated * 2 / 5 } else { configured };
+        let margin = cfg.stop_margin.unwrap_or_else(|| default_margin(negotiated));
+        let silence_limit = cfg.silence_limit.unwrap_or_else(|| default_silence_limit(negotiated, cfg.session_timeout));
+        Self { negotiated, connection_timeout, margin, silence_limit }
+    }
+
+    /// The latest safe moment for streams of a session that disconnected at `at`.
+    pub fn abort_deadline(&self, at: Instant) -> Instant {
+        let last_contact = at.checked_sub(self.connection_timeout * 9 / 8).unwrap_or(at);
+        last_contact + self.negotiated.saturating_sub(self.margin)
+    }
+}
+
+/// Safety margin before the server's expiry: a tenth of the session timeout, at least 200 ms.
+pub fn default_margin(session_timeout: Duration) -> Duration {
+    (session_timeout / 10).max(Duration::from_millis(200))
+}
+
+/// 35% of the smaller of the requested and negotiated timeouts: below the G2 abort point
+/// (≥ 0.65 T after the last contact with our connection timeout of T/5 and margin T/10) and
+/// below the default dead-client keepalive timeout (0.4 T of the requested timeout).
+pub fn default_silence_limit(negotiated: Duration, requested: Duration) -> Duration {
+    negotiated.min(requested) * 35 / 100
+}
+
+/// One live ZooKeeper session and the queues (elections, locks) it serves.
+#[derive(Debug)]
+pub struct ZkSession {
+    pub zk: Zk,
+    pub timing: SessionTiming,
+    pub cfg: Arc<CoordConfig>,
+    link: watch::Receiver<Link>,
+    queues: Mutex<HashMap<(QueueKind, QueueName), Weak<QueueHandle>>>,
+    /// Background releases (znode deletes) still running: a drain waits for them.
+    pub(crate) releases: tokio_util::task::TaskTracker,
+}
+
+impl ZkSession {
+    pub fn link(&self) -> watch::Receiver<Link> {
+        self.link.clone()
+    }
+
+    pub fn is_connected(&self) -> bool {
+        matches!(*self.link.borrow(), Link::Connected)
+    }
+
+    pub fn session_id(&self) -> i64 {
+        self.zk.session_id()
+    }
+
+    /// The queue actor for `name` on this session, started on first use. One persistent watch
+    /// per queue per session, shared by every local candidate and observer (G4).
+    pub async fn queue(self: &Arc<Self>, kind: QueueKind, name: &QueueName) -> Result<Arc<QueueHandle>, zkc::Error> {
+        let key = (kind, name.clone());
+        if let Some(q) = self.queues.lock().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(Weak::upgrade) {
+            if !q.is_closed() {
+                return Ok(q);
+            }
+        }
+        let q = QueueHandle::start(self.clone(), kind, name.clone()).await?;
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        // Another task may have started one meanwhile: keep the first, drop ours.
+        if let Some(existing) = queues.get(&key).and_then(Weak::upgrade) {
+            if !existing.is_closed() {
+                return Ok(existing);
+            }
+        }
+        queues.retain(|_, w| w.strong_count() > 0);
+        queues.insert(key, Arc::downgrade(&q));
+        Ok(q)
+    }
+
+    /// `/<root>/<folder>/<queue>`.
+    pub fn queue_path(&self, kind: QueueKind, name: &QueueName) -> String {
+        format!("{}/{}/{}", self.cfg.root_path(), kind.folder(), name)
+    }
+}
+
+/// A slot of the session pool: the current session, if any.
+pub type Slot = watch::Receiver<Option<Arc<ZkSession>>>;
+
+/// Runs one pool slot until `shutdown`: connect, serve, and after a loss connect afresh.
+pub async fn supervise_slot(
+    cfg: Arc<CoordConfig>,
+    counter: Arc<RequestCounter>,
+    slot: watch::Sender<Option<Arc<ZkSession>>>,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        if shutdown.is_cancelled() {
+            return;
+        }
+        let client = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            c = connect(&cfg) => c,
+        };
+        let client = match client {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, zk = %cfg.zk, "cannot connect to ZooKeeper; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(100);
+        let timing = SessionTiming::derive(&cfg, client.session_timeout());
+        let acls = if cfg.zk_digest.is_some() { Acls::creator_all() } else { Acls::anyone_all() };
+        let (link_tx, link_rx) = watch::channel(Link::Connected);
+        let mut states = client.state_watcher();
+        let session = Arc::new(ZkSession {
+            zk: Zk::new(client, acls, counter.clone()),
+            timing,
+            cfg: cfg.clone(),
+            link: link_rx,
+            queues: Mutex::new(HashMap::new()),
+            releases: tokio_util::task::TaskTracker::new(),
+        });
+        tracing::info!(
+            session = format_args!("{:#x}", session.session_id()),
+            negotiated_timeout = ?timing.negotiated,
+            silence_limit = ?timing.silence_limit,
+            "ZooKeeper session established"
+        );
+        m::zk_connected(true);
+        slot.send_replace(Some(session.clone()));
+
+        let reason = follow_session(&mut states, &link_tx, &timing, &shutdown).await;
+        slot.send_replace(None);
+        m::zk_connected(false);
+        if reason != LossReason::Draining {
+            m::zk_session_lost();
+            tracing::warn!(session = format_args!("{:#x}", session.session_id()), ?reason, "ZooKeeper session lost");
+        }
+        link_tx.send_replace(Link::Lost(reason));
+        if reason == LossReason::Draining {
+            // Streams end UNAVAILABLE and release their znodes; wait for those deletes so the
+            // znodes vanish at once (G7), then dropping the last client closes the session.
+            session.releases.close();
+            let _ = tokio::time::timeout(Duration::from_secs(5), session.releases.wait()).await;
+            return;
+        }
+        drop(session);
+    }
+}
+
+async fn connect(cfg: &CoordConfig) -> Result<zkc::Client, zkc::Error> {
+    let mut connector =
+        zkc::Client::connector().with_session_timeout(cfg.session_timeout).with_connection_timeout(cfg.connection_timeout());
+    if let Some(digest) = &cfg.zk_digest {
+        connector = connector.with_auth("digest", digest.as_bytes());
+    }
+    // Bound the initial connect so a dead ensemble does not hang the supervisor forever.
+    match tokio::time::timeout(cfg.session_timeout.max(Duration::from_secs(2)), connector.connect(&cfg.zk)).await {
+        Ok(r) => r,
+        Err(_) => Err(zkc::Error::Timeout),
+    }
+}
+
+async fn follow_session(
+    states: &mut zkc::StateWatcher,
+    link: &watch::Sender<Link>,
+    timing: &SessionTiming,
+    shutdown: &CancellationToken,
+) -> LossReason {
+    let mut deadline: Option<Instant> = None;
+    loop {
+        let state = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => return LossReason::Draining,
+            _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
+                return LossReason::PresumedExpired;
+            }
+            s = states.changed() => s,
+        };
+        match state {
+            SessionState::Disconnected => {
+                let d = timing.abort_deadline(Instant::now());
+                deadline = Some(d);
+                m::zk_connected(false);
+                tracing::warn!(stop_within = ?d.saturating_duration_since(Instant::now()), "ZooKeeper disconnected; streams suspended");
+                link.send_replace(Link::Suspended { deadline: d });
+            }
+            SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                if deadline.take().is_some() {
+                    tracing::info!("ZooKeeper session resumed");
+                }
+                m::zk_connected(true);
+                link.send_replace(Link::Connected);
+            }
+            SessionState::Expired => return LossReason::Expired,
+            SessionState::AuthFailed | SessionState::Closed => return LossReason::Closed,
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! Validated domain types. The API layer turns proto messages into these at the edge, so the
+//! coordination layer never sees an unchecked name, value or lease.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use rand::RngCore;
+
+/// Names are 1–200 characters of `[A-Za-z0-9._-]`, and not `.` or `..` (SPEC §Errors): safe as
+/// a single ZooKeeper path segment and as a Prometheus label value.
+pub const MAX_NAME_LEN: usize = 200;
+
+/// Default limit for a candidate's or proclaimed value: far below ZooKeeper's 1 MiB jute limit.
+pub const DEFAULT_MAX_VALUE_BYTES: usize = 64 * 1024;
+
+/// Why an input was refused. Every variant reads as a sentence a person can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidInput {
+    #[error("{field} must not be empty")]
+    Empty { field: &'static str },
+    #[error("{field} is {len} characters long; at most {MAX_NAME_LEN} are allowed")]
+    TooLong { field: &'static str, len: usize },
+    #[error("{field} {value:?} contains {bad:?}; only letters, digits, '.', '_' and '-' are allowed")]
+    BadCharacter { field: &'static str, value: String, bad: char },
+    #[error("{field} must not be \".\" or \"..\"")]
+    DotName { field: &'static str },
+    #[error("value is {len} bytes; the limit is {limit} bytes")]
+    ValueTooLarge { len: usize, limit: usize },
+    #[error("{0}")]
+    Other(String),
+}
+
+fn validate_name(field: &'static str, s: &str) -> Result<(), InvalidInput> {
+    if s.is_empty() {
+        return Err(InvalidInput::Empty { field });
+    }
+    let len = s.chars().count();
+    if len > MAX_NAME_LEN {
+        return Err(InvalidInput::TooLong { field, len });
+    }
+    if let Some(bad) = s.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        return Err(InvalidInput::BadCharacter { field, value: s.chars().take(60).collect(), bad });
+    }
+    if s == "." || s == ".." {
+        return Err(InvalidInput::DotName { field });
+    }
+    Ok(())
+}
+
+macro_rules! name_type {
+    ($(#[$doc:meta])* $name:ident, $field:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates `s` as a name (SPEC §Errors).
+            ///
+            /// # Errors
+            /// [`InvalidInput`] naming the rule that `s` breaks.
+            pub fn new(s: impl Into<String>) -> Result<Self, InvalidInput> {
+                let s = s.into();
+                validate_name($field, &s)?;
+                Ok(Self(s))
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+name_type!(
+    /// The name of an election or of a lock: one ZooKeeper path segment.
+    QueueName,
+    "name"
+);
+
+/// Who is campaigning or holding a lock, as shown to operators. Any non-empty UTF-8 up to
+/// 200 characters: it lives in znode data, not in a path, so it needs no character rules.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Participant(String);
+
+impl Participant {
+    /// # Errors
+    /// [`InvalidInput`] when empty or longer than 200 characters.
+    pub fn new(field: &'static str, s: impl Into<String>) -> Result<Self, InvalidInput> {
+        let s = s.into();
+        if s.trim().is_empty() {
+            return Err(InvalidInput::Empty { field });
+        }
+        let len = s.chars().count();
+        if len > MAX_NAME_LEN {
+            return Err(InvalidInput::TooLong { field, len });
+        }
+        Ok(Self(s))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Participant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A value stored with a candidacy (bounded so that it stays far below ZooKeeper's jute limit).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Value(Vec<u8>);
+
+impl Value {
+    /// # Errors
+    /// [`InvalidInput::ValueTooLarge`] over `limit` bytes.
+    pub fn new(bytes: Vec<u8>, limit: usize) -> Result<Self, InvalidInput> {
+        if bytes.len() > limit {
+            return Err(InvalidInput::ValueTooLarge { len: bytes.len(), limit });
+        }
+        Ok(Self(bytes))
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+}
+
+/// What kind of queue a znode lives in; part of the lease so any gateway can find the znode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QueueKind {
+    Election,
+    Lock,
+}
+
+impl QueueKind {
+    /// The folder under the root (SPEC §3).
+    pub fn folder(self) -> &'static str {
+        match self {
+            QueueKind::Election => "elections",
+            QueueKind::Lock => "locks",
+        }
+    }
+
+    fn tag(self) -> char {
+        match self {
+            QueueKind::Election => 'e',
+            QueueKind::Lock => 'l',
+        }
+    }
+
+    fn from_tag(c: char) -> Option<Self> {
+        match c {
+            'e' => Some(QueueKind::Election),
+            'l' => Some(QueueKind::Lock),
+            _ => None,
+        }
+    }
+}
+
+/// The random part of a protected znode name: 128 bits, hex. It lets the gateway find its own
+/// znode again after a create whose reply was lost (G5), and it is the secret half of a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProtectedId(u128);
+
+impl ProtectedId {
+    pub fn random() -> Self {
+        let mut b = [0u8; 16];
+        rand::rng().fill_bytes(&mut b);
+        Self(u128::from_le_bytes(b))
+    }
+
+    pub fn hex(&self) -> String {
+        format!("{:032x}", self.0)
+    }
+}
+
+/// The name of one queue member's znode: `<mode>-<32 hex protected id>-<10+ digit sequence>`.
+/// The mode letter is `c` for election candidates, `w`/`r` for write/read lock requests.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MemberName {
+    pub mode: char,
+    pub id: String,
+    pub sequence: i64,
+}
+
+impl MemberName {
+    /// The prefix passed to a sequential create; ZooKeeper appends the sequence.
+    pub fn prefix(mode: char, id: &ProtectedId) -> String {
+        format!("{mode}-{}-", id.hex())
+    }
+
+    /// Parses a child name; `None` for anything that is not one of ours.
+    pub fn parse(name: &str) -> Option<Self> {
+        let mut parts = name.splitn(3, '-');
+        let mode = parts.next()?;
+        let id = parts.next()?;
+        let seq = parts.next()?;
+        let mode = match mode {
+            "c" => 'c',
+            "w" => 'w',
+            "r" => 'r',
+            _ => return None,
+        };
+        if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        if seq.len() < 10 || !seq.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(Self { mode, id: id.to_owned(), sequence: seq.parse().ok()? })
+    }
+
+    pub fn node_name(&self) -> String {
+        if self.sequence <= i64::from(i32::MAX) {
+            format!("{}-{}-{:010}", self.mode, self.id, self.sequence)
+        } else {
+            format!("{}-{}-{:019}", self.mode, self.id, self.sequence)
+        }
+    }
+}
+
+/// A capability naming exactly one znode: given only on the holder's own stream, honoured by
+/// any gateway. Its secret is the znode's 128-bit protected id, so it cannot be guessed, and a
+/// late `Resign`/`Release` can never touch a newer candidacy (a new znode has a new id).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    pub kind: QueueKind,
+    pub queue: QueueName,
+    pub member: MemberName,
+}
+
+/// Leases are secrets: never print one (logs, errors, Debug).
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Lease({:?} {} seq {})", self.kind, self.queue, self.member.sequence)
+    }
+}
+
+const LEASE_PREFIX: &str = "zkg1";
+
+impl Lease {
+    /// The opaque text form handed to clients: `zkg1.<kind>.<queue>.<node>`, hex-armoured as a
+    /// whole so clients are not tempted to parse it.
+    pub fn encode(&self) -> String {
+        let raw = format!("{}/{}/{}", self.kind.tag(), self.queue, self.member.node_name());
+        let mut out = String::with_capacity(LEASE_PREFIX.len() + 1 + raw.len() * 2);
+        out.push_str(LEASE_PREFIX);
+        out.push('.');
+        for b in raw.bytes() {
+            out.push_str(&format!("{b:02x}"));
+        }
+        out
+    }
+
+    /// Parses a lease of the given kind. Anything malformed — or a lock lease given to the
+    /// election service — is `None`, which the API reports as `NOT_FOUND` (SPEC §1: a lease the
+    /// gateway cannot honour is not found, whatever the reason).
+    pub fn decode(text: &str, kind: QueueKind) -> Option<Self> {
+        let hex = text.strip_prefix(LEASE_PREFIX)?.strip_prefix('.')?;
+        if hex.len() % 2 != 0 || hex.len() > 2 * 512 {
+            return None;
+        }
+        let bytes: Option<Vec<u8>> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+            .collect();
+        let raw = String::from_utf8(bytes?).ok()?;
+        let mut parts = raw.splitn(3, '/');
+        let tag = parts.next()?.chars().next()?;
+        if QueueKind::from_tag(tag)? != kind {
+            return None;
+        }
+        let queue = QueueName::new(parts.next()?).ok()?;
+        let member = MemberName::parse(parts.next()?)?;
+        Some(Self { kind, queue, member })
+    }
+}
+
+/// A fencing token: the znode's creation zxid. Later leaders of an election always have larger
+/// ones, because ZooKeeper's zxids grow and a successor's znode was created later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(pub u64);
+
+/// A leader (or lock holder) as everybody may see it: no lease here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderInfo {
+    pub election: QueueName,
+    pub candidate: String,
+    pub value: Vec<u8>,
+    pub fencing_token: FencingToken,
+    pub since: SystemTime,
+}
+
+/// A queue member as shown to operators (Candidates, Holders).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberInfo {
+    pub participant: String,
+    pub value: Vec<u8>,
+    pub position: u32,
+    pub fencing_token: FencingToken,
+    pub joined: SystemTime,
+    pub leader_since: Option<SystemTime>,
+    pub mode: char,
+}
+
+/// Durations clamped for the wire.
+pub fn saturating_duration(d: Option<Duration>) -> Duration {
+    d.unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(QueueName::new("a").is_ok());
+        assert!(QueueName::new("svc.primary_1-x").is_ok());
+        assert!(QueueName::new("x".repeat(200)).is_ok());
+        assert!(matches!(QueueName::new("x".repeat(201)), Err(InvalidInput::TooLong { len: 201, .. })));
+        assert!(matches!(QueueName::new(""), Err(InvalidInput::Empty { .. })));
+        assert!(matches!(QueueName::new("."), Err(InvalidInput::DotName { .. })));
+        assert!(matches!(QueueName::new(".."), Err(InvalidInput::DotName { .. })));
+        assert!(QueueName::new("...").is_ok());
+        for bad in ["a/b", "a b", "é", "a\0", "x:y", "/"] {
+            assert!(matches!(QueueName::new(bad), Err(InvalidInput::BadCharacter { .. })), "{bad}");
+        }
+    }
+
+    #[test]
+    fn participants_and_values() {
+        assert!(Participant::new("candidate", "").is_err());
+        assert!(Participant::new("candidate", "  ").is_err());
+        assert!(Participant::new("candidate", "host-1 (pid 7)").is_ok());
+        assert!(Value::new(vec![0; 10], 10).is_ok());
+        assert_eq!(Value::new(vec![0; 11], 10), Err(InvalidInput::ValueTooLarge { len: 11, limit: 10 }));
+    }
+
+    #[test]
+    fn member_names_round_trip_and_order() {
+        let id = ProtectedId::random();
+        let name = format!("{}{:010}", MemberName::prefix('c', &id), 42);
+        let m = MemberName::parse(&name).unwrap();
+        assert_eq!(m.sequence, 42);
+        assert_eq!(m.node_name(), name);
+        assert!(MemberName::parse("c-zz-0000000001").is_none());
+        assert!(MemberName::parse("x-00000000000000000000000000000000-0000000001").is_none());
+        assert!(MemberName::parse("lock-0000000001").is_none());
+    }
+
+    #[test]
+    fn leases_round_trip_and_reject_garbage() {
+        let id = ProtectedId::random();
+        let member = MemberName::parse(&format!("{}{:010}", MemberName::prefix('c', &id), 7)).unwrap();
+        let lease = Lease { kind: QueueKind::Election, queue: QueueName::new("db").unwrap(), member };
+        let text = lease.encode();
+        assert_eq!(Lease::decode(&text, QueueKind::Election), Some(lease.clone()));
+        assert_eq!(Lease::decode(&text, QueueKind::Lock), None, "a lock service must not accept an election lease");
+        for bad in ["", "zkg1", "zkg1.", "zkg1.zz", "zkg1.6", "nonsense", "zkg1.652f2e2e2f63"] {
+            assert_eq!(Lease::decode(bad, QueueKind::Election), None, "{bad}");
+        }
+        assert!(!format!("{lease:?}").contains(&id.hex()), "Debug must not reveal the secret");
+        assert_ne!(ProtectedId::random(), ProtectedId::random());
+    }
+}

@@ -1,0 +1,161 @@
+//! A thin wrapper over one `zookeeper_client::Client` that counts and times every request
+//! (`zkgate_zk_requests_total{op,result}`, `zkgate_zk_request_duration_seconds{op}`) and keeps a
+//! per-session counter so tests can prove that a leader change costs O(1) requests (G4).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zookeeper_client as zkc;
+use zookeeper_client::{Acls, AddWatchMode, Client, CreateMode, PersistentWatcher, Stat};
+
+use crate::metrics as m;
+
+pub type ZkResult<T> = Result<T, zkc::Error>;
+
+/// Counts requests across every session of a gateway, for tests and the benchmark.
+#[derive(Debug, Default)]
+pub struct RequestCounter(AtomicU64);
+
+impl RequestCounter {
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Zk {
+    client: Client,
+    acls: Acls<'static>,
+    counter: Arc<RequestCounter>,
+}
+
+fn result_label<T>(r: &ZkResult<T>) -> &'static str {
+    match r {
+        Ok(_) => "ok",
+        Err(zkc::Error::NoNode) => "no_node",
+        Err(zkc::Error::NodeExists) => "node_exists",
+        Err(zkc::Error::BadVersion) => "bad_version",
+        Err(zkc::Error::ConnectionLoss) => "connection_loss",
+        Err(zkc::Error::SessionExpired) => "session_expired",
+        Err(zkc::Error::NoAuth) => "no_auth",
+        Err(_) => "error",
+    }
+}
+
+impl Zk {
+    pub fn new(client: Client, acls: Acls<'static>, counter: Arc<RequestCounter>) -> Self {
+        Self { client, acls, counter }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn session_id(&self) -> i64 {
+        self.client.session_id().0
+    }
+
+    async fn instrument<T>(&self, op: &'static str, fut: impl std::future::Future<Output = ZkResult<T>>) -> ZkResult<T> {
+        self.counter.0.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        let r = fut.await;
+        m::zk_request(op, result_label(&r), start.elapsed());
+        r
+    }
+
+    /// Creates an EPHEMERAL_SEQUENTIAL znode; returns its stat and full name (without parent).
+    pub async fn create_member(&self, prefix_path: &str, data: &[u8]) -> ZkResult<(Stat, i64)> {
+        let opts = CreateMode::EphemeralSequential.with_acls(self.acls);
+        self.instrument("create", async {
+            let (stat, seq) = self.client.create(prefix_path, data, &opts).await?;
+            Ok((stat, seq.into_i64()))
+        })
+        .await
+    }
+
+    /// Makes the queue's parents: persistent root folders and a container node for the queue,
+    /// so an emptied queue disappears by itself (SPEC §3).
+    pub async fn ensure_queue(&self, root: &str, folder: &str, queue: &str) -> ZkResult<()> {
+        let persistent = CreateMode::Persistent.with_acls(self.acls);
+        let mut path = String::new();
+        for seg in root.split('/').filter(|s| !s.is_empty()).chain(std::iter::once(folder)) {
+            path.push('/');
+            path.push_str(seg);
+            match self.instrument("create", self.client.create(&path, &[], &persistent)).await {
+                Ok(_) | Err(zkc::Error::NodeExists) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        path.push('/');
+        path.push_str(queue);
+        let container = CreateMode::Container.with_acls(self.acls);
+        match self.instrument("create", self.client.create(&path, &[], &container)).await {
+            Ok(_) | Err(zkc::Error::NodeExists) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn delete(&self, path: &str) -> ZkResult<()> {
+        self.instrument("delete", self.client.delete(path, None)).await
+    }
+
+    pub async fn get_data(&self, path: &str) -> ZkResult<(Vec<u8>, Stat)> {
+        self.instrument("get_data", self.client.get_data(path)).await
+    }
+
+    pub async fn set_data(&self, path: &str, data: &[u8], version: Option<i32>) -> ZkResult<Stat> {
+        self.instrument("set_data", self.client.set_data(path, data, version)).await
+    }
+
+    pub async fn list_children(&self, path: &str) -> ZkResult<Vec<String>> {
+        self.instrument("get_children", self.client.list_children(path)).await
+    }
+
+    /// Reads the data of many children in one round trip.
+    pub async fn get_many(&self, paths: &[String]) -> ZkResult<Vec<Option<(Vec<u8>, Stat)>>> {
+        if paths.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.instrument("multi_read", async {
+            let mut reader = self.client.new_multi_reader();
+            for p in paths {
+                reader.add_get_data(p)?;
+            }
+            let results = reader.commit().await?;
+            Ok(results
+                .into_iter()
+                .map(|r| match r {
+                    zkc::MultiReadResult::Data { data, stat } => Some((data, stat)),
+                    _ => None,
+                })
+                .collect())
+        })
+        .await
+    }
+
+    /// One persistent recursive watch per queue per session: the only watch zkgate places.
+    pub async fn watch_queue(&self, path: &str) -> ZkResult<PersistentWatcher> {
+        self.instrument("add_watch", self.client.watch(path, AddWatchMode::PersistentRecursive)).await
+    }
+
+    /// Deletes `path`, retrying through connection losses until it is gone, the session is
+    /// over, or `give_up` passes (CURATOR-678: a release lost to a blip leaves a holder behind).
+    /// Returns whether this call (or an earlier attempt of it) removed the node.
+    pub async fn delete_until_gone(&self, path: &str, give_up: Duration) -> ZkResult<bool> {
+        let deadline = Instant::now() + give_up;
+        let mut retried = false;
+        loop {
+            match self.delete(path).await {
+                Ok(()) => return Ok(true),
+                // After a lost reply, NoNode may mean our own first attempt succeeded.
+                Err(zkc::Error::NoNode) => return Ok(retried),
+                Err(zkc::Error::ConnectionLoss) | Err(zkc::Error::Timeout) if Instant::now() < deadline => {
+                    retried = true;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

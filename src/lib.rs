@@ -1,0 +1,24 @@
+//! zkgate: a gRPC coordination gateway. A stateless fleet of zkgate processes holds ZooKeeper
+//! sessions on behalf of remote clients in any language, which campaign for leadership,
+//! observe leaders and hold locks over gRPC.
+//!
+//! # Layout
+//! - [`proto`]: generated `zkgate.v1` code (from `proto/zkgate/v1/`).
+//! - [`api`]: tonic handlers; proto ↔ domain conversion; errors → gRPC status.
+//! - [`coord`]: no tonic types: ZooKeeper sessions, per-queue actors, elections, leases.
+//! - [`server`]: `run(config, listener, http, shutdown)`: the gateway, in-process for tests.
+//! - [`http`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`metrics`]: every metric name, described once.
+//! - [`config`]: the command line (`serve`, `dev`, client verbs).
+//! - [`localzk`]: start and stop real local ZooKeeper servers (`zkgate dev`, tests).
+//! - [`cli`]: the client verbs `elect`, `observe`, `leader`.
+
+pub mod api;
+pub mod cli;
+pub mod config;
+pub mod coord;
+pub mod http;
+pub mod localzk;
+pub mod metrics;
+pub mod proto;
+pub mod server;

@@ -1,0 +1,161 @@
+//! Every metric zkgate exports, named once (SPEC §4), described once, and recorded through the
+//! `metrics` facade. The Prometheus exporter renders them at `/metrics` on the HTTP port.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const LEADER_CHANGES: &str = "zkgate_leader_changes_total";
+pub const LEADER_TENURE: &str = "zkgate_leader_tenure_seconds";
+pub const FAILOVER: &str = "zkgate_failover_seconds";
+pub const CAMPAIGNS_ACTIVE: &str = "zkgate_campaigns_active";
+pub const OBSERVERS_ACTIVE: &str = "zkgate_observers_active";
+pub const LOCKS_HELD: &str = "zkgate_locks_held";
+pub const LOCK_WAIT: &str = "zkgate_lock_wait_seconds";
+pub const ZK_CONNECTED: &str = "zkgate_zk_connected";
+pub const ZK_SESSION_EXPIRATIONS: &str = "zkgate_zk_session_expirations_total";
+pub const ZK_REQUESTS: &str = "zkgate_zk_requests_total";
+pub const ZK_REQUEST_DURATION: &str = "zkgate_zk_request_duration_seconds";
+pub const GRPC_REQUESTS: &str = "zkgate_grpc_requests_total";
+pub const GRPC_STREAMS_ACTIVE: &str = "zkgate_grpc_streams_active";
+
+/// Label value used for names beyond the cardinality cap.
+pub const OTHER: &str = "other";
+
+/// Default number of distinct election/lock names that get their own label value.
+pub const DEFAULT_NAME_LABEL_CAP: usize = 100;
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+static NAMES: OnceLock<Mutex<NameLabels>> = OnceLock::new();
+
+struct NameLabels {
+    cap: usize,
+    seen: HashSet<String>,
+}
+
+/// Installs the Prometheus recorder (once per process: tests start many servers in one
+/// process and share it) and returns the handle that renders `/metrics`.
+pub fn install(name_label_cap: usize) -> PrometheusHandle {
+    NAMES.get_or_init(|| Mutex::new(NameLabels { cap: name_label_cap, seen: HashSet::new() }));
+    HANDLE
+        .get_or_init(|| {
+            let buckets = [
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                300.0, 1800.0, 3600.0,
+            ];
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
+                .expect("static buckets are valid")
+                .install_recorder()
+                .unwrap_or_else(|e| panic!("installing the Prometheus recorder failed: {e}"));
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!(LEADER_CHANGES, "Leaders elected through this gateway, by election.");
+    describe_histogram!(LEADER_TENURE, Unit::Seconds, "How long leaders served by this gateway led.");
+    describe_histogram!(
+        FAILOVER,
+        Unit::Seconds,
+        "Leader znode gone -> successor elected, as seen by the successor's gateway."
+    );
+    describe_gauge!(CAMPAIGNS_ACTIVE, "Open Campaign streams (candidates and leaders).");
+    describe_gauge!(OBSERVERS_ACTIVE, "Open Observe streams.");
+    describe_gauge!(LOCKS_HELD, "Locks and permits held by this gateway's Acquire streams.");
+    describe_histogram!(LOCK_WAIT, Unit::Seconds, "Time from queued to acquired for locks.");
+    describe_gauge!(ZK_CONNECTED, "1 while the gateway's ZooKeeper session is connected, else 0.");
+    describe_counter!(
+        ZK_SESSION_EXPIRATIONS,
+        "ZooKeeper sessions lost (expired, or presumed expired by the gateway's own clock)."
+    );
+    describe_counter!(ZK_REQUESTS, "ZooKeeper requests by operation and result.");
+    describe_histogram!(ZK_REQUEST_DURATION, Unit::Seconds, "ZooKeeper request latency by operation.");
+    describe_counter!(GRPC_REQUESTS, "gRPC calls by method and final status code.");
+    describe_gauge!(GRPC_STREAMS_ACTIVE, "Open gRPC calls by method.");
+}
+
+/// The label for an election or lock name: itself for the first `cap` names seen, then `other`.
+pub fn name_label(name: &str) -> String {
+    let Some(names) = NAMES.get() else { return name.to_owned() };
+    let mut names = names.lock().unwrap_or_else(|p| p.into_inner());
+    if names.seen.contains(name) {
+        return name.to_owned();
+    }
+    if names.seen.len() < names.cap {
+        names.seen.insert(name.to_owned());
+        return name.to_owned();
+    }
+    OTHER.to_owned()
+}
+
+pub fn zk_request(op: &'static str, result: &'static str, elapsed: Duration) {
+    counter!(ZK_REQUESTS, "op" => op, "result" => result).increment(1);
+    histogram!(ZK_REQUEST_DURATION, "op" => op).record(elapsed.as_secs_f64());
+}
+
+pub fn leader_elected(election: &str, failover: Option<Duration>) {
+    counter!(LEADER_CHANGES, "election" => name_label(election)).increment(1);
+    if let Some(f) = failover {
+        histogram!(FAILOVER).record(f.as_secs_f64());
+    }
+}
+
+pub fn leader_tenure(tenure: Duration) {
+    histogram!(LEADER_TENURE).record(tenure.as_secs_f64());
+}
+
+pub fn campaigns_active(delta: f64) {
+    gauge!(CAMPAIGNS_ACTIVE).increment(delta);
+}
+
+pub fn observers_active(delta: f64) {
+    gauge!(OBSERVERS_ACTIVE).increment(delta);
+}
+
+pub fn locks_held(delta: f64) {
+    gauge!(LOCKS_HELD).increment(delta);
+}
+
+pub fn lock_wait(wait: Duration) {
+    histogram!(LOCK_WAIT).record(wait.as_secs_f64());
+}
+
+pub fn zk_connected(connected: bool) {
+    gauge!(ZK_CONNECTED).set(if connected { 1.0 } else { 0.0 });
+}
+
+pub fn zk_session_lost() {
+    counter!(ZK_SESSION_EXPIRATIONS).increment(1);
+}
+
+pub fn grpc_request(method: &'static str, code: &'static str) {
+    counter!(GRPC_REQUESTS, "method" => method, "code" => code).increment(1);
+}
+
+pub fn grpc_streams_active(method: &'static str, delta: f64) {
+    gauge!(GRPC_STREAMS_ACTIVE, "method" => method).increment(delta);
+}
+
+/// Keeps a gauge raised while alive: moved into a stream, it lowers the gauge however the
+/// stream ends.
+#[derive(Debug)]
+pub struct GaugeGuard(fn(f64));
+
+impl GaugeGuard {
+    pub fn raise(f: fn(f64)) -> Self {
+        f(1.0);
+        Self(f)
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        (self.0)(-1.0)
+    }
+}

@@ -1,0 +1,162 @@
+//! `run(listener, …, shutdown)`: the whole gateway on listeners the caller made, so tests start
+//! it in-process on port 0 and `main` stays thin.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+use tonic_health::ServingStatus;
+
+use crate::api::{ElectionApi, LockApi};
+use crate::coord::session::{default_margin, default_silence_limit};
+use crate::coord::{CoordConfig, Coordinator};
+use crate::proto::election_server::ElectionServer;
+use crate::proto::lock_server::LockServer;
+
+/// Everything `run` needs besides its listeners.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub coord: CoordConfig,
+    /// HTTP/2 keepalive ping interval for detecting dead clients (default 20% of the session
+    /// timeout).
+    pub keepalive_interval: Option<Duration>,
+    /// How long a keepalive ping may go unanswered before the connection (and its streams, and
+    /// their znodes) is dropped (default 40% of the session timeout).
+    pub keepalive_timeout: Option<Duration>,
+    /// Upper bound for each drain phase at shutdown.
+    pub drain_grace: Duration,
+    /// Distinct election/lock names with their own metric label.
+    pub name_label_cap: usize,
+    pub tls: Option<tonic::transport::ServerTlsConfig>,
+}
+
+impl ServeConfig {
+    pub fn new(coord: CoordConfig) -> Self {
+        Self {
+            coord,
+            keepalive_interval: None,
+            keepalive_timeout: None,
+            drain_grace: Duration::from_secs(5),
+            name_label_cap: crate::metrics::DEFAULT_NAME_LABEL_CAP,
+            tls: None,
+        }
+    }
+
+    pub fn keepalive(&self) -> (Duration, Duration) {
+        let t = self.coord.session_timeout;
+        (self.keepalive_interval.unwrap_or(t / 5), self.keepalive_timeout.unwrap_or(t * 2 / 5))
+    }
+
+    /// G3b: a leader must stop (silence limit) before the gateway could delete its znode for a
+    /// dead connection (keepalive timeout), and before the server could expire a frozen
+    /// gateway's session (session timeout minus connection timeout and margin).
+    ///
+    /// # Errors
+    /// A sentence naming the settings that break the order.
+    pub fn check_timing(&self) -> Result<(), String> {
+        let t = self.coord.session_timeout;
+        let margin = self.coord.stop_margin.unwrap_or_else(|| default_margin(t));
+        let silence = self.coord.silence_limit.unwrap_or_else(|| default_silence_limit(t, t));
+        let (_, ka_timeout) = self.keepalive();
+        let session_bound = t.saturating_sub(self.coord.connection_timeout()).saturating_sub(margin);
+        if silence.is_zero() {
+            return Err("silence limit must be positive".into());
+        }
+        if silence >= session_bound {
+            return Err(format!(
+                "silence limit {silence:?} must be shorter than session timeout {t:?} minus connection timeout {:?} minus margin {margin:?} (= {session_bound:?})",
+                self.coord.connection_timeout()
+            ));
+        }
+        if silence >= ka_timeout {
+            return Err(format!(
+                "silence limit {silence:?} must be shorter than the keepalive timeout {ka_timeout:?} (dead-client detection)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("refusing to start: {0}")]
+    Config(String),
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+/// Runs the gateway until `shutdown` resolves, then drains (G7): health goes NOT_SERVING,
+/// streams end `UNAVAILABLE`, their znodes are deleted, the ZooKeeper session closes.
+///
+/// # Errors
+/// Refuses settings that break G3b; transport errors.
+pub async fn run(
+    cfg: ServeConfig,
+    listener: TcpListener,
+    http: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    cfg.check_timing().map_err(ServeError::Config)?;
+    let metrics = crate::metrics::install(cfg.name_label_cap);
+    let coord = Coordinator::start(cfg.coord.clone());
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let health_task = tokio::spawn(follow_health(coord.clone(), health_reporter.clone()));
+    if let Some(http) = http {
+        tokio::spawn(crate::http::serve(http, coord.clone(), metrics));
+    }
+
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    let (ka_interval, ka_timeout) = cfg.keepalive();
+    let mut builder = Server::builder()
+        .http2_keepalive_interval(Some(ka_interval))
+        .http2_keepalive_timeout(Some(ka_timeout))
+        .tcp_nodelay(true);
+    if let Some(tls) = cfg.tls.clone() {
+        builder = builder.tls_config(tls)?;
+    }
+    let drain_coord = coord.clone();
+    let grace = cfg.drain_grace;
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("draining: ending streams, releasing znodes, closing the ZooKeeper session");
+        health_task.abort();
+        health_reporter.set_service_status("", ServingStatus::NotServing).await;
+        drain_coord.drain(grace).await;
+    };
+    let local = listener.local_addr().ok();
+    tracing::info!(grpc = ?local, zk = %cfg.coord.zk, root = %cfg.coord.root, "zkgate serving");
+    builder
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(ElectionServer::new(ElectionApi::new(coord.clone())))
+        .add_service(LockServer::new(LockApi))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+        .await?;
+    Ok(())
+}
+
+/// Health is `SERVING` only while a ZooKeeper session is connected.
+async fn follow_health(coord: Arc<Coordinator>, reporter: tonic_health::server::HealthReporter) {
+    loop {
+        let status = if coord.is_connected() { ServingStatus::Serving } else { ServingStatus::NotServing };
+        for svc in ["", "zkgate.v1.Election", "zkgate.v1.Lock"] {
+            reporter.set_service_status(svc, status).await;
+        }
+        coord.connection_changed().await;
+    }
+}
