@@ -20,7 +20,8 @@ pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
         tokio::select! {
             _ = ctrl_c => {},
             _ = term.recv() => {},
@@ -34,10 +35,16 @@ pub async fn shutdown_signal() {
 /// process. Ctrl-C stops both and leaves nothing running.
 pub async fn dev(args: DevArgs) -> ExitCode {
     if !LocalZk::is_installed() {
-        eprintln!("zkgate dev needs Apache ZooKeeper and Java. {}", LocalZk::install_hint());
+        eprintln!(
+            "zkgate dev needs Apache ZooKeeper and Java. {}",
+            LocalZk::install_hint()
+        );
         return ExitCode::from(2);
     }
-    let opts = LocalZkOptions { tick_time: Duration::from_millis(500), ..Default::default() };
+    let opts = LocalZkOptions {
+        tick_time: Duration::from_millis(500),
+        ..Default::default()
+    };
     let zk = match LocalZk::start_standalone(opts).await {
         Ok(zk) => zk,
         Err(e) => {
@@ -45,7 +52,10 @@ pub async fn dev(args: DevArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (listener, http) = match (TcpListener::bind(args.listen).await, TcpListener::bind(args.http).await) {
+    let (listener, http) = match (
+        TcpListener::bind(args.listen).await,
+        TcpListener::bind(args.http).await,
+    ) {
         (Ok(l), Ok(h)) => (l, h),
         (Err(e), _) | (_, Err(e)) => {
             eprintln!("cannot listen on {} / {}: {e}", args.listen, args.http);
@@ -57,7 +67,10 @@ pub async fn dev(args: DevArgs) -> ExitCode {
     coord.session_timeout = args.session_timeout;
     let cfg = ServeConfig::new(coord);
     println!("ZooKeeper  {}", zk.connect_string());
-    println!("gRPC       {}   (grpcurl -plaintext {} list)", args.listen, args.listen);
+    println!(
+        "gRPC       {}   (grpcurl -plaintext {} list)",
+        args.listen, args.listen
+    );
     println!("HTTP       http://{}/metrics  /healthz  /readyz", args.http);
     println!("Ctrl-C stops both.");
     let result = server::run(cfg, listener, Some(http), shutdown_signal()).await;
@@ -71,18 +84,32 @@ pub async fn dev(args: DevArgs) -> ExitCode {
     }
 }
 
-async fn election_client(endpoint: &str) -> Result<ElectionClient<tonic::transport::Channel>, String> {
-    ElectionClient::connect(endpoint.to_owned()).await.map_err(|e| format!("cannot reach the gateway at {endpoint}: {e}"))
+async fn election_client(
+    endpoint: &str,
+) -> Result<ElectionClient<tonic::transport::Channel>, String> {
+    ElectionClient::connect(endpoint.to_owned())
+        .await
+        .map_err(|e| format!("cannot reach the gateway at {endpoint}: {e}"))
 }
 
 fn show(l: &pb::Leader) -> String {
-    format!("{} (fencing token {}) {}", l.candidate, l.fencing_token, String::from_utf8_lossy(&l.value))
+    format!(
+        "{} (fencing token {}) {}",
+        l.candidate,
+        l.fencing_token,
+        String::from_utf8_lossy(&l.value)
+    )
 }
 
 /// `zkgate leader NAME`.
 pub async fn leader(args: NameArgs) -> Result<(), String> {
     let mut c = election_client(&args.endpoint.endpoint).await?;
-    let r = c.leader(pb::LeaderRequest { election: args.name }).await.map_err(|s| s.message().to_owned())?;
+    let r = c
+        .leader(pb::LeaderRequest {
+            election: args.name,
+        })
+        .await
+        .map_err(|s| s.message().to_owned())?;
     if let Some(l) = r.into_inner().leader {
         println!("{}", show(&l));
     }
@@ -92,7 +119,13 @@ pub async fn leader(args: NameArgs) -> Result<(), String> {
 /// `zkgate observe NAME`: one line per change.
 pub async fn observe(args: NameArgs) -> Result<(), String> {
     let mut c = election_client(&args.endpoint.endpoint).await?;
-    let mut s = c.observe(pb::ObserveRequest { election: args.name }).await.map_err(|s| s.message().to_owned())?.into_inner();
+    let mut s = c
+        .observe(pb::ObserveRequest {
+            election: args.name,
+        })
+        .await
+        .map_err(|s| s.message().to_owned())?
+        .into_inner();
     while let Some(msg) = s.next().await {
         match msg.map_err(|s| s.message().to_owned())?.leader {
             Some(l) => println!("leader {}", show(&l)),
@@ -137,7 +170,9 @@ pub async fn elect(args: ElectArgs) -> Result<(), String> {
             _ = shutdown_signal() => break Ok(()),
         };
         let Ok(next) = next else {
-            eprintln!("no message from the gateway within the silence limit: assuming leadership lost");
+            eprintln!(
+                "no message from the gateway within the silence limit: assuming leadership lost"
+            );
             break Err("silence limit passed".into());
         };
         match next {
@@ -163,7 +198,9 @@ pub async fn elect(args: ElectArgs) -> Result<(), String> {
                     }
                 }
                 Event::Suspended(_) => {
-                    eprintln!("suspended: ZooKeeper link lost at the gateway; stopping leader work");
+                    eprintln!(
+                        "suspended: ZooKeeper link lost at the gateway; stopping leader work"
+                    );
                     if let Some(mut c) = child.take() {
                         let _ = c.kill().await;
                     }

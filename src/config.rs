@@ -16,7 +16,11 @@ pub const DEFAULT_HTTP: &str = "127.0.0.1:9090";
 pub const DEFAULT_ZK: &str = "127.0.0.1:2181";
 
 #[derive(Debug, Parser)]
-#[command(name = "zkgate", version, about = "gRPC coordination gateway: leader election and locks over ZooKeeper")]
+#[command(
+    name = "zkgate",
+    version,
+    about = "gRPC coordination gateway: leader election and locks over ZooKeeper"
+)]
 pub struct Cli {
     /// Log as JSON lines instead of human-readable text.
     #[arg(long, global = true, env = "ZKGATE_LOG_JSON")]
@@ -141,23 +145,39 @@ impl ServeArgs {
     pub fn resolve(self) -> Result<Resolved, String> {
         let file: FileConfig = match &self.config {
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| format!("reading {}: {e}", p.display()))?;
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| format!("reading {}: {e}", p.display()))?;
                 toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
             }
             None => FileConfig::default(),
         };
-        let root = self.root.or(file.root).unwrap_or_else(|| DEFAULT_ROOT.to_owned());
-        if !root.starts_with('/') || (root.len() > 1 && root.ends_with('/')) || root.contains("//") {
-            return Err(format!("--root {root:?} must be an absolute znode path like /zkgate"));
+        let root = self
+            .root
+            .or(file.root)
+            .unwrap_or_else(|| DEFAULT_ROOT.to_owned());
+        if !root.starts_with('/') || (root.len() > 1 && root.ends_with('/')) || root.contains("//")
+        {
+            return Err(format!(
+                "--root {root:?} must be an absolute znode path like /zkgate"
+            ));
         }
-        let mut coord = CoordConfig::new(self.zk.or(file.zk).unwrap_or_else(|| DEFAULT_ZK.to_owned()));
+        let mut coord =
+            CoordConfig::new(self.zk.or(file.zk).unwrap_or_else(|| DEFAULT_ZK.to_owned()));
         coord.root = root;
-        coord.session_timeout = self.session_timeout.or(file.session_timeout).unwrap_or(DEFAULT_SESSION_TIMEOUT);
+        coord.session_timeout = self
+            .session_timeout
+            .or(file.session_timeout)
+            .unwrap_or(DEFAULT_SESSION_TIMEOUT);
         coord.pool_size = self.zk_sessions.or(file.zk_sessions).unwrap_or(1).max(1);
-        coord.max_value_bytes =
-            self.max_value_bytes.or(file.max_value_bytes).unwrap_or(crate::coord::types::DEFAULT_MAX_VALUE_BYTES);
+        coord.max_value_bytes = self
+            .max_value_bytes
+            .or(file.max_value_bytes)
+            .unwrap_or(crate::coord::types::DEFAULT_MAX_VALUE_BYTES);
         if coord.max_value_bytes > 900 * 1024 {
-            return Err("--max-value-bytes must stay below ZooKeeper's 1 MiB jute limit (at most 921600)".into());
+            return Err(
+                "--max-value-bytes must stay below ZooKeeper's 1 MiB jute limit (at most 921600)"
+                    .into(),
+            );
         }
         coord.stop_margin = self.stop_margin.or(file.stop_margin);
         coord.silence_limit = self.silence_limit.or(file.silence_limit);
@@ -165,14 +185,19 @@ impl ServeArgs {
         let mut serve = ServeConfig::new(coord);
         serve.keepalive_interval = self.keepalive_interval.or(file.keepalive_interval);
         serve.keepalive_timeout = self.keepalive_timeout.or(file.keepalive_timeout);
-        serve.name_label_cap = self.metrics_name_cap.or(file.metrics_name_cap).unwrap_or(crate::metrics::DEFAULT_NAME_LABEL_CAP);
+        serve.name_label_cap = self
+            .metrics_name_cap
+            .or(file.metrics_name_cap)
+            .unwrap_or(crate::metrics::DEFAULT_NAME_LABEL_CAP);
         let cert = self.tls_cert.or(file.tls_cert);
         let key = self.tls_key.or(file.tls_key);
         let client_ca = self.tls_client_ca.or(file.tls_client_ca);
         if let (Some(cert), Some(key)) = (cert, key) {
-            let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display()));
-            let mut tls = tonic::transport::ServerTlsConfig::new()
-                .identity(tonic::transport::Identity::from_pem(read(&cert)?, read(&key)?));
+            let read =
+                |p: &PathBuf| std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display()));
+            let mut tls = tonic::transport::ServerTlsConfig::new().identity(
+                tonic::transport::Identity::from_pem(read(&cert)?, read(&key)?),
+            );
             if let Some(ca) = client_ca {
                 tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(read(&ca)?));
             }
@@ -181,8 +206,14 @@ impl ServeArgs {
         serve.check_timing()?;
         Ok(Resolved {
             serve,
-            listen: self.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid")),
-            http: self.http.or(file.http).unwrap_or_else(|| DEFAULT_HTTP.parse().expect("valid")),
+            listen: self
+                .listen
+                .or(file.listen)
+                .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid")),
+            http: self
+                .http
+                .or(file.http)
+                .unwrap_or_else(|| DEFAULT_HTTP.parse().expect("valid")),
         })
     }
 }
@@ -203,7 +234,11 @@ pub struct DevArgs {
 #[derive(Debug, Args, Clone)]
 pub struct EndpointArgs {
     /// Gateway address
-    #[arg(long, env = "ZKGATE_ENDPOINT", default_value = "http://127.0.0.1:50051")]
+    #[arg(
+        long,
+        env = "ZKGATE_ENDPOINT",
+        default_value = "http://127.0.0.1:50051"
+    )]
     pub endpoint: String,
 }
 
@@ -244,8 +279,12 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Resolved, String> {
-        let cli = Cli::try_parse_from(std::iter::once("zkgate").chain(std::iter::once("serve")).chain(args.iter().copied()))
-            .map_err(|e| e.to_string())?;
+        let cli = Cli::try_parse_from(
+            std::iter::once("zkgate")
+                .chain(std::iter::once("serve"))
+                .chain(args.iter().copied()),
+        )
+        .map_err(|e| e.to_string())?;
         match cli.command {
             Command::Serve(a) => a.resolve(),
             _ => unreachable!(),
@@ -273,7 +312,11 @@ mod tests {
     fn file_is_overridden_by_flags() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("z.toml");
-        std::fs::write(&p, "zk = \"10.0.0.1:2181\"\nroot = \"/file\"\nsession_timeout = \"6s\"\n").unwrap();
+        std::fs::write(
+            &p,
+            "zk = \"10.0.0.1:2181\"\nroot = \"/file\"\nsession_timeout = \"6s\"\n",
+        )
+        .unwrap();
         let r = parse(&["--config", p.to_str().unwrap(), "--root", "/flag"]).unwrap();
         assert_eq!(r.serve.coord.zk, "10.0.0.1:2181");
         assert_eq!(r.serve.coord.root, "/flag");

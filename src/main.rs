@@ -12,9 +12,16 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = EnvFilter::try_from_env("ZKGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     if cli.log_json {
-        tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init();
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
     }
     let result = match cli.command {
         Command::Serve(args) => serve(args).await,
@@ -35,7 +42,18 @@ async fn main() -> ExitCode {
 
 async fn serve(args: zkgate::config::ServeArgs) -> Result<(), String> {
     let r = args.resolve()?;
-    let listener = TcpListener::bind(r.listen).await.map_err(|e| format!("listen {}: {e}", r.listen))?;
-    let http = TcpListener::bind(r.http).await.map_err(|e| format!("http {}: {e}", r.http))?;
-    zkgate::server::run(r.serve, listener, Some(http), zkgate::cli::shutdown_signal()).await.map_err(|e| e.to_string())
+    let listener = TcpListener::bind(r.listen)
+        .await
+        .map_err(|e| format!("listen {}: {e}", r.listen))?;
+    let http = TcpListener::bind(r.http)
+        .await
+        .map_err(|e| format!("http {}: {e}", r.http))?;
+    zkgate::server::run(
+        r.serve,
+        listener,
+        Some(http),
+        zkgate::cli::shutdown_signal(),
+    )
+    .await
+    .map_err(|e| e.to_string())
 }

@@ -5,7 +5,9 @@ use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const LEADER_CHANGES: &str = "zkgate_leader_changes_total";
@@ -39,12 +41,17 @@ struct NameLabels {
 /// Installs the Prometheus recorder (once per process: tests start many servers in one
 /// process and share it) and returns the handle that renders `/metrics`.
 pub fn install(name_label_cap: usize) -> PrometheusHandle {
-    NAMES.get_or_init(|| Mutex::new(NameLabels { cap: name_label_cap, seen: HashSet::new() }));
+    NAMES.get_or_init(|| {
+        Mutex::new(NameLabels {
+            cap: name_label_cap,
+            seen: HashSet::new(),
+        })
+    });
     HANDLE
         .get_or_init(|| {
             let buckets = [
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-                300.0, 1800.0, 3600.0,
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0,
             ];
             let handle = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
@@ -58,31 +65,57 @@ pub fn install(name_label_cap: usize) -> PrometheusHandle {
 }
 
 fn describe() {
-    describe_counter!(LEADER_CHANGES, "Leaders elected through this gateway, by election.");
-    describe_histogram!(LEADER_TENURE, Unit::Seconds, "How long leaders served by this gateway led.");
+    describe_counter!(
+        LEADER_CHANGES,
+        "Leaders elected through this gateway, by election."
+    );
+    describe_histogram!(
+        LEADER_TENURE,
+        Unit::Seconds,
+        "How long leaders served by this gateway led."
+    );
     describe_histogram!(
         FAILOVER,
         Unit::Seconds,
         "Leader znode gone -> successor elected, as seen by the successor's gateway."
     );
-    describe_gauge!(CAMPAIGNS_ACTIVE, "Open Campaign streams (candidates and leaders).");
+    describe_gauge!(
+        CAMPAIGNS_ACTIVE,
+        "Open Campaign streams (candidates and leaders)."
+    );
     describe_gauge!(OBSERVERS_ACTIVE, "Open Observe streams.");
-    describe_gauge!(LOCKS_HELD, "Locks and permits held by this gateway's Acquire streams.");
-    describe_histogram!(LOCK_WAIT, Unit::Seconds, "Time from queued to acquired for locks.");
-    describe_gauge!(ZK_CONNECTED, "1 while the gateway's ZooKeeper session is connected, else 0.");
+    describe_gauge!(
+        LOCKS_HELD,
+        "Locks and permits held by this gateway's Acquire streams."
+    );
+    describe_histogram!(
+        LOCK_WAIT,
+        Unit::Seconds,
+        "Time from queued to acquired for locks."
+    );
+    describe_gauge!(
+        ZK_CONNECTED,
+        "1 while the gateway's ZooKeeper session is connected, else 0."
+    );
     describe_counter!(
         ZK_SESSION_EXPIRATIONS,
         "ZooKeeper sessions lost (expired, or presumed expired by the gateway's own clock)."
     );
     describe_counter!(ZK_REQUESTS, "ZooKeeper requests by operation and result.");
-    describe_histogram!(ZK_REQUEST_DURATION, Unit::Seconds, "ZooKeeper request latency by operation.");
+    describe_histogram!(
+        ZK_REQUEST_DURATION,
+        Unit::Seconds,
+        "ZooKeeper request latency by operation."
+    );
     describe_counter!(GRPC_REQUESTS, "gRPC calls by method and final status code.");
     describe_gauge!(GRPC_STREAMS_ACTIVE, "Open gRPC calls by method.");
 }
 
 /// The label for an election or lock name: itself for the first `cap` names seen, then `other`.
 pub fn name_label(name: &str) -> String {
-    let Some(names) = NAMES.get() else { return name.to_owned() };
+    let Some(names) = NAMES.get() else {
+        return name.to_owned();
+    };
     let mut names = names.lock().unwrap_or_else(|p| p.into_inner());
     if names.seen.contains(name) {
         return name.to_owned();

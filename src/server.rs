@@ -47,7 +47,10 @@ impl ServeConfig {
 
     pub fn keepalive(&self) -> (Duration, Duration) {
         let t = self.coord.session_timeout;
-        (self.keepalive_interval.unwrap_or(t / 5), self.keepalive_timeout.unwrap_or(t * 2 / 5))
+        (
+            self.keepalive_interval.unwrap_or(t / 5),
+            self.keepalive_timeout.unwrap_or(t * 2 / 5),
+        )
     }
 
     /// G3b: a leader must stop (silence limit) before the gateway could delete its znode for a
@@ -59,9 +62,14 @@ impl ServeConfig {
     pub fn check_timing(&self) -> Result<(), String> {
         let t = self.coord.session_timeout;
         let margin = self.coord.stop_margin.unwrap_or_else(|| default_margin(t));
-        let silence = self.coord.silence_limit.unwrap_or_else(|| default_silence_limit(t, t));
+        let silence = self
+            .coord
+            .silence_limit
+            .unwrap_or_else(|| default_silence_limit(t, t));
         let (_, ka_timeout) = self.keepalive();
-        let session_bound = t.saturating_sub(self.coord.connection_timeout()).saturating_sub(margin);
+        let session_bound = t
+            .saturating_sub(self.coord.connection_timeout())
+            .saturating_sub(margin);
         if silence.is_zero() {
             return Err("silence limit must be positive".into());
         }
@@ -102,8 +110,23 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     cfg.check_timing().map_err(ServeError::Config)?;
-    let metrics = crate::metrics::install(cfg.name_label_cap);
     let coord = Coordinator::start(cfg.coord.clone());
+    run_with(coord, cfg, listener, http, shutdown).await
+}
+
+/// [`run`] with a coordinator the caller started (tests read its request counter).
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_with(
+    coord: Arc<Coordinator>,
+    cfg: ServeConfig,
+    listener: TcpListener,
+    http: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    cfg.check_timing().map_err(ServeError::Config)?;
+    let metrics = crate::metrics::install(cfg.name_label_cap);
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let health_task = tokio::spawn(follow_health(coord.clone(), health_reporter.clone()));
@@ -134,7 +157,9 @@ pub async fn run(
         shutdown.await;
         tracing::info!("draining: ending streams, releasing znodes, closing the ZooKeeper session");
         health_task.abort();
-        health_reporter.set_service_status("", ServingStatus::NotServing).await;
+        health_reporter
+            .set_service_status("", ServingStatus::NotServing)
+            .await;
         drain_coord.drain(grace).await;
     };
     let local = listener.local_addr().ok();
@@ -153,7 +178,11 @@ pub async fn run(
 /// Health is `SERVING` only while a ZooKeeper session is connected.
 async fn follow_health(coord: Arc<Coordinator>, reporter: tonic_health::server::HealthReporter) {
     loop {
-        let status = if coord.is_connected() { ServingStatus::Serving } else { ServingStatus::NotServing };
+        let status = if coord.is_connected() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
         for svc in ["", "zkgate.v1.Election", "zkgate.v1.Lock"] {
             reporter.set_service_status(svc, status).await;
         }

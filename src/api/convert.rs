@@ -6,7 +6,9 @@ use tonic::Status;
 
 use super::error::invalid;
 use crate::coord::election::JoinSpec;
-use crate::coord::types::{LeaderInfo, Lease, MemberInfo, Participant, QueueKind, QueueName, Value};
+use crate::coord::types::{
+    LeaderInfo, Lease, MemberInfo, Participant, QueueKind, QueueName, Value,
+};
 use crate::proto as pb;
 
 pub fn queue_name(s: String, field: &'static str) -> Result<QueueName, Status> {
@@ -19,7 +21,8 @@ pub fn value(bytes: Vec<u8>, limit: usize) -> Result<Value, Status> {
 
 /// Malformed leases are simply unknown ones: `NOT_FOUND` (SPEC §1).
 pub fn lease(s: &str, kind: QueueKind) -> Result<Lease, Status> {
-    Lease::decode(s.trim(), kind).ok_or_else(|| Status::from(crate::coord::election::lease_not_found()))
+    Lease::decode(s.trim(), kind)
+        .ok_or_else(|| Status::from(crate::coord::election::lease_not_found()))
 }
 
 pub fn join(j: pb::Join, limit: usize) -> Result<JoinSpec, Status> {

@@ -10,7 +10,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
-use crate::coord::election::{CandidacyEnd, CandidacyEvent, Candidacy};
+use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
 use crate::coord::session::LossReason;
 use crate::coord::types::{FencingToken, QueueKind};
 use crate::coord::{CoordError, Coordinator};
@@ -52,7 +52,10 @@ async fn drive_campaign(
     let draining = coord.draining();
     let max_value = coord.cfg.max_value_bytes;
     let silence = candidacy.silence_limit();
-    let queued = pb::Queued { lease: candidacy.lease().encode(), position: candidacy.position() };
+    let queued = pb::Queued {
+        lease: candidacy.lease().encode(),
+        position: candidacy.position(),
+    };
     if tx.send(event(Event::Queued(queued))).await.is_err() {
         return;
     }
@@ -131,13 +134,16 @@ impl Election for ElectionApi {
         request: Request<Streaming<pb::CampaignRequest>>,
     ) -> Result<Response<Self::CampaignStream>, Status> {
         let mut inbound = request.into_inner();
-        let first = inbound
-            .message()
-            .await?
-            .ok_or_else(|| Status::invalid_argument("Campaign stream closed before its first message (join)"))?;
+        let first = inbound.message().await?.ok_or_else(|| {
+            Status::invalid_argument("Campaign stream closed before its first message (join)")
+        })?;
         let join = match first.request {
             Some(CampaignMsg::Join(j)) => convert::join(j, self.max_value())?,
-            _ => return Err(Status::invalid_argument("the first Campaign message must be join{election, candidate, value}")),
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the first Campaign message must be join{election, candidate, value}",
+                ))
+            }
         };
         let candidacy = self.coord.campaign(join).await?;
         let (tx, rx) = mpsc::channel(16);
@@ -145,27 +151,43 @@ impl Election for ElectionApi {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn proclaim(&self, request: Request<pb::ProclaimRequest>) -> Result<Response<pb::ProclaimResponse>, Status> {
+    async fn proclaim(
+        &self,
+        request: Request<pb::ProclaimRequest>,
+    ) -> Result<Response<pb::ProclaimResponse>, Status> {
         let r = request.into_inner();
         let lease = convert::lease(&r.lease, QueueKind::Election)?;
         let value = convert::value(r.value, self.max_value())?;
         let leader = self.coord.proclaim(&lease, value).await?;
-        Ok(Response::new(pb::ProclaimResponse { leader: Some(convert::leader(leader)) }))
+        Ok(Response::new(pb::ProclaimResponse {
+            leader: Some(convert::leader(leader)),
+        }))
     }
 
-    async fn resign(&self, request: Request<pb::ResignRequest>) -> Result<Response<pb::ResignResponse>, Status> {
+    async fn resign(
+        &self,
+        request: Request<pb::ResignRequest>,
+    ) -> Result<Response<pb::ResignResponse>, Status> {
         let lease = convert::lease(&request.into_inner().lease, QueueKind::Election)?;
         self.coord.resign(&lease).await?;
         Ok(Response::new(pb::ResignResponse {}))
     }
 
-    async fn leader(&self, request: Request<pb::LeaderRequest>) -> Result<Response<pb::LeaderResponse>, Status> {
+    async fn leader(
+        &self,
+        request: Request<pb::LeaderRequest>,
+    ) -> Result<Response<pb::LeaderResponse>, Status> {
         let election = convert::queue_name(request.into_inner().election, "election")?;
         let leader = self.coord.leader(&election).await?;
-        Ok(Response::new(pb::LeaderResponse { leader: Some(convert::leader(leader)) }))
+        Ok(Response::new(pb::LeaderResponse {
+            leader: Some(convert::leader(leader)),
+        }))
     }
 
-    async fn observe(&self, request: Request<pb::ObserveRequest>) -> Result<Response<Self::ObserveStream>, Status> {
+    async fn observe(
+        &self,
+        request: Request<pb::ObserveRequest>,
+    ) -> Result<Response<Self::ObserveStream>, Status> {
         let election = convert::queue_name(request.into_inner().election, "election")?;
         let mut observation = self.coord.observe(&election).await?;
         let draining = self.coord.draining();
@@ -196,7 +218,9 @@ impl Election for ElectionApi {
     ) -> Result<Response<pb::CandidatesResponse>, Status> {
         let election = convert::queue_name(request.into_inner().election, "election")?;
         let candidates = self.coord.candidates(&election).await?;
-        Ok(Response::new(pb::CandidatesResponse { candidates: candidates.into_iter().map(convert::candidate).collect() }))
+        Ok(Response::new(pb::CandidatesResponse {
+            candidates: candidates.into_iter().map(convert::candidate).collect(),
+        }))
     }
 
     async fn validate(
@@ -205,7 +229,13 @@ impl Election for ElectionApi {
     ) -> Result<Response<pb::ElectionValidateResponse>, Status> {
         let r = request.into_inner();
         let election = convert::queue_name(r.election, "election")?;
-        let (current, leader) = self.coord.validate_leader(&election, FencingToken(r.fencing_token)).await?;
-        Ok(Response::new(pb::ElectionValidateResponse { current, leader: leader.map(convert::leader) }))
+        let (current, leader) = self
+            .coord
+            .validate_leader(&election, FencingToken(r.fencing_token))
+            .await?;
+        Ok(Response::new(pb::ElectionValidateResponse {
+            current,
+            leader: leader.map(convert::leader),
+        }))
     }
 }

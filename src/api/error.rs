@@ -15,9 +15,9 @@ impl From<CoordError> for Status {
             CoordError::FailedPrecondition(_) => Status::failed_precondition(msg),
             CoordError::Unavailable(_) | CoordError::Draining => Status::unavailable(msg),
             CoordError::SessionLost(LossReason::Draining) => Status::unavailable(msg),
-            CoordError::SessionLost(LossReason::Expired | LossReason::PresumedExpired | LossReason::Closed) => {
-                Status::aborted(msg)
-            }
+            CoordError::SessionLost(
+                LossReason::Expired | LossReason::PresumedExpired | LossReason::Closed,
+            ) => Status::aborted(msg),
             CoordError::DeadlineExceeded(_) => Status::deadline_exceeded(msg),
             CoordError::ResourceExhausted(_) => Status::resource_exhausted(msg),
             CoordError::NoAuth(_) => Status::permission_denied(msg),

@@ -29,11 +29,17 @@ impl Lock for LockApi {
         Err(not_yet())
     }
 
-    async fn release(&self, _request: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
+    async fn release(
+        &self,
+        _request: Request<pb::ReleaseRequest>,
+    ) -> Result<Response<pb::ReleaseResponse>, Status> {
         Err(not_yet())
     }
 
-    async fn holders(&self, _request: Request<pb::HoldersRequest>) -> Result<Response<pb::HoldersResponse>, Status> {
+    async fn holders(
+        &self,
+        _request: Request<pb::HoldersRequest>,
+    ) -> Result<Response<pb::HoldersResponse>, Status> {
         Err(not_yet())
     }
 

@@ -12,7 +12,8 @@ use super::queue::{MemberSignal, QueueHandle, QueueView};
 use super::record::{ms_to_time, NodeRecord};
 use super::session::{Link, ZkSession};
 use super::types::{
-    FencingToken, LeaderInfo, Lease, MemberInfo, MemberName, Participant, ProtectedId, QueueKind, QueueName, Value,
+    FencingToken, LeaderInfo, Lease, MemberInfo, MemberName, Participant, ProtectedId, QueueKind,
+    QueueName, Value,
 };
 use super::{CoordError, Coordinator};
 use crate::metrics as m;
@@ -60,11 +61,18 @@ pub(crate) async fn create_member(
     for _attempt in 0..5 {
         match session.zk.create_member(&prefix_path, &data).await {
             Ok((_, seq)) => {
-                return Ok(MemberName { mode, id: id.hex(), sequence: seq });
+                return Ok(MemberName {
+                    mode,
+                    id: id.hex(),
+                    sequence: seq,
+                });
             }
             Err(zkc::Error::NoNode) if !made_parents => {
                 made_parents = true;
-                let (root, rest) = (session.cfg.root_path(), &queue_path[session.cfg.root_path().len() + 1..]);
+                let (root, rest) = (
+                    session.cfg.root_path(),
+                    &queue_path[session.cfg.root_path().len() + 1..],
+                );
                 let (folder, queue) = rest.split_once('/').unwrap_or((rest, ""));
                 session.zk.ensure_queue(root, folder, queue).await?;
             }
@@ -80,12 +88,18 @@ pub(crate) async fn create_member(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(CoordError::Unavailable("could not create the candidate znode after several attempts".into()))
+    Err(CoordError::Unavailable(
+        "could not create the candidate znode after several attempts".into(),
+    ))
 }
 
 /// Looks for our own znode by protected prefix after a lost create reply. Waits for the link to
 /// come back (bounded by the link's own deadline: a lost session ends the search).
-async fn find_protected(session: &ZkSession, queue_path: &str, prefix: &str) -> Result<Option<MemberName>, CoordError> {
+async fn find_protected(
+    session: &ZkSession,
+    queue_path: &str,
+    prefix: &str,
+) -> Result<Option<MemberName>, CoordError> {
     let mut link = session.link();
     loop {
         match &*link.borrow_and_update() {
@@ -159,17 +173,26 @@ impl Coordinator {
         let stream = self.stream_token();
         let session = self.session()?;
         let queue = session.queue(QueueKind::Election, &join.election).await?;
-        let record =
-            NodeRecord { participant: join.candidate.as_str().to_owned(), value: join.value.into_bytes(), ..Default::default() };
+        let record = NodeRecord {
+            participant: join.candidate.as_str().to_owned(),
+            value: join.value.into_bytes(),
+            ..Default::default()
+        };
         let member = create_member(&session, &queue.path, 'c', &record).await?;
         let path = format!("{}/{}", queue.path, member.node_name());
         let (tx, rx) = mpsc::unbounded_channel();
         let Some(position) = queue.register(member.clone(), record.clone(), tx).await else {
             // Gone before we could register it: deleted by nobody we know of; clean up anyway.
             release_in_background(&session, path);
-            return Err(CoordError::Unavailable("the candidate znode vanished right after creation".into()));
+            return Err(CoordError::Unavailable(
+                "the candidate znode vanished right after creation".into(),
+            ));
         };
-        let lease = Lease { kind: QueueKind::Election, queue: join.election, member };
+        let lease = Lease {
+            kind: QueueKind::Election,
+            queue: join.election,
+            member,
+        };
         let link = session.link();
         Ok(Candidacy {
             session,
@@ -281,13 +304,21 @@ impl Candidacy {
     /// `FailedPrecondition` unless elected; ZooKeeper errors.
     pub async fn proclaim(&mut self, value: Value) -> Result<(), CoordError> {
         let Some((leader, _)) = &self.elected else {
-            return Err(CoordError::FailedPrecondition("proclaim refused: this candidate is not the leader".into()));
+            return Err(CoordError::FailedPrecondition(
+                "proclaim refused: this candidate is not the leader".into(),
+            ));
         };
         let mut record = self.record.clone();
         record.value = value.into_bytes();
-        record.elected_at_ms =
-            leader.since.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
-        self.session.zk.set_data(&self.path, &record.encode_to_vec(), None).await?;
+        record.elected_at_ms = leader
+            .since
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        self.session
+            .zk
+            .set_data(&self.path, &record.encode_to_vec(), None)
+            .await?;
         self.record = record;
         Ok(())
     }
@@ -299,7 +330,10 @@ impl Candidacy {
     pub async fn resign(mut self) -> Result<(), CoordError> {
         self.queue.unregister(&self.lease.member.node_name());
         self.released = true;
-        self.session.zk.delete_until_gone(&self.path, self.session.timing.negotiated).await?;
+        self.session
+            .zk
+            .delete_until_gone(&self.path, self.session.timing.negotiated)
+            .await?;
         if let Some((_, at)) = self.elected.take() {
             m::leader_tenure(at.elapsed());
         }
@@ -403,9 +437,15 @@ pub(crate) async fn read_members(
         Err(zkc::Error::NoNode) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
     };
-    let mut members: Vec<MemberName> = children.iter().filter_map(|c| MemberName::parse(c)).collect();
+    let mut members: Vec<MemberName> = children
+        .iter()
+        .filter_map(|c| MemberName::parse(c))
+        .collect();
     members.sort_by_key(|m| m.sequence);
-    let paths: Vec<String> = members.iter().map(|m| format!("{path}/{}", m.node_name())).collect();
+    let paths: Vec<String> = members
+        .iter()
+        .map(|m| format!("{path}/{}", m.node_name()))
+        .collect();
     let data = session.zk.get_many(&paths).await?;
     Ok(members
         .into_iter()
@@ -438,12 +478,21 @@ impl Coordinator {
                 Err(zkc::Error::NoNode) => Vec::new(),
                 Err(e) => return Err(e.into()),
             };
-            let Some(head) = children.iter().filter_map(|c| MemberName::parse(c)).min_by_key(|m| m.sequence) else {
+            let Some(head) = children
+                .iter()
+                .filter_map(|c| MemberName::parse(c))
+                .min_by_key(|m| m.sequence)
+            else {
                 break;
             };
-            match session.zk.get_data(&format!("{path}/{}", head.node_name())).await {
+            match session
+                .zk
+                .get_data(&format!("{path}/{}", head.node_name()))
+                .await
+            {
                 Ok((data, stat)) => {
-                    return leader_of(election, &NodeRecord::decode_lossy(&data), &stat).ok_or_else(|| no_leader(election));
+                    return leader_of(election, &NodeRecord::decode_lossy(&data), &stat)
+                        .ok_or_else(|| no_leader(election));
                 }
                 Err(zkc::Error::NoNode) => continue,
                 Err(e) => return Err(e.into()),
@@ -496,8 +545,16 @@ impl Coordinator {
     /// `NotFound` for a lease naming no znode; `Unavailable` without a session.
     pub async fn resign(&self, lease: &Lease) -> Result<(), CoordError> {
         let session = self.session()?;
-        let path = format!("{}/{}", session.queue_path(lease.kind, &lease.queue), lease.member.node_name());
-        match session.zk.delete_until_gone(&path, session.timing.negotiated).await {
+        let path = format!(
+            "{}/{}",
+            session.queue_path(lease.kind, &lease.queue),
+            lease.member.node_name()
+        );
+        match session
+            .zk
+            .delete_until_gone(&path, session.timing.negotiated)
+            .await
+        {
             Ok(true) => Ok(()),
             Ok(false) => Err(lease_not_found()),
             Err(e) => Err(e.into()),
@@ -510,7 +567,11 @@ impl Coordinator {
     /// `NotFound` for a spent lease; `FailedPrecondition` if the lease's candidate does not lead.
     pub async fn proclaim(&self, lease: &Lease, value: Value) -> Result<LeaderInfo, CoordError> {
         let session = self.session()?;
-        let path = format!("{}/{}", session.queue_path(lease.kind, &lease.queue), lease.member.node_name());
+        let path = format!(
+            "{}/{}",
+            session.queue_path(lease.kind, &lease.queue),
+            lease.member.node_name()
+        );
         let value = value.into_bytes();
         for _ in 0..10 {
             let (data, stat) = match session.zk.get_data(&path).await {
@@ -520,10 +581,16 @@ impl Coordinator {
             };
             let mut record = NodeRecord::decode_lossy(&data);
             if record.elected_at().is_none() {
-                return Err(CoordError::FailedPrecondition("proclaim refused: this candidate is not the leader".into()));
+                return Err(CoordError::FailedPrecondition(
+                    "proclaim refused: this candidate is not the leader".into(),
+                ));
             }
             record.value = value.clone();
-            match session.zk.set_data(&path, &record.encode_to_vec(), Some(stat.version)).await {
+            match session
+                .zk
+                .set_data(&path, &record.encode_to_vec(), Some(stat.version))
+                .await
+            {
                 Ok(new_stat) => {
                     return leader_of(&lease.queue, &record, &new_stat)
                         .ok_or_else(|| CoordError::FailedPrecondition("not the leader".into()))
@@ -533,7 +600,9 @@ impl Coordinator {
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(CoordError::Unavailable("proclaim kept racing with concurrent writes; retry".into()))
+        Err(CoordError::Unavailable(
+            "proclaim kept racing with concurrent writes; retry".into(),
+        ))
     }
 }
 
@@ -542,5 +611,7 @@ fn no_leader(election: &QueueName) -> CoordError {
 }
 
 pub(crate) fn lease_not_found() -> CoordError {
-    CoordError::NotFound("lease not found: it was never issued, is malformed, or is already spent".into())
+    CoordError::NotFound(
+        "lease not found: it was never issued, is malformed, or is already spent".into(),
+    )
 }

@@ -101,7 +101,10 @@ pub enum CoordError {
 impl From<zkc::Error> for CoordError {
     fn from(e: zkc::Error) -> Self {
         match e {
-            zkc::Error::ConnectionLoss | zkc::Error::Timeout | zkc::Error::SessionExpired | zkc::Error::ClientClosed => {
+            zkc::Error::ConnectionLoss
+            | zkc::Error::Timeout
+            | zkc::Error::SessionExpired
+            | zkc::Error::ClientClosed => {
                 CoordError::Unavailable(format!("ZooKeeper request failed: {e}"))
             }
             zkc::Error::NoAuth | zkc::Error::AuthFailed => CoordError::NoAuth(e.to_string()),
@@ -135,7 +138,12 @@ impl Coordinator {
         let mut slots = Vec::new();
         for _ in 0..cfg.pool_size.max(1) {
             let (tx, rx) = watch::channel(None);
-            supervisors.spawn(session::supervise_slot(cfg.clone(), counter.clone(), tx, shutdown.clone()));
+            supervisors.spawn(session::supervise_slot(
+                cfg.clone(),
+                counter.clone(),
+                tx,
+                shutdown.clone(),
+            ));
             slots.push(rx);
         }
         supervisors.close();
@@ -162,7 +170,9 @@ impl Coordinator {
 
     /// True while at least one pool session is connected.
     pub fn is_connected(&self) -> bool {
-        self.slots.iter().any(|s| s.borrow().as_ref().is_some_and(|s| s.is_connected()))
+        self.slots
+            .iter()
+            .any(|s| s.borrow().as_ref().is_some_and(|s| s.is_connected()))
     }
 
     /// Resolves whenever any slot changes (a session appears, goes, or its link changes).
@@ -216,7 +226,10 @@ impl Coordinator {
                 }
             }
         }
-        Err(CoordError::Unavailable(format!("the gateway is not connected to ZooKeeper at {}", self.cfg.zk)))
+        Err(CoordError::Unavailable(format!(
+            "the gateway is not connected to ZooKeeper at {}",
+            self.cfg.zk
+        )))
     }
 
     /// A token every long stream holds, so a drain can wait for them to finish.
@@ -229,7 +242,10 @@ impl Coordinator {
     pub async fn drain(&self, grace: Duration) {
         self.draining.cancel();
         self.streams.close();
-        if tokio::time::timeout(grace, self.streams.wait()).await.is_err() {
+        if tokio::time::timeout(grace, self.streams.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!("streams did not finish within the drain grace period");
         }
         self.shutdown.cancel();

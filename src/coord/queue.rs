@@ -36,7 +36,10 @@ pub struct QueueView {
 pub enum MemberSignal {
     /// Confirmed head of the queue (ownership checked). `failover` is the time from the
     /// predecessor's disappearance, when this gateway saw it.
-    Elected { leader: LeaderInfo, failover: Option<Duration> },
+    Elected {
+        leader: LeaderInfo,
+        failover: Option<Duration>,
+    },
     /// The leader's value changed.
     Proclaimed(LeaderInfo),
     /// The znode was deleted by someone else (a `Resign` by lease on any gateway).
@@ -70,7 +73,11 @@ impl QueueHandle {
     ///
     /// # Errors
     /// ZooKeeper errors from placing the watch or listing the queue.
-    pub async fn start(session: Arc<ZkSession>, kind: QueueKind, name: QueueName) -> Result<Arc<Self>, zkc::Error> {
+    pub async fn start(
+        session: Arc<ZkSession>,
+        kind: QueueKind,
+        name: QueueName,
+    ) -> Result<Arc<Self>, zkc::Error> {
         let path = session.queue_path(kind, &name);
         let watcher = session.zk.watch_queue(&path).await?;
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
@@ -90,7 +97,13 @@ impl QueueHandle {
         };
         actor.resync().await?;
         tokio::spawn(actor.run());
-        Ok(Arc::new(Self { kind, name, path, cmd: cmd_tx, view: view_rx }))
+        Ok(Arc::new(Self {
+            kind,
+            name,
+            path,
+            cmd: cmd_tx,
+            view: view_rx,
+        }))
     }
 
     pub fn is_closed(&self) -> bool {
@@ -110,12 +123,21 @@ impl QueueHandle {
         signals: mpsc::UnboundedSender<MemberSignal>,
     ) -> Option<u32> {
         let (reply, rx) = oneshot::channel();
-        self.cmd.send(Command::Register { member, record, signals, reply }).ok()?;
+        self.cmd
+            .send(Command::Register {
+                member,
+                record,
+                signals,
+                reply,
+            })
+            .ok()?;
         rx.await.ok().flatten()
     }
 
     pub fn unregister(&self, node: &str) {
-        let _ = self.cmd.send(Command::Unregister { node: node.to_owned() });
+        let _ = self.cmd.send(Command::Unregister {
+            node: node.to_owned(),
+        });
     }
 }
 
@@ -197,7 +219,9 @@ impl Actor {
     }
 
     fn child_of<'a>(&self, path: &'a str) -> Option<&'a str> {
-        path.strip_prefix(self.path.as_str())?.strip_prefix('/').filter(|c| !c.contains('/'))
+        path.strip_prefix(self.path.as_str())?
+            .strip_prefix('/')
+            .filter(|c| !c.contains('/'))
     }
 
     async fn on_event(&mut self, ev: WatchedEvent) -> Step {
@@ -252,11 +276,21 @@ impl Actor {
 
     async fn on_command(&mut self, cmd: Command) -> Step {
         match cmd {
-            Command::Register { member, record, signals, reply } => {
+            Command::Register {
+                member,
+                record,
+                signals,
+                reply,
+            } => {
                 let node = member.node_name();
                 if !self.members.contains_key(&member.sequence) {
                     // Not seen by the watch: confirm with ZooKeeper rather than guess.
-                    match self.session.zk.get_data(&format!("{}/{}", self.path, node)).await {
+                    match self
+                        .session
+                        .zk
+                        .get_data(&format!("{}/{}", self.path, node))
+                        .await
+                    {
                         Ok(_) => {
                             self.members.insert(member.sequence, node.clone());
                         }
@@ -267,7 +301,15 @@ impl Actor {
                     }
                 }
                 let ahead = self.members.range(..member.sequence).count() as u32;
-                self.local.insert(node, Local { sequence: member.sequence, record, signals, confirmed: false });
+                self.local.insert(
+                    node,
+                    Local {
+                        sequence: member.sequence,
+                        record,
+                        signals,
+                        confirmed: false,
+                    },
+                );
                 let _ = reply.send(Some(ahead));
             }
             Command::Unregister { node } => {
@@ -284,7 +326,11 @@ impl Actor {
             Err(zkc::Error::NoNode) => Vec::new(),
             Err(e) => return Err(e),
         };
-        self.members = children.iter().filter_map(|c| MemberName::parse(c)).map(|m| (m.sequence, m.node_name())).collect();
+        self.members = children
+            .iter()
+            .filter_map(|c| MemberName::parse(c))
+            .map(|m| (m.sequence, m.node_name()))
+            .collect();
         let gone: Vec<(i64, String)> = self
             .local
             .iter()
@@ -297,7 +343,8 @@ impl Actor {
         if let Some(h) = self.head.as_mut() {
             h.fetched = false;
         }
-        self.view_tx.send_if_modified(|v| !std::mem::replace(&mut v.synced, true));
+        self.view_tx
+            .send_if_modified(|v| !std::mem::replace(&mut v.synced, true));
         Ok(())
     }
 
@@ -329,7 +376,12 @@ impl Actor {
             };
             let node = node.clone();
             if self.head.as_ref().is_none_or(|h| h.sequence != sequence) {
-                self.head = Some(Head { sequence, leader: None, fetched: false, known_mzxid: 0 });
+                self.head = Some(Head {
+                    sequence,
+                    leader: None,
+                    fetched: false,
+                    known_mzxid: 0,
+                });
                 // The previous leader is gone; until the new head is confirmed, nobody leads.
                 self.publish(None);
             }
@@ -385,23 +437,35 @@ impl Actor {
     /// znode still present and owned by its current session (CURATOR-696).
     /// Returns true to re-run reconcile (the head changed), false when settled.
     async fn confirm(&mut self, sequence: i64, node: &str, path: &str) -> bool {
-        let Some(local) = self.local.get(node) else { return true };
+        let Some(local) = self.local.get(node) else {
+            return true;
+        };
         let mut record = local.record.clone();
         record.elected_at_ms = now_ms();
-        match self.session.zk.set_data(path, &record.encode_to_vec(), None).await {
+        match self
+            .session
+            .zk
+            .set_data(path, &record.encode_to_vec(), None)
+            .await
+        {
             Ok(stat) if stat.ephemeral_owner == self.session.session_id() => {
                 let leader = LeaderInfo {
                     election: self.name.clone(),
                     candidate: record.participant.clone(),
                     value: record.value.clone(),
                     fencing_token: FencingToken(stat.czxid as u64),
-                    since: record.elected_at().unwrap_or_else(std::time::SystemTime::now),
+                    since: record
+                        .elected_at()
+                        .unwrap_or_else(std::time::SystemTime::now),
                 };
                 let failover = self.head_gone_at.take().map(|t| t.elapsed());
                 if let Some(local) = self.local.get_mut(node) {
                     local.confirmed = true;
                     local.record = record;
-                    let _ = local.signals.send(MemberSignal::Elected { leader: leader.clone(), failover });
+                    let _ = local.signals.send(MemberSignal::Elected {
+                        leader: leader.clone(),
+                        failover,
+                    });
                 }
                 if let Some(head) = self.head.as_mut() {
                     head.leader = Some(leader.clone());

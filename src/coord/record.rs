@@ -30,12 +30,16 @@ impl NodeRecord {
     }
 
     pub fn elected_at(&self) -> Option<SystemTime> {
-        (self.elected_at_ms > 0).then(|| UNIX_EPOCH + Duration::from_millis(self.elected_at_ms as u64))
+        (self.elected_at_ms > 0)
+            .then(|| UNIX_EPOCH + Duration::from_millis(self.elected_at_ms as u64))
     }
 }
 
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 pub fn ms_to_time(ms: i64) -> SystemTime {

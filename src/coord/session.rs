@@ -35,7 +35,9 @@ use crate::metrics as m;
 pub enum Link {
     Connected,
     /// Disconnected; the session may still come back until `deadline`.
-    Suspended { deadline: Instant },
+    Suspended {
+        deadline: Instant,
+    },
     /// Terminal: every stream on this session ends.
     Lost(LossReason),
 }
@@ -83,15 +85,30 @@ impl SessionTiming {
     /// then 2/5 of it; the client checks it every 1/8 of that.
     pub fn derive(cfg: &CoordConfig, negotiated: Duration) -> Self {
         let configured = cfg.connection_timeout();
-        let connection_timeout = if configured > negotiated * 3 / 5 { negotiated * 2 / 5 } else { configured };
-        let margin = cfg.stop_margin.unwrap_or_else(|| default_margin(negotiated));
-        let silence_limit = cfg.silence_limit.unwrap_or_else(|| default_silence_limit(negotiated, cfg.session_timeout));
-        Self { negotiated, connection_timeout, margin, silence_limit }
+        let connection_timeout = if configured > negotiated * 3 / 5 {
+            negotiated * 2 / 5
+        } else {
+            configured
+        };
+        let margin = cfg
+            .stop_margin
+            .unwrap_or_else(|| default_margin(negotiated));
+        let silence_limit = cfg
+            .silence_limit
+            .unwrap_or_else(|| default_silence_limit(negotiated, cfg.session_timeout));
+        Self {
+            negotiated,
+            connection_timeout,
+            margin,
+            silence_limit,
+        }
     }
 
     /// The latest safe moment for streams of a session that disconnected at `at`.
     pub fn abort_deadline(&self, at: Instant) -> Instant {
-        let last_contact = at.checked_sub(self.connection_timeout * 9 / 8).unwrap_or(at);
+        let last_contact = at
+            .checked_sub(self.connection_timeout * 9 / 8)
+            .unwrap_or(at);
         last_contact + self.negotiated.saturating_sub(self.margin)
     }
 }
@@ -135,9 +152,19 @@ impl ZkSession {
 
     /// The queue actor for `name` on this session, started on first use. One persistent watch
     /// per queue per session, shared by every local candidate and observer (G4).
-    pub async fn queue(self: &Arc<Self>, kind: QueueKind, name: &QueueName) -> Result<Arc<QueueHandle>, zkc::Error> {
+    pub async fn queue(
+        self: &Arc<Self>,
+        kind: QueueKind,
+        name: &QueueName,
+    ) -> Result<Arc<QueueHandle>, zkc::Error> {
         let key = (kind, name.clone());
-        if let Some(q) = self.queues.lock().unwrap_or_else(|p| p.into_inner()).get(&key).and_then(Weak::upgrade) {
+        if let Some(q) = self
+            .queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .and_then(Weak::upgrade)
+        {
             if !q.is_closed() {
                 return Ok(q);
             }
@@ -194,7 +221,11 @@ pub async fn supervise_slot(
         };
         backoff = Duration::from_millis(100);
         let timing = SessionTiming::derive(&cfg, client.session_timeout());
-        let acls = if cfg.zk_digest.is_some() { Acls::creator_all() } else { Acls::anyone_all() };
+        let acls = if cfg.zk_digest.is_some() {
+            Acls::creator_all()
+        } else {
+            Acls::anyone_all()
+        };
         let (link_tx, link_rx) = watch::channel(Link::Connected);
         let mut states = client.state_watcher();
         let session = Arc::new(ZkSession {
@@ -219,7 +250,11 @@ pub async fn supervise_slot(
         m::zk_connected(false);
         if reason != LossReason::Draining {
             m::zk_session_lost();
-            tracing::warn!(session = format_args!("{:#x}", session.session_id()), ?reason, "ZooKeeper session lost");
+            tracing::warn!(
+                session = format_args!("{:#x}", session.session_id()),
+                ?reason,
+                "ZooKeeper session lost"
+            );
         }
         link_tx.send_replace(Link::Lost(reason));
         if reason == LossReason::Draining {
@@ -234,13 +269,19 @@ pub async fn supervise_slot(
 }
 
 async fn connect(cfg: &CoordConfig) -> Result<zkc::Client, zkc::Error> {
-    let mut connector =
-        zkc::Client::connector().with_session_timeout(cfg.session_timeout).with_connection_timeout(cfg.connection_timeout());
+    let mut connector = zkc::Client::connector()
+        .with_session_timeout(cfg.session_timeout)
+        .with_connection_timeout(cfg.connection_timeout());
     if let Some(digest) = &cfg.zk_digest {
         connector = connector.with_auth("digest", digest.as_bytes());
     }
     // Bound the initial connect so a dead ensemble does not hang the supervisor forever.
-    match tokio::time::timeout(cfg.session_timeout.max(Duration::from_secs(2)), connector.connect(&cfg.zk)).await {
+    match tokio::time::timeout(
+        cfg.session_timeout.max(Duration::from_secs(2)),
+        connector.connect(&cfg.zk),
+    )
+    .await
+    {
         Ok(r) => r,
         Err(_) => Err(zkc::Error::Timeout),
     }

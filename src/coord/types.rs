@@ -20,8 +20,14 @@ pub enum InvalidInput {
     Empty { field: &'static str },
     #[error("{field} is {len} characters long; at most {MAX_NAME_LEN} are allowed")]
     TooLong { field: &'static str, len: usize },
-    #[error("{field} {value:?} contains {bad:?}; only letters, digits, '.', '_' and '-' are allowed")]
-    BadCharacter { field: &'static str, value: String, bad: char },
+    #[error(
+        "{field} {value:?} contains {bad:?}; only letters, digits, '.', '_' and '-' are allowed"
+    )]
+    BadCharacter {
+        field: &'static str,
+        value: String,
+        bad: char,
+    },
     #[error("{field} must not be \".\" or \"..\"")]
     DotName { field: &'static str },
     #[error("value is {len} bytes; the limit is {limit} bytes")]
@@ -38,8 +44,15 @@ fn validate_name(field: &'static str, s: &str) -> Result<(), InvalidInput> {
     if len > MAX_NAME_LEN {
         return Err(InvalidInput::TooLong { field, len });
     }
-    if let Some(bad) = s.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
-        return Err(InvalidInput::BadCharacter { field, value: s.chars().take(60).collect(), bad });
+    if let Some(bad) = s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(InvalidInput::BadCharacter {
+            field,
+            value: s.chars().take(60).collect(),
+            bad,
+        });
     }
     if s == "." || s == ".." {
         return Err(InvalidInput::DotName { field });
@@ -123,7 +136,10 @@ impl Value {
     /// [`InvalidInput::ValueTooLarge`] over `limit` bytes.
     pub fn new(bytes: Vec<u8>, limit: usize) -> Result<Self, InvalidInput> {
         if bytes.len() > limit {
-            return Err(InvalidInput::ValueTooLarge { len: bytes.len(), limit });
+            return Err(InvalidInput::ValueTooLarge {
+                len: bytes.len(),
+                limit,
+            });
         }
         Ok(Self(bytes))
     }
@@ -219,7 +235,11 @@ impl MemberName {
         if seq.len() < 10 || !seq.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        Some(Self { mode, id: id.to_owned(), sequence: seq.parse().ok()? })
+        Some(Self {
+            mode,
+            id: id.to_owned(),
+            sequence: seq.parse().ok()?,
+        })
     }
 
     pub fn node_name(&self) -> String {
@@ -244,7 +264,11 @@ pub struct Lease {
 /// Leases are secrets: never print one (logs, errors, Debug).
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Lease({:?} {} seq {})", self.kind, self.queue, self.member.sequence)
+        write!(
+            f,
+            "Lease({:?} {} seq {})",
+            self.kind, self.queue, self.member.sequence
+        )
     }
 }
 
@@ -254,7 +278,12 @@ impl Lease {
     /// The opaque text form handed to clients: `zkg1.<kind>.<queue>.<node>`, hex-armoured as a
     /// whole so clients are not tempted to parse it.
     pub fn encode(&self) -> String {
-        let raw = format!("{}/{}/{}", self.kind.tag(), self.queue, self.member.node_name());
+        let raw = format!(
+            "{}/{}/{}",
+            self.kind.tag(),
+            self.queue,
+            self.member.node_name()
+        );
         let mut out = String::with_capacity(LEASE_PREFIX.len() + 1 + raw.len() * 2);
         out.push_str(LEASE_PREFIX);
         out.push('.');
@@ -284,7 +313,11 @@ impl Lease {
         }
         let queue = QueueName::new(parts.next()?).ok()?;
         let member = MemberName::parse(parts.next()?)?;
-        Some(Self { kind, queue, member })
+        Some(Self {
+            kind,
+            queue,
+            member,
+        })
     }
 }
 
@@ -329,13 +362,28 @@ mod tests {
         assert!(QueueName::new("a").is_ok());
         assert!(QueueName::new("svc.primary_1-x").is_ok());
         assert!(QueueName::new("x".repeat(200)).is_ok());
-        assert!(matches!(QueueName::new("x".repeat(201)), Err(InvalidInput::TooLong { len: 201, .. })));
-        assert!(matches!(QueueName::new(""), Err(InvalidInput::Empty { .. })));
-        assert!(matches!(QueueName::new("."), Err(InvalidInput::DotName { .. })));
-        assert!(matches!(QueueName::new(".."), Err(InvalidInput::DotName { .. })));
+        assert!(matches!(
+            QueueName::new("x".repeat(201)),
+            Err(InvalidInput::TooLong { len: 201, .. })
+        ));
+        assert!(matches!(
+            QueueName::new(""),
+            Err(InvalidInput::Empty { .. })
+        ));
+        assert!(matches!(
+            QueueName::new("."),
+            Err(InvalidInput::DotName { .. })
+        ));
+        assert!(matches!(
+            QueueName::new(".."),
+            Err(InvalidInput::DotName { .. })
+        ));
         assert!(QueueName::new("...").is_ok());
         for bad in ["a/b", "a b", "é", "a\0", "x:y", "/"] {
-            assert!(matches!(QueueName::new(bad), Err(InvalidInput::BadCharacter { .. })), "{bad}");
+            assert!(
+                matches!(QueueName::new(bad), Err(InvalidInput::BadCharacter { .. })),
+                "{bad}"
+            );
         }
     }
 
@@ -345,7 +393,10 @@ mod tests {
         assert!(Participant::new("candidate", "  ").is_err());
         assert!(Participant::new("candidate", "host-1 (pid 7)").is_ok());
         assert!(Value::new(vec![0; 10], 10).is_ok());
-        assert_eq!(Value::new(vec![0; 11], 10), Err(InvalidInput::ValueTooLarge { len: 11, limit: 10 }));
+        assert_eq!(
+            Value::new(vec![0; 11], 10),
+            Err(InvalidInput::ValueTooLarge { len: 11, limit: 10 })
+        );
     }
 
     #[test]
@@ -363,15 +414,38 @@ mod tests {
     #[test]
     fn leases_round_trip_and_reject_garbage() {
         let id = ProtectedId::random();
-        let member = MemberName::parse(&format!("{}{:010}", MemberName::prefix('c', &id), 7)).unwrap();
-        let lease = Lease { kind: QueueKind::Election, queue: QueueName::new("db").unwrap(), member };
+        let member =
+            MemberName::parse(&format!("{}{:010}", MemberName::prefix('c', &id), 7)).unwrap();
+        let lease = Lease {
+            kind: QueueKind::Election,
+            queue: QueueName::new("db").unwrap(),
+            member,
+        };
         let text = lease.encode();
-        assert_eq!(Lease::decode(&text, QueueKind::Election), Some(lease.clone()));
-        assert_eq!(Lease::decode(&text, QueueKind::Lock), None, "a lock service must not accept an election lease");
-        for bad in ["", "zkg1", "zkg1.", "zkg1.zz", "zkg1.6", "nonsense", "zkg1.652f2e2e2f63"] {
+        assert_eq!(
+            Lease::decode(&text, QueueKind::Election),
+            Some(lease.clone())
+        );
+        assert_eq!(
+            Lease::decode(&text, QueueKind::Lock),
+            None,
+            "a lock service must not accept an election lease"
+        );
+        for bad in [
+            "",
+            "zkg1",
+            "zkg1.",
+            "zkg1.zz",
+            "zkg1.6",
+            "nonsense",
+            "zkg1.652f2e2e2f63",
+        ] {
             assert_eq!(Lease::decode(bad, QueueKind::Election), None, "{bad}");
         }
-        assert!(!format!("{lease:?}").contains(&id.hex()), "Debug must not reveal the secret");
+        assert!(
+            !format!("{lease:?}").contains(&id.hex()),
+            "Debug must not reveal the secret"
+        );
         assert_ne!(ProtectedId::random(), ProtectedId::random());
     }
 }

@@ -45,7 +45,11 @@ fn result_label<T>(r: &ZkResult<T>) -> &'static str {
 
 impl Zk {
     pub fn new(client: Client, acls: Acls<'static>, counter: Arc<RequestCounter>) -> Self {
-        Self { client, acls, counter }
+        Self {
+            client,
+            acls,
+            counter,
+        }
     }
 
     pub fn client(&self) -> &Client {
@@ -56,7 +60,11 @@ impl Zk {
         self.client.session_id().0
     }
 
-    async fn instrument<T>(&self, op: &'static str, fut: impl std::future::Future<Output = ZkResult<T>>) -> ZkResult<T> {
+    async fn instrument<T>(
+        &self,
+        op: &'static str,
+        fut: impl std::future::Future<Output = ZkResult<T>>,
+    ) -> ZkResult<T> {
         self.counter.0.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
         let r = fut.await;
@@ -79,10 +87,17 @@ impl Zk {
     pub async fn ensure_queue(&self, root: &str, folder: &str, queue: &str) -> ZkResult<()> {
         let persistent = CreateMode::Persistent.with_acls(self.acls);
         let mut path = String::new();
-        for seg in root.split('/').filter(|s| !s.is_empty()).chain(std::iter::once(folder)) {
+        for seg in root
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .chain(std::iter::once(folder))
+        {
             path.push('/');
             path.push_str(seg);
-            match self.instrument("create", self.client.create(&path, &[], &persistent)).await {
+            match self
+                .instrument("create", self.client.create(&path, &[], &persistent))
+                .await
+            {
                 Ok(_) | Err(zkc::Error::NodeExists) => {}
                 Err(e) => return Err(e),
             }
@@ -90,26 +105,33 @@ impl Zk {
         path.push('/');
         path.push_str(queue);
         let container = CreateMode::Container.with_acls(self.acls);
-        match self.instrument("create", self.client.create(&path, &[], &container)).await {
+        match self
+            .instrument("create", self.client.create(&path, &[], &container))
+            .await
+        {
             Ok(_) | Err(zkc::Error::NodeExists) => Ok(()),
             Err(e) => Err(e),
         }
     }
 
     pub async fn delete(&self, path: &str) -> ZkResult<()> {
-        self.instrument("delete", self.client.delete(path, None)).await
+        self.instrument("delete", self.client.delete(path, None))
+            .await
     }
 
     pub async fn get_data(&self, path: &str) -> ZkResult<(Vec<u8>, Stat)> {
-        self.instrument("get_data", self.client.get_data(path)).await
+        self.instrument("get_data", self.client.get_data(path))
+            .await
     }
 
     pub async fn set_data(&self, path: &str, data: &[u8], version: Option<i32>) -> ZkResult<Stat> {
-        self.instrument("set_data", self.client.set_data(path, data, version)).await
+        self.instrument("set_data", self.client.set_data(path, data, version))
+            .await
     }
 
     pub async fn list_children(&self, path: &str) -> ZkResult<Vec<String>> {
-        self.instrument("get_children", self.client.list_children(path)).await
+        self.instrument("get_children", self.client.list_children(path))
+            .await
     }
 
     /// Reads the data of many children in one round trip.
@@ -136,7 +158,11 @@ impl Zk {
 
     /// One persistent recursive watch per queue per session: the only watch zkgate places.
     pub async fn watch_queue(&self, path: &str) -> ZkResult<PersistentWatcher> {
-        self.instrument("add_watch", self.client.watch(path, AddWatchMode::PersistentRecursive)).await
+        self.instrument(
+            "add_watch",
+            self.client.watch(path, AddWatchMode::PersistentRecursive),
+        )
+        .await
     }
 
     /// Deletes `path`, retrying through connection losses until it is gone, the session is
@@ -150,7 +176,9 @@ impl Zk {
                 Ok(()) => return Ok(true),
                 // After a lost reply, NoNode may mean our own first attempt succeeded.
                 Err(zkc::Error::NoNode) => return Ok(retried),
-                Err(zkc::Error::ConnectionLoss) | Err(zkc::Error::Timeout) if Instant::now() < deadline => {
+                Err(zkc::Error::ConnectionLoss) | Err(zkc::Error::Timeout)
+                    if Instant::now() < deadline =>
+                {
                     retried = true;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }

@@ -1,0 +1,1162 @@
+//! Real, local Apache ZooKeeper servers run as child processes.
+//!
+//! `zkgate dev` and the integration tests need an actual ZooKeeper (a mock
+//! would not reproduce session expiry, ephemeral-node cleanup or leader
+//! fail-over), but nobody should have to run one by hand.  [`LocalZk`] starts
+//! either one standalone server or an ensemble on free loopback ports, in a
+//! scratch directory, and can stop, kill, restart, pause and resume individual
+//! servers so that tests can provoke failures.
+//!
+//! # Nothing is ever left running
+//!
+//! Tests keep a shared server in a `static` (whose `Drop` never runs), and a
+//! test process may panic, be killed by a timeout or by Ctrl-C.  A stray JVM
+//! would hold ports and memory and confuse the next run, so every ZooKeeper
+//! JVM is tied to the lifetime of *our process*, independent of `Drop` and of
+//! which thread started it:
+//!
+//! * Each JVM is started through a tiny `sh` wrapper whose stdin is a pipe that
+//!   only our process holds open (Rust opens it close-on-exec, so no other child
+//!   inherits it).  A watcher inside the wrapper blocks reading that pipe; when
+//!   our process exits for *any* reason the kernel closes the pipe, the read
+//!   returns, and the watcher `kill -9`s the JVM (and removes the temporary
+//!   directory, if [`LocalZk`] created one).
+//! * The wrapper prints the JVM's pid as its first line, so that stop, kill,
+//!   pause and resume signal the JVM itself rather than the shell.
+//! * The wrapper runs in its own process group, so a terminal Ctrl-C reaches only
+//!   our process (which then shuts ZooKeeper down, or dies and thereby closes
+//!   the pipe) and cannot kill the wrapper behind our back.
+//! * [`LocalZk`]'s `Drop` additionally kills every JVM it started, synchronously.
+//!
+//! # Locating ZooKeeper
+//!
+//! By default the Debian/Ubuntu package layout is used (`apt-get install -y
+//! zookeeper`): `/usr/share/java/zookeeper.jar` (whose manifest carries the
+//! class path of its dependencies) and `/etc/zookeeper/conf`.  If
+//! `ZOOKEEPER_HOME` is set it takes precedence and is expected to hold an
+//! unpacked Apache binary tarball (`lib/*.jar` or `zookeeper*.jar`, plus
+//! `conf/`).  Java is taken from `$JAVA_HOME/bin/java` or from `PATH`.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The ZooKeeper main class; it runs standalone when the config has no
+/// `server.N` lines and as a quorum peer otherwise.
+const MAIN_CLASS: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
+
+/// Debian package layout.
+const DEBIAN_JAR: &str = "/usr/share/java/zookeeper.jar";
+const DEBIAN_CONF: &str = "/etc/zookeeper/conf";
+/// The Debian jar's manifest only references `slf4j-api`, so without a binding
+/// ZooKeeper logs nothing at all.  Adding the log4j 1.2 binding (which reads
+/// `/etc/zookeeper/conf/log4j.properties`) makes the log useful in error
+/// messages; both jars are optional.
+const DEBIAN_LOG_JARS: &[&str] = &[
+    "/usr/share/java/slf4j-log4j12.jar",
+    "/usr/share/java/log4j-1.2.jar",
+];
+
+/// How long a (re)started server may take to become healthy.  A JVM starts in
+/// 1-3 s; an ensemble additionally needs a leader election.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How many times a whole start is attempted with fresh ports.  Ports are
+/// chosen by binding and releasing them, so another process can grab one in
+/// between; retrying with new ports makes that race harmless.
+const START_ATTEMPTS: usize = 3;
+/// Grace period after SIGTERM before [`LocalZk::stop`] escalates to SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long to wait for a process to disappear after SIGKILL.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+/// Upper bound for one four-letter-word exchange.  A paused server accepts the
+/// TCP connection (the kernel does that) but never answers.
+const FOUR_LETTER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Poll interval while waiting for health or process exit.
+const POLL: Duration = Duration::from_millis(50);
+/// Number of log lines included in [`LocalZkError::Unhealthy`].
+const LOG_TAIL_LINES: usize = 40;
+
+/// The wrapper run as `sh -c WRAPPER zkgate-localzk CLEANUP_DIR java ARGS...`.
+///
+/// * fd 3 keeps the read end of our stdin pipe; the JVM gets `/dev/null` as
+///   stdin and the log file (the wrapper's stderr) as stdout and stderr.
+/// * The JVM's pid is printed as the only line on stdout, then stdout is
+///   pointed at the log so that the pipe to us is closed.
+/// * The watcher subshell blocks on fd 3 and `kill -9`s the JVM as soon as the
+///   pipe reaches EOF, i.e. as soon as our process closes it or dies.  It then
+///   removes CLEANUP_DIR (our temporary base directory, or empty for a
+///   caller-provided one), which `TempDir` cannot do when our process is
+///   killed or the `LocalZk` lives in a `static`.  It ignores SIGTERM from
+///   then on, as the main shell sends one as soon as the JVM is gone.
+/// * The main shell waits for the JVM, so the wrapper exits (and reaps the JVM)
+///   exactly when the JVM is gone; a SIGSTOPped JVM does not end the `wait`.
+///   It then kills the watcher, so a server stopped on purpose keeps its
+///   directory.
+const WRAPPER_SCRIPT: &str = r#"cleanup=$1; shift
+exec 3<&0 0</dev/null
+"$@" 1>&2 3<&- &
+pid=$!
+echo "$pid"
+exec 1>&2
+{
+  read _ignored <&3
+  trap '' TERM
+  kill -9 "$pid" 2>/dev/null
+  if [ -n "$cleanup" ]; then rm -rf -- "$cleanup" 2>/dev/null; fi
+} &
+watcher=$!
+exec 3<&-
+wait "$pid"
+status=$?
+kill "$watcher" 2>/dev/null
+exit "$status"
+"#;
+
+/// Errors from starting or controlling local ZooKeeper servers.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalZkError {
+    /// Java or the ZooKeeper jars could not be found.
+    #[error("ZooKeeper is not available: {reason}; {}", LocalZk::install_hint())]
+    NotInstalled {
+        /// What exactly is missing.
+        reason: String,
+    },
+    /// A file-system or process operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// A server did not answer `ruok` with `imok` and `srvr` with a `Mode:`
+    /// line in time, or its process exited during start-up.
+    #[error(
+        "ZooKeeper server {server} did not become healthy: {reason}\n\
+         --- last lines of {} ---\n{log_tail}",
+        .log_path.display()
+    )]
+    Unhealthy {
+        /// 0-based index of the server.
+        server: usize,
+        /// Why it is considered unhealthy.
+        reason: String,
+        /// The server's console log (stdout and stderr of the JVM).
+        log_path: PathBuf,
+        /// The last lines of that log.
+        log_tail: String,
+    },
+    /// A server index was out of range.
+    #[error("no ZooKeeper server with index {index} (there are {len})")]
+    NoSuchServer {
+        /// The index that was asked for.
+        index: usize,
+        /// The number of servers.
+        len: usize,
+    },
+    /// [`LocalZk::start`] was called for a server that is still running.
+    #[error("ZooKeeper server {server} is already running")]
+    AlreadyRunning {
+        /// 0-based index of the server.
+        server: usize,
+    },
+    /// The operation needs a running server but this one is stopped.
+    #[error("ZooKeeper server {server} is not running")]
+    NotRunning {
+        /// 0-based index of the server.
+        server: usize,
+    },
+    /// An ensemble must have at least one server.
+    #[error("invalid ZooKeeper ensemble size {size}")]
+    InvalidSize {
+        /// The requested size.
+        size: usize,
+    },
+    /// The process survived SIGKILL for longer than expected.
+    #[error("ZooKeeper server {server} (pid {pid}) is still running after SIGKILL")]
+    StillRunning {
+        /// 0-based index of the server.
+        server: usize,
+        /// Its JVM pid.
+        pid: u32,
+    },
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> LocalZkError {
+    let context = context.into();
+    move |source| LocalZkError::Io { context, source }
+}
+
+/// Options for [`LocalZk::start_standalone`] and [`LocalZk::start_ensemble`].
+#[derive(Debug, Clone)]
+pub struct LocalZkOptions {
+    /// ZooKeeper's `tickTime`.  The server clamps every session timeout to
+    /// 2..=20 ticks, so the default of 250 ms lets tests use session timeouts
+    /// between 500 ms and 5 s (ZooKeeper's own default, 2 s, would force
+    /// sessions of at least 4 s and make expiry tests slow).
+    pub tick_time: Duration,
+    /// `maxClientCnxns`: connections allowed per client IP.  Everything here
+    /// connects from 127.0.0.1, so the default is 0 (unlimited) rather than
+    /// ZooKeeper's 60.
+    pub max_client_cnxns: u32,
+    /// Where to put configuration, data and logs (one `zkN` directory per
+    /// server).  `None` (the default) uses a fresh temporary directory that is
+    /// deleted when the [`LocalZk`] is dropped; a given directory is kept, and
+    /// existing data in it is reused.
+    pub base_dir: Option<PathBuf>,
+}
+
+impl Default for LocalZkOptions {
+    fn default() -> Self {
+        Self {
+            tick_time: Duration::from_millis(250),
+            max_client_cnxns: 0,
+            base_dir: None,
+        }
+    }
+}
+
+/// How to run ZooKeeper on this machine.
+#[derive(Debug, Clone)]
+struct Install {
+    java: PathBuf,
+    classpath: String,
+}
+
+/// A running JVM together with the wrapper shell that owns it.
+struct Proc {
+    /// The `sh` wrapper; it exits once the JVM is gone.
+    wrapper: Child,
+    /// Our end of the wrapper's stdin.  Never written to; closing it (or our
+    /// process dying) makes the wrapper kill the JVM.
+    _lifeline: ChildStdin,
+    /// The JVM's pid, the target of every signal.
+    java_pid: u32,
+}
+
+/// One server of a [`LocalZk`].
+struct Server {
+    /// ZooKeeper server id (`myid`), index + 1.
+    id: usize,
+    client_port: u16,
+    /// Quorum and election ports, only meaningful in an ensemble.
+    peer_port: u16,
+    election_port: u16,
+    dir: PathBuf,
+    proc: Option<Proc>,
+}
+
+impl Server {
+    fn client_addr(&self) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.client_port))
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("zookeeper.log")
+    }
+}
+
+/// One standalone ZooKeeper server or an ensemble, running as child processes
+/// on loopback ports.
+///
+/// Servers are addressed by a 0-based index.  Dropping a `LocalZk` kills all
+/// of its servers (and deletes its temporary directory); even if it is never
+/// dropped, the servers die together with the current process.
+pub struct LocalZk {
+    install: Install,
+    tick_time: Duration,
+    max_client_cnxns: u32,
+    /// `false` for [`LocalZk::start_standalone`]: no `server.N` lines.
+    ensemble: bool,
+    base: PathBuf,
+    servers: Vec<Server>,
+    /// Deleted after `Drop::drop` has killed the processes (fields are
+    /// dropped after `drop` runs).
+    tempdir: Option<tempfile::TempDir>,
+}
+
+impl std::fmt::Debug for LocalZk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalZk")
+            .field("connect_string", &self.connect_string())
+            .field("ensemble", &self.ensemble)
+            .field("base_dir", &self.base)
+            .field(
+                "pids",
+                &self
+                    .servers
+                    .iter()
+                    .map(|s| s.proc.as_ref().map(|p| p.java_pid))
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl LocalZk {
+    /// Whether Java and the ZooKeeper jars can be found, so that tests can
+    /// skip (with [`LocalZk::install_hint`]) instead of failing obscurely.
+    pub fn is_installed() -> bool {
+        find_install().is_ok()
+    }
+
+    /// How to make [`LocalZk::is_installed`] true.
+    pub fn install_hint() -> &'static str {
+        "install Java and Apache ZooKeeper, e.g. `apt-get install -y zookeeper` \
+         (Debian/Ubuntu), or unpack the Apache ZooKeeper binary tarball and set \
+         ZOOKEEPER_HOME to it (Java is taken from JAVA_HOME or PATH)"
+    }
+
+    /// Starts one standalone server and waits until it serves requests.
+    ///
+    /// # Errors
+    ///
+    /// [`LocalZkError::NotInstalled`] if Java or ZooKeeper is missing,
+    /// [`LocalZkError::Io`] if the directory or process cannot be created, and
+    /// [`LocalZkError::Unhealthy`] (with the end of the server log) if the
+    /// server does not become healthy within ~30 s after a few attempts on
+    /// fresh ports; the temporary directory is then kept for inspection.
+    pub async fn start_standalone(opts: LocalZkOptions) -> Result<LocalZk, LocalZkError> {
+        Self::start_cluster(1, false, opts).await
+    }
+
+    /// Starts an ensemble of `size` servers (`server.1` ... `server.N`) and
+    /// waits until every member answers `ruok` and reports its `Mode`, i.e. a
+    /// leader has been elected and everyone has joined.  Use 3 (or 5) to
+    /// test fail-over: a majority must survive.
+    ///
+    /// # Errors
+    ///
+    /// [`LocalZkError::InvalidSize`] for `size == 0`, otherwise as for
+    /// [`LocalZk::start_standalone`].
+    pub async fn start_ensemble(
+        size: usize,
+        opts: LocalZkOptions,
+    ) -> Result<LocalZk, LocalZkError> {
+        if size == 0 {
+            return Err(LocalZkError::InvalidSize { size });
+        }
+        Self::start_cluster(size, true, opts).await
+    }
+
+    async fn start_cluster(
+        size: usize,
+        ensemble: bool,
+        opts: LocalZkOptions,
+    ) -> Result<LocalZk, LocalZkError> {
+        let install = find_install()?;
+        let (base, tempdir) = match opts.base_dir {
+            Some(dir) => {
+                fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
+                (dir, None)
+            }
+            None => {
+                let tmp = tempfile::Builder::new()
+                    .prefix("zkgate-localzk-")
+                    .tempdir()
+                    .map_err(io_err("creating a temporary directory"))?;
+                (tmp.path().to_path_buf(), Some(tmp))
+            }
+        };
+        let servers = (0..size)
+            .map(|i| Server {
+                id: i + 1,
+                client_port: 0,
+                peer_port: 0,
+                election_port: 0,
+                dir: base.join(format!("zk{}", i + 1)),
+                proc: None,
+            })
+            .collect();
+        // Owning the processes from the start means that an error or a
+        // cancelled future still kills whatever was spawned (via Drop).
+        let mut zk = LocalZk {
+            install,
+            tick_time: opts.tick_time,
+            max_client_cnxns: opts.max_client_cnxns,
+            ensemble,
+            base,
+            servers,
+            tempdir,
+        };
+
+        let mut last_err = None;
+        for attempt in 1..=START_ATTEMPTS {
+            match zk.try_start_all().await {
+                Ok(()) => return Ok(zk),
+                Err(err @ LocalZkError::Unhealthy { .. }) => {
+                    tracing::warn!(attempt, error = %err, "local ZooKeeper failed to start");
+                    zk.kill_all().await;
+                    last_err = Some(err);
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        // Keep the directory so that the log path in the error stays valid.
+        if let Some(tmp) = zk.tempdir.take() {
+            let _ = tmp.keep();
+        }
+        Err(last_err.expect("at least one attempt was made"))
+    }
+
+    /// One attempt: fresh ports, config files, spawn everyone, wait for health.
+    async fn try_start_all(&mut self) -> Result<(), LocalZkError> {
+        let per_server = if self.ensemble { 3 } else { 1 };
+        let ports = pick_ports(self.servers.len() * per_server)?;
+        for (server, ports) in self.servers.iter_mut().zip(ports.chunks(per_server)) {
+            server.client_port = ports[0];
+            if self.ensemble {
+                server.peer_port = ports[1];
+                server.election_port = ports[2];
+            }
+        }
+        for i in 0..self.servers.len() {
+            self.write_config(i)?;
+        }
+        for i in 0..self.servers.len() {
+            self.spawn(i).await?;
+        }
+        let all: Vec<usize> = (0..self.servers.len()).collect();
+        self.wait_healthy(&all).await
+    }
+
+    /// The ZooKeeper connect string, `127.0.0.1:p1,127.0.0.1:p2,...`.
+    pub fn connect_string(&self) -> String {
+        let mut s = String::new();
+        for (i, server) in self.servers.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            let _ = write!(s, "{}", server.client_addr());
+        }
+        s
+    }
+
+    /// Client address of server `i` (0-based).  It stays the same across
+    /// [`LocalZk::stop`] / [`LocalZk::start`].
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    pub fn server_address(&self, i: usize) -> SocketAddr {
+        self.servers[i].client_addr()
+    }
+
+    /// Number of servers (1 for a standalone server).
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Always `false`: there is at least one server.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// The directory holding every server's `zkN` directory.
+    pub fn base_dir(&self) -> &Path {
+        &self.base
+    }
+
+    /// The console log (JVM stdout and stderr) of server `i`, for printing
+    /// when a test fails.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= self.len()`.
+    pub fn log_path(&self, i: usize) -> PathBuf {
+        self.servers[i].log_path()
+    }
+
+    /// The JVM pid of server `i`, or `None` if it was stopped or killed (or
+    /// `i` is out of range).  A server that crashed on its own keeps its pid
+    /// here until the next call that takes `&mut self` notices the exit.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.servers.get(i)?.proc.as_ref().map(|p| p.java_pid)
+    }
+
+    /// Whether server `i`'s process is alive (it may still be paused or not
+    /// yet serving).  Also forgets a process that exited on its own.
+    pub fn is_running(&mut self, i: usize) -> bool {
+        let Some(server) = self.servers.get_mut(i) else {
+            return false;
+        };
+        if let Some(proc) = &mut server.proc {
+            if proc_exited(proc) {
+                server.proc = None;
+            }
+        }
+        server.proc.is_some()
+    }
+
+    /// Stops server `i` gracefully: SIGTERM (plus SIGCONT, in case it is
+    /// paused), then SIGKILL if it has not exited after 10 s.  Returns once the
+    /// process is gone.  Stopping a stopped server does nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`LocalZkError::NoSuchServer`], [`LocalZkError::Io`] if signals cannot
+    /// be sent, [`LocalZkError::StillRunning`] if it survives SIGKILL.
+    pub async fn stop(&mut self, i: usize) -> Result<(), LocalZkError> {
+        self.check_index(i)?;
+        let Some(pid) = self.live_pid(i) else {
+            return Ok(());
+        };
+        send_signal(pid, "TERM")?;
+        send_signal(pid, "CONT")?;
+        if self.wait_exit(i, STOP_GRACE).await {
+            self.servers[i].proc = None;
+            return Ok(());
+        }
+        tracing::warn!(
+            server = i,
+            pid,
+            "ZooKeeper ignored SIGTERM, sending SIGKILL"
+        );
+        self.kill(i).await
+    }
+
+    /// Kills server `i` with SIGKILL, simulating a crash, and returns once the
+    /// process is gone.  Killing a stopped server does nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`LocalZkError::NoSuchServer`], [`LocalZkError::Io`] if the signal
+    /// cannot be sent, [`LocalZkError::StillRunning`] if it survives.
+    pub async fn kill(&mut self, i: usize) -> Result<(), LocalZkError> {
+        self.check_index(i)?;
+        let Some(pid) = self.live_pid(i) else {
+            return Ok(());
+        };
+        send_signal(pid, "KILL")?;
+        if self.wait_exit(i, KILL_WAIT).await {
+            self.servers[i].proc = None;
+            Ok(())
+        } else {
+            Err(LocalZkError::StillRunning { server: i, pid })
+        }
+    }
+
+    /// (Re)starts stopped server `i` on the same ports and data directory, and
+    /// waits (up to ~30 s) until it answers `ruok` and reports a `Mode`, i.e.
+    /// for an ensemble member until it has joined the quorum.  Note that an
+    /// ensemble member cannot become healthy while a majority is down.
+    ///
+    /// # Errors
+    ///
+    /// [`LocalZkError::NoSuchServer`], [`LocalZkError::AlreadyRunning`],
+    /// [`LocalZkError::Io`] if it cannot be spawned, and
+    /// [`LocalZkError::Unhealthy`] (the process is then killed again).
+    pub async fn start(&mut self, i: usize) -> Result<(), LocalZkError> {
+        self.check_index(i)?;
+        if self.is_running(i) {
+            return Err(LocalZkError::AlreadyRunning { server: i });
+        }
+        self.spawn(i).await?;
+        if let Err(err) = self.wait_healthy(&[i]).await {
+            let _ = self.kill(i).await;
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    /// Freezes server `i` with SIGSTOP: its sockets stay open but it answers
+    /// nothing, like a hung or partitioned machine.  Followers notice a paused
+    /// leader after `syncLimit` ticks, and clients' sessions time out.
+    ///
+    /// # Errors
+    ///
+    /// [`LocalZkError::NoSuchServer`], [`LocalZkError::NotRunning`],
+    /// [`LocalZkError::Io`] if the signal cannot be sent.
+    pub async fn pause(&mut self, i: usize) -> Result<(), LocalZkError> {
+        self.signal_running(i, "STOP")
+    }
+
+    /// Continues server `i` after [`LocalZk::pause`] (SIGCONT).
+    ///
+    /// # Errors
+    ///
+    /// As for [`LocalZk::pause`].
+    pub async fn resume(&mut self, i: usize) -> Result<(), LocalZkError> {
+        self.signal_running(i, "CONT")
+    }
+
+    /// Server `i`'s role according to `srvr`: `"leader"`, `"follower"` or
+    /// `"standalone"` (or `"observer"`).  `None` if it is stopped, paused, not
+    /// (yet) part of a quorum, or `i` is out of range.
+    pub async fn mode(&self, i: usize) -> Option<String> {
+        let server = self.servers.get(i)?;
+        server.proc.as_ref()?;
+        let answer = four_letter_word(server.client_addr(), "srvr", FOUR_LETTER_TIMEOUT)
+            .await
+            .ok()?;
+        parse_mode(&answer).map(str::to_owned)
+    }
+
+    /// Index of the server that currently reports `Mode: leader`, so that tests
+    /// can kill or pause it.  `None` during an election or for a standalone
+    /// server.
+    pub async fn leader_index(&self) -> Option<usize> {
+        for i in 0..self.servers.len() {
+            if self.mode(i).await.as_deref() == Some("leader") {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Stops every server gracefully (see [`LocalZk::stop`]) and waits for all
+    /// of them; failures are logged and the processes killed.  Prefer this
+    /// over dropping when there is an async context, as `Drop` has to block.
+    pub async fn shutdown(mut self) {
+        for i in 0..self.servers.len() {
+            if let Err(err) = self.stop(i).await {
+                tracing::warn!(server = i, error = %err, "stopping local ZooKeeper failed");
+            }
+        }
+        // Drop kills anything that is left.
+    }
+
+    fn check_index(&self, i: usize) -> Result<(), LocalZkError> {
+        if i < self.servers.len() {
+            Ok(())
+        } else {
+            Err(LocalZkError::NoSuchServer {
+                index: i,
+                len: self.servers.len(),
+            })
+        }
+    }
+
+    /// The JVM pid if server `i` has a process that has not exited.
+    fn live_pid(&mut self, i: usize) -> Option<u32> {
+        if self.is_running(i) {
+            self.pid(i)
+        } else {
+            None
+        }
+    }
+
+    fn signal_running(&mut self, i: usize, signal: &str) -> Result<(), LocalZkError> {
+        self.check_index(i)?;
+        let pid = self
+            .live_pid(i)
+            .ok_or(LocalZkError::NotRunning { server: i })?;
+        send_signal(pid, signal)
+    }
+
+    /// Writes `zoo.cfg` (and `myid` for ensembles) for server `i`.
+    fn write_config(&self, i: usize) -> Result<(), LocalZkError> {
+        let server = &self.servers[i];
+        let data_dir = server.dir.join("data");
+        fs::create_dir_all(&data_dir)
+            .map_err(io_err(format!("creating {}", data_dir.display())))?;
+        let tick_ms = self.tick_time.as_millis().max(1);
+        let mut cfg = format!(
+            "# Generated by zkgate::localzk\n\
+             tickTime={tick_ms}\n\
+             dataDir={}\n\
+             clientPort={}\n\
+             clientPortAddress=127.0.0.1\n\
+             maxClientCnxns={}\n\
+             admin.enableServer=false\n\
+             4lw.commands.whitelist=*\n\
+             reconfigEnabled=false\n",
+            data_dir.display(),
+            server.client_port,
+            self.max_client_cnxns,
+        );
+        if self.ensemble {
+            cfg.push_str("initLimit=10\nsyncLimit=5\n");
+            for s in &self.servers {
+                let _ = writeln!(
+                    cfg,
+                    "server.{}=127.0.0.1:{}:{}",
+                    s.id, s.peer_port, s.election_port
+                );
+            }
+            let myid = data_dir.join("myid");
+            fs::write(&myid, format!("{}\n", server.id))
+                .map_err(io_err(format!("writing {}", myid.display())))?;
+        }
+        let path = server.dir.join("zoo.cfg");
+        fs::write(&path, cfg).map_err(io_err(format!("writing {}", path.display())))
+    }
+
+    /// Spawns server `i` through the lifeline wrapper (see the module docs).
+    async fn spawn(&mut self, i: usize) -> Result<(), LocalZkError> {
+        let server = &self.servers[i];
+        debug_assert!(server.proc.is_none());
+        let log_path = server.log_path();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(io_err(format!("opening {}", log_path.display())))?;
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(WRAPPER_SCRIPT)
+            .arg("zkgate-localzk")
+            .arg(match &self.tempdir {
+                Some(tmp) => tmp.path().as_os_str(),
+                None => std::ffi::OsStr::new(""),
+            })
+            .arg(&self.install.java)
+            .args([
+                "-Xms16m",
+                "-Xmx256m",
+                // Fast start-up and a small footprint matter more here than
+                // peak throughput.
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-XX:-UsePerfData",
+                "-Djava.net.preferIPv4Stack=true",
+            ])
+            .arg(format!("-Dzookeeper.log.dir={}", server.dir.display()))
+            .arg("-Dzookeeper.root.logger=INFO,CONSOLE")
+            .arg("-Dzookeeper.console.threshold=INFO")
+            .arg("-cp")
+            .arg(&self.install.classpath)
+            .arg(MAIN_CLASS)
+            .arg(server.dir.join("zoo.cfg"))
+            .current_dir(&server.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            // Keep terminal signals (Ctrl-C) away from the wrapper; see the
+            // module docs.
+            .process_group(0);
+        let mut wrapper = cmd.spawn().map_err(io_err("spawning sh for ZooKeeper"))?;
+        let lifeline = wrapper.stdin.take().expect("stdin is piped");
+        let stdout = wrapper.stdout.take().expect("stdout is piped");
+        // The wrapper prints the pid right after forking, or exits (EOF).
+        let line = tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            BufReader::new(stdout).read_line(&mut line).map(|_| line)
+        })
+        .await
+        .map_err(|e| LocalZkError::Io {
+            context: "reading the ZooKeeper pid".into(),
+            source: io::Error::other(e),
+        })?;
+        let java_pid = match line.map(|l| l.trim().parse::<u32>()) {
+            Ok(Ok(pid)) => pid,
+            other => {
+                // Close the lifeline and reap the wrapper before reporting.
+                drop(lifeline);
+                let _ = wrapper.kill();
+                let _ = wrapper.wait();
+                return Err(
+                    self.unhealthy(i, format!("the wrapper did not report a pid ({other:?})"))
+                );
+            }
+        };
+        tracing::debug!(server = i, pid = java_pid, addr = %self.servers[i].client_addr(), "started local ZooKeeper");
+        self.servers[i].proc = Some(Proc {
+            wrapper,
+            _lifeline: lifeline,
+            java_pid,
+        });
+        Ok(())
+    }
+
+    /// Waits until every listed server answers `ruok` with `imok` and `srvr`
+    /// with a `Mode:` line (`ruok` alone also succeeds while a server is not
+    /// serving yet).  Fails fast if a process exits.
+    async fn wait_healthy(&mut self, indices: &[usize]) -> Result<(), LocalZkError> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut pending: Vec<usize> = indices.to_vec();
+        loop {
+            // (index, why it is not healthy yet) for every server not done.
+            let mut not_yet: Vec<(usize, String)> = Vec::new();
+            for i in pending {
+                let server = &mut self.servers[i];
+                let Some(proc) = server.proc.as_mut() else {
+                    return Err(self.unhealthy(i, "no process".into()));
+                };
+                if let Ok(Some(status)) = proc.wrapper.try_wait() {
+                    server.proc = None;
+                    let reason = format!("the JVM exited ({})", describe(status));
+                    return Err(self.unhealthy(i, reason));
+                }
+                if let Err(why) = check_health(server.client_addr()).await {
+                    not_yet.push((i, why));
+                }
+            }
+            let Some((first, why)) = not_yet.first() else {
+                return Ok(());
+            };
+            if Instant::now() >= deadline {
+                let reason = format!("not healthy within {START_TIMEOUT:?}: {why}");
+                return Err(self.unhealthy(*first, reason));
+            }
+            pending = not_yet.into_iter().map(|(i, _)| i).collect();
+            tokio::time::sleep(POLL * 2).await;
+        }
+    }
+
+    fn unhealthy(&self, i: usize, reason: String) -> LocalZkError {
+        let log_path = self.servers[i].log_path();
+        LocalZkError::Unhealthy {
+            server: i,
+            reason,
+            log_tail: log_tail(&log_path, LOG_TAIL_LINES),
+            log_path,
+        }
+    }
+
+    /// Waits up to `limit` for server `i`'s JVM to be gone.
+    async fn wait_exit(&mut self, i: usize, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let gone = match self.servers[i].proc.as_mut() {
+                None => true,
+                Some(proc) => proc_exited(proc),
+            };
+            if gone {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// SIGKILLs every server and waits; used between start attempts.
+    async fn kill_all(&mut self) {
+        for i in 0..self.servers.len() {
+            if let Err(err) = self.kill(i).await {
+                tracing::warn!(server = i, error = %err, "killing local ZooKeeper failed");
+            }
+        }
+    }
+}
+
+impl Drop for LocalZk {
+    /// Kills every JVM still running, closes the lifelines (which makes the
+    /// wrappers kill them too) and waits up to a few seconds for all of them
+    /// to be gone.  Best effort: errors are ignored.
+    fn drop(&mut self) {
+        let mut procs: Vec<Proc> = self
+            .servers
+            .iter_mut()
+            .filter_map(|s| s.proc.take())
+            .collect();
+        for proc in &mut procs {
+            if !proc_exited(proc) {
+                let _ = send_signal(proc.java_pid, "KILL");
+            }
+        }
+        let mut wrappers: Vec<Child> = procs
+            .into_iter()
+            .map(|p| p.wrapper) // drops the lifeline
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !wrappers.is_empty() && Instant::now() < deadline {
+            wrappers.retain_mut(|w| matches!(w.try_wait(), Ok(None)));
+            if !wrappers.is_empty() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// Whether the JVM of `proc` is gone.  Normally the wrapper exits only after
+/// reaping the JVM; if the wrapper was killed by a signal instead, the JVM's
+/// pid is checked directly.
+fn proc_exited(proc: &mut Proc) -> bool {
+    match proc.wrapper.try_wait() {
+        Ok(None) => false,
+        Ok(Some(status)) if status.signal().is_none() => true,
+        Ok(Some(_)) | Err(_) => !pid_alive(proc.java_pid),
+    }
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn pid_alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => match stat.rsplit_once(')') {
+            Some((_, rest)) => !matches!(rest.trim_start().chars().next(), Some('Z' | 'X')),
+            None => true,
+        },
+        Err(_) if Path::new("/proc/self/stat").exists() => false,
+        // No procfs: ask kill(1).
+        Err(_) => send_signal(pid, "0").is_ok(),
+    }
+}
+
+/// Sends `signal` (a name such as `TERM` or `STOP`, or `0`) to `pid` with the
+/// shell's `kill`, which keeps this crate free of `unsafe`.
+fn send_signal(pid: u32, signal: &str) -> Result<(), LocalZkError> {
+    let output = Command::new("sh")
+        .args([
+            "-c",
+            r#"kill -s "$1" "$2""#,
+            "zkgate-kill",
+            signal,
+            &pid.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(io_err(format!("running kill -s {signal} {pid}")))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(LocalZkError::Io {
+            context: format!("kill -s {signal} {pid}"),
+            source: io::Error::other(String::from_utf8_lossy(&output.stderr).trim().to_owned()),
+        })
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(sig)) => format!("signal {sig}"),
+        _ => status.to_string(),
+    }
+}
+
+/// Sends a ZooKeeper "four letter word" (`ruok`, `srvr`, `stat`, `mntr`, ...)
+/// to `addr` and returns the answer.  All of them are whitelisted on servers
+/// started by [`LocalZk`].
+///
+/// # Errors
+///
+/// Connection or I/O errors, or [`io::ErrorKind::TimedOut`] if the whole
+/// exchange takes longer than `timeout` (e.g. the server is paused).
+pub async fn four_letter_word(
+    addr: SocketAddr,
+    cmd: &str,
+    timeout: Duration,
+) -> io::Result<String> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.write_all(cmd.as_bytes()).await?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await?;
+        Ok(String::from_utf8_lossy(&answer).into_owned())
+    };
+    tokio::time::timeout(timeout, exchange).await.map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no answer to {cmd:?} from {addr} within {timeout:?}"),
+        )
+    })?
+}
+
+/// `Ok` if the server answers `ruok` and reports a `Mode:` in `srvr`;
+/// otherwise a description of what it said, for the error message.
+async fn check_health(addr: SocketAddr) -> Result<(), String> {
+    let ruok = four_letter_word(addr, "ruok", FOUR_LETTER_TIMEOUT)
+        .await
+        .map_err(|e| format!("ruok: {e}"))?;
+    if ruok.trim() != "imok" {
+        return Err(format!("ruok answered {ruok:?}"));
+    }
+    let srvr = four_letter_word(addr, "srvr", FOUR_LETTER_TIMEOUT)
+        .await
+        .map_err(|e| format!("srvr: {e}"))?;
+    match parse_mode(&srvr) {
+        Some(_) => Ok(()),
+        None => Err(format!("srvr answered {:?}", srvr.trim())),
+    }
+}
+
+fn parse_mode(srvr: &str) -> Option<&str> {
+    srvr.lines()
+        .find_map(|line| line.strip_prefix("Mode:"))
+        .map(str::trim)
+        .filter(|mode| !mode.is_empty())
+}
+
+/// The last `lines` lines of the file at `path` (at most its last 64 KiB).
+fn log_tail(path: &Path, lines: usize) -> String {
+    const MAX: u64 = 64 * 1024;
+    let read = || -> io::Result<String> {
+        let mut file = fs::File::open(path)?;
+        let len = file.metadata()?.len();
+        file.seek(SeekFrom::Start(len.saturating_sub(MAX)))?;
+        let mut buf = Vec::new();
+        file.read_to_end(&mut buf)?;
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    };
+    match read() {
+        Ok(text) => {
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+/// Picks `n` distinct free loopback ports by binding them all at once and
+/// releasing them.
+///
+/// Ports are drawn at random from *below* the kernel's ephemeral range when
+/// possible: a port from the ephemeral range (what binding port 0 returns) can
+/// be taken as the local port of any outgoing connection, e.g. while a server
+/// is stopped and about to be restarted on the same port.
+fn pick_ports(n: usize) -> Result<Vec<u16>, LocalZkError> {
+    let range = non_ephemeral_range();
+    let mut rng = rand::rng();
+    let mut held = Vec::with_capacity(n);
+    let mut ports = Vec::with_capacity(n);
+    let mut tries = 0;
+    while ports.len() < n {
+        tries += 1;
+        let candidate = match range {
+            Some((lo, hi)) if tries <= 1000 => rng.random_range(lo..hi),
+            _ => 0,
+        };
+        match TcpListener::bind((Ipv4Addr::LOCALHOST, candidate)) {
+            Ok(listener) => {
+                let port = listener
+                    .local_addr()
+                    .map_err(io_err("reading a bound port"))?
+                    .port();
+                if !ports.contains(&port) {
+                    ports.push(port);
+                    held.push(listener);
+                }
+            }
+            Err(_) if candidate != 0 => {}
+            Err(e) => return Err(io_err("binding a free loopback port")(e)),
+        }
+    }
+    drop(held);
+    Ok(ports)
+}
+
+/// A port range outside `/proc/sys/net/ipv4/ip_local_port_range`.
+fn non_ephemeral_range() -> Option<(u16, u16)> {
+    let text = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = text.split_whitespace().map(|s| s.parse::<u32>().ok());
+    let (lo, hi) = (it.next()??, it.next()??);
+    if lo >= 12_000 {
+        Some((10_000, u16::try_from(lo).ok()?))
+    } else if hi <= 63_000 {
+        Some((u16::try_from(hi + 1).ok()?, 65_000))
+    } else {
+        None
+    }
+}
+
+/// Finds Java and builds the class path (see the module docs).
+fn find_install() -> Result<Install, LocalZkError> {
+    let java = find_java().ok_or_else(|| LocalZkError::NotInstalled {
+        reason: "no `java` in JAVA_HOME/bin or PATH".into(),
+    })?;
+    let classpath = match std::env::var_os("ZOOKEEPER_HOME").filter(|h| !h.is_empty()) {
+        Some(home) => tarball_classpath(Path::new(&home))?,
+        None => {
+            if !Path::new(DEBIAN_JAR).is_file() {
+                return Err(LocalZkError::NotInstalled {
+                    reason: format!("{DEBIAN_JAR} not found and ZOOKEEPER_HOME not set"),
+                });
+            }
+            let mut cp = vec![DEBIAN_CONF.to_owned(), DEBIAN_JAR.to_owned()];
+            cp.extend(
+                DEBIAN_LOG_JARS
+                    .iter()
+                    .filter(|jar| Path::new(jar).is_file())
+                    .map(|jar| (*jar).to_owned()),
+            );
+            cp.join(":")
+        }
+    };
+    Ok(Install { java, classpath })
+}
+
+/// `$ZOOKEEPER_HOME/conf`, `$ZOOKEEPER_HOME/lib/*` and any
+/// `$ZOOKEEPER_HOME/zookeeper*.jar` (older tarballs keep the jar at the top).
+fn tarball_classpath(home: &Path) -> Result<String, LocalZkError> {
+    let jars_in = |dir: &Path| -> Vec<PathBuf> {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut jars: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("zookeeper") && n.ends_with(".jar"))
+            })
+            .collect();
+        jars.sort();
+        jars
+    };
+    let lib = home.join("lib");
+    let top_jars = jars_in(home);
+    if top_jars.is_empty() && jars_in(&lib).is_empty() {
+        return Err(LocalZkError::NotInstalled {
+            reason: format!(
+                "no zookeeper*.jar in ZOOKEEPER_HOME={} or its lib/",
+                home.display()
+            ),
+        });
+    }
+    let mut cp = vec![home.join("conf").display().to_string()];
+    cp.extend(top_jars.iter().map(|j| j.display().to_string()));
+    if lib.is_dir() {
+        // A class-path wildcard, expanded by java itself.
+        cp.push(format!("{}/*", lib.display()));
+    }
+    Ok(cp.join(":"))
+}
+
+fn find_java() -> Option<PathBuf> {
+    if let Some(home) = std::env::var_os("JAVA_HOME").filter(|h| !h.is_empty()) {
+        let java = Path::new(&home).join("bin").join("java");
+        if java.is_file() {
+            return Some(java);
+        }
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join("java"))
+        .find(|java| java.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_mode() {
+        let srvr = "Zookeeper version: 3.8.0\nLatency min/avg/max: 0/0.0/0\nMode: follower\nNode count: 5\n";
+        assert_eq!(parse_mode(srvr), Some("follower"));
+        assert_eq!(
+            parse_mode("This ZooKeeper instance is not currently serving requests\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn picks_distinct_ports() {
+        let ports = pick_ports(9).unwrap();
+        let mut sorted = ports.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 9);
+    }
+
+    #[test]
+    fn local_zk_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<LocalZk>();
+    }
+}
