@@ -228,6 +228,17 @@ impl Actor {
         match ev.event_type {
             EventType::Session => match ev.session_state {
                 SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                    // zookeeper-client 0.11.2 restores watches after a reconnect with
+                    // SetWatches, not SetWatches2 (`index = index.max(index)` in
+                    // session/watch.rs), so the server forgets persistent watches: place ours
+                    // again before re-reading. The old watcher is dropped after the new one
+                    // exists, so no RemoveWatches reaches the server.
+                    match self.session.zk.watch_queue(&self.path).await {
+                        Ok(w) => self.watcher = w,
+                        Err(e) => {
+                            tracing::warn!(queue = %self.name, error = %e, "re-placing the queue watch failed")
+                        }
+                    }
                     if let Err(e) = self.resync().await {
                         tracing::warn!(queue = %self.name, error = %e, "re-reading the queue after reconnect failed");
                     }

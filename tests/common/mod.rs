@@ -47,6 +47,19 @@ pub async fn own_zk() -> LocalZk {
         .expect("start ZooKeeper")
 }
 
+/// Logs for debugging a test: `ZKGATE_TEST_LOG=debug cargo test …`.
+pub fn init_tracing() {
+    static INIT: OnceLock<()> = OnceLock::new();
+    INIT.get_or_init(|| {
+        if let Ok(filter) = std::env::var("ZKGATE_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_test_writer()
+                .try_init();
+        }
+    });
+}
+
 pub fn unique_root() -> String {
     format!("/t{:016x}", rand::random::<u64>())
 }
@@ -92,6 +105,7 @@ impl Gateway {
     }
 
     async fn spawn(zk: &str, opts: GatewayOpts, wait: bool) -> Gateway {
+        init_tracing();
         let root = opts.root.unwrap_or_else(unique_root);
         let mut coord_cfg = CoordConfig::new(zk);
         coord_cfg.root = root.clone();
@@ -344,4 +358,14 @@ pub async fn next_observed(s: &mut Streaming<pb::ObserveResponse>) -> Option<pb:
         .expect("observe ok")
         .expect("open")
         .leader
+}
+
+/// A gRPC health client for the gateway.
+pub async fn health_client(gw: &Gateway) -> tonic_health::pb::health_client::HealthClient<Channel> {
+    let ch = Channel::from_shared(gw.url())
+        .unwrap()
+        .connect()
+        .await
+        .expect("connect");
+    tonic_health::pb::health_client::HealthClient::new(ch)
 }
