@@ -169,10 +169,24 @@ pub async fn run_with(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(ElectionServer::new(ElectionApi::new(coord.clone())))
-        .add_service(LockServer::new(LockApi))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+        .add_service(LockServer::new(LockApi::new(coord.clone())))
+        .serve_with_incoming_shutdown(incoming(listener), signal)
         .await?;
     Ok(())
+}
+
+/// Accepted connections with `TCP_NODELAY`: the builder's `tcp_nodelay` only applies to
+/// listeners tonic binds itself, and without it small stream messages (`elected`) wait ~40 ms
+/// for delayed ACKs (measured: campaign → elected 52 ms p50 without, see README).
+fn incoming(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static {
+    use tokio_stream::StreamExt;
+    TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    })
 }
 
 /// Health is `SERVING` only while a ZooKeeper session is connected.

@@ -1,0 +1,152 @@
+//! Election latency through the gateway on this machine.
+//!
+//! `cargo run --release --example election_bench [-- --zk HOST:PORT] [--rounds N]`
+//!
+//! Without `--zk` it starts its own local ZooKeeper (Debian's package). Measures, over N rounds:
+//! - campaign → elected on a vacant election (join sent → `elected` received);
+//! - handoff: the leader's stream is cancelled → the queued successor receives `elected`;
+//!
+//! and the ZooKeeper requests the gateway sent per handoff.
+
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::ReceiverStream;
+use zkgate::coord::{CoordConfig, Coordinator};
+use zkgate::localzk::{LocalZk, LocalZkOptions};
+use zkgate::proto as pb;
+use zkgate::proto::campaign_response::Event;
+use zkgate::proto::election_client::ElectionClient;
+use zkgate::server::{self, ServeConfig};
+
+type Client = ElectionClient<tonic::transport::Channel>;
+
+struct Stream {
+    _tx: tokio::sync::mpsc::Sender<pb::CampaignRequest>,
+    rx: tonic::Streaming<pb::CampaignResponse>,
+}
+
+async fn join(c: &mut Client, election: &str) -> Stream {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(pb::CampaignRequest {
+        request: Some(pb::campaign_request::Request::Join(pb::Join {
+            election: election.into(),
+            candidate: "bench".into(),
+            value: vec![],
+        })),
+    })
+    .await
+    .unwrap();
+    let rx = c
+        .campaign(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    Stream { _tx: tx, rx }
+}
+
+async fn until_elected(s: &mut Stream) {
+    loop {
+        match s.rx.message().await.unwrap().and_then(|m| m.event) {
+            Some(Event::Elected(_)) => return,
+            Some(_) => continue,
+            None => panic!("stream ended"),
+        }
+    }
+}
+
+fn report(name: &str, mut v: Vec<Duration>) {
+    v.sort();
+    let p = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0;
+    println!(
+        "{name:<28} n={:<5} p50={:>7.2} ms  p90={:>7.2} ms  p99={:>7.2} ms  max={:>7.2} ms",
+        v.len(),
+        p(0.5),
+        p(0.9),
+        p(0.99),
+        p(1.0)
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    if let Ok(f) = std::env::var("ZKGATE_LOG") {
+        tracing_subscriber::fmt().with_env_filter(f).init();
+    }
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let rounds: usize = arg("--rounds").map(|s| s.parse().unwrap()).unwrap_or(300);
+    let local = match arg("--zk") {
+        Some(_) => None,
+        None => Some(
+            LocalZk::start_standalone(LocalZkOptions::default())
+                .await
+                .expect("start ZooKeeper"),
+        ),
+    };
+    let zk = arg("--zk").unwrap_or_else(|| local.as_ref().unwrap().connect_string());
+    let mut cc = CoordConfig::new(&zk);
+    cc.root = format!("/bench{:x}", rand::random::<u32>());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let coord = Coordinator::start(cc.clone());
+    tokio::spawn(server::run_with(
+        coord.clone(),
+        ServeConfig::new(cc),
+        listener,
+        None,
+        std::future::pending(),
+    ));
+    assert!(coord.wait_connected(Duration::from_secs(20)).await);
+    let mut c = ElectionClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+
+    // Warm up.
+    for i in 0..20 {
+        let mut s = join(&mut c, &format!("warm{i}")).await;
+        until_elected(&mut s).await;
+    }
+
+    let mut elect = Vec::new();
+    for i in 0..rounds {
+        let t = Instant::now();
+        let mut s = join(&mut c, &format!("e{i}")).await;
+        until_elected(&mut s).await;
+        elect.push(t.elapsed());
+    }
+
+    let mut handoff = Vec::new();
+    let mut requests = Vec::new();
+    let mut leader = join(&mut c, "handoff").await;
+    until_elected(&mut leader).await;
+    for _ in 0..rounds {
+        let mut next = join(&mut c, "handoff").await;
+        // Let the successor's queued event settle so only the handoff is measured.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let before = coord.zk_requests();
+        let t = Instant::now();
+        drop(leader);
+        until_elected(&mut next).await;
+        handoff.push(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        requests.push(coord.zk_requests() - before);
+        leader = next;
+    }
+    println!("zkgate election latency, gateway in-process, ZooKeeper {zk}");
+    report("campaign -> elected", elect);
+    report("handoff (cancel -> elected)", handoff);
+    let avg = requests.iter().sum::<u64>() as f64 / requests.len() as f64;
+    println!(
+        "ZooKeeper requests per handoff: avg {avg:.2}, max {}",
+        requests.iter().max().unwrap()
+    );
+    if let Some(zk) = local {
+        zk.shutdown().await;
+    }
+}
