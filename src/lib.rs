@@ -8,7 +8,8 @@
 //! - [`coord`]: no tonic types: ZooKeeper sessions, per-queue actors, elections, leases.
 //! - [`server`]: `run(config, listener, http, shutdown)`: the gateway, in-process for tests.
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz`.
-//! - [`metrics`]: every metric name, described once.
+//! - [`metrics`]: every metric name, described once; [`grpc_metrics`]: the tower layer that
+//!   counts gRPC calls.
 //! - [`config`]: the command line (`serve`, `dev`, client verbs).
 //! - [`localzk`]: start and stop real local ZooKeeper servers (`zkgate dev`, tests).
 //! - [`cli`]: the client verbs `elect`, `observe`, `leader`.
@@ -17,6 +18,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod coord;
+pub mod grpc_metrics;
 pub mod http;
 pub mod localzk;
 pub mod metrics;

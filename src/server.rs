@@ -147,7 +147,8 @@ pub async fn run_with(
     let mut builder = Server::builder()
         .http2_keepalive_interval(Some(ka_interval))
         .http2_keepalive_timeout(Some(ka_timeout))
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        .layer(crate::grpc_metrics::GrpcMetricsLayer);
     if let Some(tls) = cfg.tls.clone() {
         builder = builder.tls_config(tls)?;
     }
