@@ -1,0 +1,235 @@
+//! G9: with digest auth, zkgate's znodes carry a creator-only ACL so other ZooKeeper users
+//! cannot delete (or read) them; TLS and mTLS on the gRPC port.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use tokio::net::TcpListener;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity, ServerTlsConfig};
+use zkgate::coord::{CoordConfig, Coordinator};
+use zkgate::proto as pb;
+use zkgate::proto::election_client::ElectionClient;
+use zkgate::server::{self, ServeConfig};
+
+async fn start(cfg: ServeConfig) -> (std::net::SocketAddr, std::sync::Arc<Coordinator>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let coord = Coordinator::start(cfg.coord.clone());
+    tokio::spawn(server::run_with(
+        coord.clone(),
+        cfg,
+        listener,
+        None,
+        std::future::pending(),
+    ));
+    assert!(coord.wait_connected(Duration::from_secs(20)).await);
+    (addr, coord)
+}
+
+#[tokio::test]
+async fn digest_auth_makes_znodes_untouchable_for_others() {
+    let zk = shared_zk();
+    let mut cc = CoordConfig::new(&zk);
+    cc.root = unique_root();
+    cc.session_timeout = Duration::from_secs(4);
+    cc.zk_digest = Some("zkgate:s3cret".into());
+    let root = cc.root.clone();
+    let (addr, _coord) = start(ServeConfig::new(cc)).await;
+    let mut c = ElectionClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let mut a = Campaign::join(&mut c, "acl", "a", b"private").await;
+    a.elected().await;
+
+    let stranger = zk_client(&zk).await;
+    let queue = format!("{root}/elections/acl");
+    let e = stranger.list_children(&queue).await.unwrap_err();
+    assert_eq!(
+        e,
+        zookeeper_client::Error::NoAuth,
+        "others cannot even list the queue"
+    );
+    // Guess the member path from our own authenticated view.
+    let insider = zookeeper_client::Client::connector()
+        .with_auth("digest", b"zkgate:s3cret")
+        .connect(&zk)
+        .await
+        .unwrap();
+    let members = insider.list_children(&queue).await.unwrap();
+    assert_eq!(members.len(), 1);
+    let member = format!("{queue}/{}", members[0]);
+    assert_eq!(
+        stranger.delete(&member, None).await.unwrap_err(),
+        zookeeper_client::Error::NoAuth
+    );
+    assert_eq!(
+        stranger.get_data(&member).await.unwrap_err(),
+        zookeeper_client::Error::NoAuth
+    );
+    // The holder's lease still works through the gateway.
+    c.resign(pb::ResignRequest {
+        lease: a.lease.clone(),
+    })
+    .await
+    .unwrap();
+    a.expect_end(None).await;
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let ok = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        ok.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl.
+fn make_pki(dir: &Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=zkgate-test-ca",
+        ],
+    );
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    for who in ["server", "client"] {
+        openssl(
+            dir,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &format!("{who}.key"),
+                "-out",
+                &format!("{who}.csr"),
+                "-subj",
+                &format!("/CN={who}"),
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{who}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &format!("{who}.pem"),
+                "-days",
+                "1",
+                "-extfile",
+                "san.ext",
+            ],
+        );
+    }
+}
+
+#[tokio::test]
+async fn tls_and_mutual_tls_on_the_grpc_port() {
+    let dir = tempfile::tempdir().unwrap();
+    make_pki(dir.path());
+    let read = |f: &str| std::fs::read(dir.path().join(f)).unwrap();
+    let zk = shared_zk();
+    let mut cc = CoordConfig::new(&zk);
+    cc.root = unique_root();
+    cc.session_timeout = Duration::from_secs(4);
+    let mut cfg = ServeConfig::new(cc);
+    cfg.tls = Some(
+        ServerTlsConfig::new()
+            .identity(Identity::from_pem(read("server.pem"), read("server.key")))
+            .client_ca_root(Certificate::from_pem(read("ca.pem"))),
+    );
+    let (addr, _coord) = start(cfg).await;
+    let url = format!("https://localhost:{}", addr.port());
+    let ca = Certificate::from_pem(read("ca.pem"));
+
+    // With a client certificate: works.
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(ca.clone())
+        .domain_name("localhost")
+        .identity(Identity::from_pem(read("client.pem"), read("client.key")));
+    let ch = Channel::from_shared(url.clone())
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = ElectionClient::new(ch);
+    let e = c
+        .leader(pb::LeaderRequest {
+            election: "tls".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.code(),
+        tonic::Code::NotFound,
+        "a real answer over mTLS: {e:?}"
+    );
+
+    // Without a client certificate: refused.
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(ca)
+        .domain_name("localhost");
+    let refused = match Channel::from_shared(url.clone())
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+    {
+        Err(_) => true,
+        Ok(ch) => ElectionClient::new(ch)
+            .leader(pb::LeaderRequest {
+                election: "tls".into(),
+            })
+            .await
+            .is_err_and(|e| e.code() != tonic::Code::NotFound),
+    };
+    assert!(refused, "a client without a certificate must be refused");
+    // Plaintext: refused.
+    let plain = format!("http://127.0.0.1:{}", addr.port());
+    let refused = match Channel::from_shared(plain).unwrap().connect().await {
+        Err(_) => true,
+        Ok(ch) => ElectionClient::new(ch)
+            .leader(pb::LeaderRequest {
+                election: "tls".into(),
+            })
+            .await
+            .is_err_and(|e| e.code() != tonic::Code::NotFound),
+    };
+    assert!(refused);
+}
