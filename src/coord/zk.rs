@@ -28,6 +28,7 @@ pub struct Zk {
     client: Client,
     acls: Acls<'static>,
     counter: Arc<RequestCounter>,
+    lose_create_reply: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn result_label<T>(r: &ZkResult<T>) -> &'static str {
@@ -49,6 +50,7 @@ impl Zk {
             client,
             acls,
             counter,
+            lose_create_reply: Arc::default(),
         }
     }
 
@@ -72,14 +74,27 @@ impl Zk {
         r
     }
 
-    /// Creates an EPHEMERAL_SEQUENTIAL znode; returns its stat and full name (without parent).
+    /// Creates an EPHEMERAL_SEQUENTIAL znode; returns its stat and sequence number.
     pub async fn create_member(&self, prefix_path: &str, data: &[u8]) -> ZkResult<(Stat, i64)> {
         let opts = CreateMode::EphemeralSequential.with_acls(self.acls);
-        self.instrument("create", async {
-            let (stat, seq) = self.client.create(prefix_path, data, &opts).await?;
-            Ok((stat, seq.into_i64()))
-        })
-        .await
+        let r = self
+            .instrument("create", async {
+                let (stat, seq) = self.client.create(prefix_path, data, &opts).await?;
+                Ok((stat, seq.into_i64()))
+            })
+            .await;
+        if r.is_ok() && self.lose_create_reply.swap(false, Ordering::Relaxed) {
+            return Err(zkc::Error::ConnectionLoss);
+        }
+        r
+    }
+
+    /// Test seam (a failpoint, as etcd has them): the next member create succeeds in ZooKeeper
+    /// but reports `ConnectionLoss`, exactly as if its reply had been lost with the connection.
+    /// Proves G5 (the orphan is found again by its protected id and adopted) deterministically.
+    #[doc(hidden)]
+    pub fn lose_next_create_reply(&self) {
+        self.lose_create_reply.store(true, Ordering::Relaxed);
     }
 
     /// Makes the queue's parents: persistent root folders and a container node for the queue,
