@@ -29,6 +29,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// `ServeArgs` is large, but the command line is parsed once.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the gateway.
@@ -218,16 +220,19 @@ impl ServeArgs {
     }
 }
 
+/// `dev` flags. Port 0 picks a free port; the bound addresses are printed as `gRPC ADDR` and
+/// `HTTP ADDR` lines, so scripts and tests can run several side by side.
 #[derive(Debug, Args, Clone)]
 pub struct DevArgs {
-    /// gRPC listen address
+    /// gRPC listen address (port 0: any free port)
     #[arg(long, default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
-    /// HTTP address for /metrics and health
+    /// HTTP address for /metrics, /healthz, /readyz (port 0: any free port)
     #[arg(long, default_value = DEFAULT_HTTP)]
     pub http: SocketAddr,
-    /// Session timeout for the gateway
-    #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
+    /// Session timeout for the gateway. The local ZooKeeper runs with a 500 ms tick, so it
+    /// grants 1s to 10s; the default matches `serve`.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub session_timeout: Duration,
 }
 

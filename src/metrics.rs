@@ -59,6 +59,7 @@ pub fn install(name_label_cap: usize) -> PrometheusHandle {
                 .install_recorder()
                 .unwrap_or_else(|e| panic!("installing the Prometheus recorder failed: {e}"));
             describe();
+            register_unlabelled();
             handle
         })
         .clone()
@@ -109,6 +110,23 @@ fn describe() {
     );
     describe_counter!(GRPC_REQUESTS, "gRPC calls by method and final status code.");
     describe_gauge!(GRPC_STREAMS_ACTIVE, "Open gRPC calls by method.");
+}
+
+/// Creates every series without labels at its zero, so `/metrics` shows each one (with its
+/// HELP line) from the first scrape, not only after its first event. It matters for alerting:
+/// `increase()` needs two samples, so a counter that first appears at 1 (the first session
+/// expiration) would never fire an alert, and a gateway that never reached ZooKeeper would have
+/// no `zkgate_zk_connected` series at all. Gauges are moved by 0 rather than set, so
+/// registering can never overwrite a value already recorded.
+fn register_unlabelled() {
+    counter!(ZK_SESSION_EXPIRATIONS).increment(0);
+    for g in [CAMPAIGNS_ACTIVE, OBSERVERS_ACTIVE, LOCKS_HELD, ZK_CONNECTED] {
+        gauge!(g).increment(0.0);
+    }
+    for h in [LEADER_TENURE, FAILOVER, LOCK_WAIT] {
+        // Registering is enough: an empty histogram renders with zero buckets, sum and count.
+        let _ = histogram!(h);
+    }
 }
 
 /// The label for an election or lock name: itself for the first `cap` names seen, then `other`.

@@ -411,3 +411,55 @@ async fn leases_never_leak_through_read_apis() {
         assert!(!text.contains(&a.lease.to_lowercase()));
     }
 }
+
+#[tokio::test]
+async fn observe_first_message_is_the_existing_leader_on_a_fresh_gateway() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = gw.client().await;
+    let mut a = Campaign::join(&mut c, "first", "a", b"v").await;
+    let token = a.elected().await.fencing_token;
+    // A second gateway that has never seen this election: its first Observe message must be
+    // the leader, not a vacancy, and so must Leader/Validate.
+    for _ in 0..3 {
+        let other = Gateway::start_with(&zk, GatewayOpts { root: Some(gw.root.clone()), ..Default::default() }).await;
+        let mut c2 = other.client().await;
+        let mut obs = observe(&mut c2, "first").await;
+        let l = next_observed(&mut obs).await.expect("the current leader first");
+        assert_eq!((l.candidate.as_str(), l.fencing_token), ("a", token));
+        let v = c2
+            .validate(pb::ElectionValidateRequest { election: "first".into(), fencing_token: token })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(v.current);
+    }
+    a.quiet_for(Duration::from_millis(50)).await;
+}
+
+#[tokio::test]
+async fn a_pool_of_sessions_shares_one_election_fairly() {
+    let zk = shared_zk();
+    let gw = Gateway::start_with(&zk, GatewayOpts { zk_sessions: Some(3), ..Default::default() }).await;
+    let mut c = gw.client().await;
+    // Round-robin spreads these over three sessions (three queue actors, three watches); the
+    // queue is still one FIFO across them.
+    let mut cands = Vec::new();
+    for i in 0..6 {
+        cands.push(Campaign::join(&mut c, "pool", &format!("p{i}"), b"").await);
+    }
+    let zkc = zk_client(&zk).await;
+    let mut owners = std::collections::HashSet::new();
+    for p in member_znodes(&zkc, &gw.root).await {
+        owners.insert(zkc.get_data(&p).await.unwrap().1.ephemeral_owner);
+    }
+    assert_eq!(owners.len(), 3, "candidates spread over the pool's sessions");
+    let mut last = 0;
+    for i in 0..6 {
+        let mut cand = cands.remove(0);
+        let l = cand.elected().await;
+        assert_eq!(l.candidate, format!("p{i}"));
+        assert!(l.fencing_token > last);
+        last = l.fencing_token;
+    }
+}

@@ -607,7 +607,7 @@ impl Coordinator {
 }
 
 fn no_leader(election: &QueueName) -> CoordError {
-    CoordError::NotFound(format!("election {election:?} has no leader"))
+    CoordError::NotFound(format!("election \"{election}\" has no leader"))
 }
 
 pub(crate) fn lease_not_found() -> CoordError {

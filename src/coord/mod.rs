@@ -1,9 +1,10 @@
-//! Coordination over ZooKeeper: sessions, queues, elections and leases. No tonic types here;
-//! the API layer converts to and from the wire.
+//! Coordination over ZooKeeper: sessions, queues, elections, locks and leases. No tonic types
+//! here; the API layer converts to and from the wire.
 //!
 //! Data flows one way: `api` → `coord` → ZooKeeper; events flow back through channels.
 
 pub mod election;
+pub mod lock;
 pub mod queue;
 pub mod record;
 pub mod session;
@@ -179,8 +180,14 @@ impl Coordinator {
     pub async fn connection_changed(&self) {
         let mut futs = Vec::new();
         for s in &self.slots {
+            // Clones inherit the stored receiver's last-seen version, which nobody updates:
+            // mark them seen, or `changed()` would return at once and callers would spin.
             let mut slot = s.clone();
-            let link = slot.borrow().as_ref().map(|s| s.link());
+            let link = slot.borrow_and_update().as_ref().map(|s| {
+                let mut link = s.link();
+                link.borrow_and_update();
+                link
+            });
             futs.push(Box::pin(async move {
                 match link {
                     Some(mut link) => {

@@ -7,6 +7,13 @@
 //!
 //! After a reconnect the actor re-lists the queue before trusting its view again, because
 //! persistent watches miss events while disconnected (ZOOKEEPER-4698).
+//!
+//! # Who holds
+//! Elections and locks share this machinery. [`HolderScan`] states the one rule that decides
+//! which members hold (lead, own a permit, share a read lock); the actor confirms each local
+//! member the moment the rule admits it (an ownership-checked write, see `Actor::claim`) and
+//! signals only that member, so a change wakes exactly the members that now hold (G4).
+//! Elections additionally keep the observers' view of the head (`QueueView`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -34,8 +41,9 @@ pub struct QueueView {
 /// What the actor tells one local member.
 #[derive(Debug)]
 pub enum MemberSignal {
-    /// Confirmed head of the queue (ownership checked). `failover` is the time from the
-    /// predecessor's disappearance, when this gateway saw it.
+    /// Confirmed holder (ownership checked): the head of an election, or a lock holder.
+    /// `failover` is, for elections, the time from the predecessor's disappearance, when this
+    /// gateway saw it.
     Elected {
         leader: LeaderInfo,
         failover: Option<Duration>,
@@ -46,12 +54,33 @@ pub enum MemberSignal {
     Gone,
 }
 
+/// A member's place in the queue when it registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Enlisted {
+    /// Members ahead of it.
+    pub ahead: u32,
+    /// Whether it already holds by the actor's current view (it is confirmed and signalled
+    /// right after). A try-lock succeeds exactly when this is true.
+    pub holds: bool,
+}
+
+/// Why a member could not be registered. Its znode is left for the caller to delete.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The znode is already gone.
+    Gone,
+    /// A lock member ahead agreed to `recorded` permits, not to this member's count.
+    PermitMismatch { recorded: u32 },
+    /// Reading the members ahead (to compare permits) failed.
+    Zk(zkc::Error),
+}
+
 enum Command {
     Register {
         member: MemberName,
         record: NodeRecord,
         signals: mpsc::UnboundedSender<MemberSignal>,
-        reply: oneshot::Sender<Option<u32>>,
+        reply: oneshot::Sender<Result<Enlisted, Refusal>>,
     },
     Unregister {
         node: String,
@@ -86,9 +115,11 @@ impl QueueHandle {
             session,
             path: path.clone(),
             name: name.clone(),
+            kind,
             watcher,
             watching: true,
             members: BTreeMap::new(),
+            permits: HashMap::new(),
             local: HashMap::new(),
             head: None,
             head_gone_at: None,
@@ -122,6 +153,24 @@ impl QueueHandle {
         record: NodeRecord,
         signals: mpsc::UnboundedSender<MemberSignal>,
     ) -> Option<u32> {
+        self.enlist(member, record, signals)
+            .await
+            .ok()
+            .map(|e| e.ahead)
+    }
+
+    /// Registers a freshly created local member. In a lock queue the member is refused when a
+    /// member ahead agreed to a different permit count (`record.permits`, at least 1), so all
+    /// members alive at the same time agree on it.
+    ///
+    /// # Errors
+    /// [`Refusal`]; the caller then deletes the znode.
+    pub async fn enlist(
+        &self,
+        member: MemberName,
+        record: NodeRecord,
+        signals: mpsc::UnboundedSender<MemberSignal>,
+    ) -> Result<Enlisted, Refusal> {
         let (reply, rx) = oneshot::channel();
         self.cmd
             .send(Command::Register {
@@ -130,8 +179,8 @@ impl QueueHandle {
                 signals,
                 reply,
             })
-            .ok()?;
-        rx.await.ok().flatten()
+            .map_err(|_| Refusal::Gone)?;
+        rx.await.unwrap_or(Err(Refusal::Gone))
     }
 
     pub fn unregister(&self, node: &str) {
@@ -161,10 +210,14 @@ struct Actor {
     session: Arc<ZkSession>,
     path: String,
     name: QueueName,
+    kind: QueueKind,
     watcher: zkc::PersistentWatcher,
     watching: bool,
     /// sequence → node name
     members: BTreeMap<i64, String>,
+    /// Lock queues: sequence → the permit count that member agreed to, as far as read. A
+    /// member's permits never change, so entries stay valid until it leaves.
+    permits: HashMap<i64, u32>,
     local: HashMap<String, Local>,
     head: Option<Head>,
     head_gone_at: Option<Instant>,
@@ -177,8 +230,71 @@ enum Step {
     Stop,
 }
 
+/// The outcome of a claim write (see `Actor::claim`).
+enum Claim {
+    /// Ours, present, and now marked as holding.
+    Confirmed(LeaderInfo, zkc::Stat),
+    /// Gone, or not ours: forgotten; whatever follows it may now hold.
+    Vanished,
+    /// The write failed (connection loss): retried after the next event (a reconnect re-lists).
+    Retry,
+}
+
+/// The mode letter of a member's node name (`c`, `w` or `r`).
+fn mode_of(node: &str) -> char {
+    node.chars().next().unwrap_or('w')
+}
+
+/// The one rule that decides who holds, applied to a queue in sequence order.
+///
+/// A writer (`w`, and an election candidate `c`) holds when fewer than `permits` members are
+/// ahead of it and none of them is a reader; a reader (`r`) holds when no writer is ahead of
+/// it. So an election (one permit, no readers) is led by its head, a mutex or an N-permit
+/// semaphore is held by its first N members, and a read-write lock (one permit) admits a run
+/// of readers at the head or a single writer — in FIFO order, so a writer queued behind
+/// readers goes before every later reader.
+///
+/// Each condition can only turn true while a member waits (members ahead leave, newcomers
+/// queue behind), never back: a member that holds keeps holding until it leaves. That is why
+/// a gateway whose view lags can only be late, never wrong.
+#[derive(Debug, Default, Clone)]
+pub struct HolderScan {
+    ahead: usize,
+    writers: usize,
+    readers: usize,
+}
+
+impl HolderScan {
+    /// Whether a member of `mode` would hold with the members pushed so far ahead of it.
+    /// `permits` of 0 counts as 1.
+    pub fn admits(&self, mode: char, permits: u32) -> bool {
+        if mode == 'r' {
+            self.writers == 0
+        } else {
+            self.readers == 0 && self.ahead < permits.max(1) as usize
+        }
+    }
+
+    /// Counts a member as ahead of the ones still to come.
+    pub fn push(&mut self, mode: char) {
+        self.ahead += 1;
+        if mode == 'r' {
+            self.readers += 1;
+        } else {
+            self.writers += 1;
+        }
+    }
+
+    /// True when no later member can hold with at most `max_permits` permits.
+    pub fn exhausted(&self, max_permits: u32) -> bool {
+        self.writers > 0 && (self.readers > 0 || self.ahead >= max_permits.max(1) as usize)
+    }
+}
+
 impl Actor {
     async fn run(mut self) {
+        // Read the head once before anything happens, so observers get their first state.
+        self.reconcile().await;
         loop {
             let step = tokio::select! {
                 ev = self.watcher.changed(), if self.watching => self.on_event(ev).await,
@@ -277,6 +393,7 @@ impl Actor {
     /// A member's znode is gone: drop it from the view and tell its local stream, if any.
     fn forget(&mut self, sequence: i64, node: &str) {
         self.members.remove(&sequence);
+        self.permits.remove(&sequence);
         if self.head.as_ref().is_some_and(|h| h.sequence == sequence) {
             self.head_gone_at = Some(Instant::now());
         }
@@ -304,14 +421,29 @@ impl Actor {
                     {
                         Ok(_) => {
                             self.members.insert(member.sequence, node.clone());
+                            // Events that arrived meanwhile (members created before ours among
+                            // them) must be in the view before it decides anything.
+                            if let Step::Stop = self.drain_events().await {
+                                let _ = reply.send(Err(Refusal::Gone));
+                                return Step::Stop;
+                            }
                         }
                         Err(_) => {
-                            let _ = reply.send(None);
+                            let _ = reply.send(Err(Refusal::Gone));
                             return Step::Continue;
                         }
                     }
                 }
+                let permits = record.permits.max(1);
+                if self.kind == QueueKind::Lock {
+                    if let Err(refusal) = self.check_permits(member.sequence, permits).await {
+                        let _ = reply.send(Err(refusal));
+                        return Step::Continue;
+                    }
+                    self.permits.insert(member.sequence, permits);
+                }
                 let ahead = self.members.range(..member.sequence).count() as u32;
+                let holds = self.would_hold(member.sequence, member.mode, permits);
                 self.local.insert(
                     node,
                     Local {
@@ -321,13 +453,62 @@ impl Actor {
                         confirmed: false,
                     },
                 );
-                let _ = reply.send(Some(ahead));
+                let _ = reply.send(Ok(Enlisted { ahead, holds }));
             }
             Command::Unregister { node } => {
                 self.local.remove(&node);
             }
         }
         Step::Continue
+    }
+
+    /// Lock queues: refuses a member whose permit count differs from that of any member ahead
+    /// of it. Checking every member ahead (not only the head) makes any two members alive at
+    /// the same time agree: the younger one saw the older one when it joined. Permits of members
+    /// not seen before are read in one round trip; local and known members cost nothing.
+    async fn check_permits(&mut self, sequence: i64, ours: u32) -> Result<(), Refusal> {
+        let unknown: Vec<(i64, String)> = self
+            .members
+            .range(..sequence)
+            .filter(|(s, _)| !self.permits.contains_key(s))
+            .map(|(s, n)| (*s, format!("{}/{}", self.path, n)))
+            .collect();
+        if !unknown.is_empty() {
+            let paths: Vec<String> = unknown.iter().map(|(_, p)| p.clone()).collect();
+            let data = self
+                .session
+                .zk
+                .get_many(&paths)
+                .await
+                .map_err(Refusal::Zk)?;
+            for ((seq, _), found) in unknown.into_iter().zip(data) {
+                // Missing: deleted meanwhile; its deletion event follows.
+                if let Some((bytes, _)) = found {
+                    self.permits
+                        .insert(seq, NodeRecord::decode_lossy(&bytes).permits.max(1));
+                }
+            }
+        }
+        let mismatch = self
+            .members
+            .range(..sequence)
+            .find_map(|(s, _)| self.permits.get(s).copied().filter(|&p| p != ours));
+        match mismatch {
+            Some(recorded) => Err(Refusal::PermitMismatch { recorded }),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the member `sequence` holds by the current view ([`HolderScan`]).
+    fn would_hold(&self, sequence: i64, mode: char, permits: u32) -> bool {
+        let mut scan = HolderScan::default();
+        for node in self.members.range(..sequence).map(|(_, n)| n) {
+            scan.push(mode_of(node));
+            if scan.exhausted(permits) {
+                return false;
+            }
+        }
+        scan.admits(mode, permits)
     }
 
     /// Re-lists the queue and rebuilds the view from ZooKeeper.
@@ -351,11 +532,13 @@ impl Actor {
         for (seq, node) in gone {
             self.forget(seq, &node);
         }
+        let members = &self.members;
+        self.permits.retain(|s, _| members.contains_key(s));
         if let Some(h) = self.head.as_mut() {
             h.fetched = false;
         }
-        self.view_tx
-            .send_if_modified(|v| !std::mem::replace(&mut v.synced, true));
+        // `synced` is set by the next `publish`, once the head has been read: an observer's
+        // first message must be the real state, never a vacancy we have not checked.
         Ok(())
     }
 
@@ -376,8 +559,87 @@ impl Actor {
         });
     }
 
-    /// Brings the head up to date: confirm it if it is ours, else read who it is.
     async fn reconcile(&mut self) {
+        match self.kind {
+            QueueKind::Election => self.reconcile_head().await,
+            QueueKind::Lock => self.reconcile_holders().await,
+        }
+    }
+
+    /// Lock queues: confirms every local member that the rule now admits, all claims in
+    /// parallel (a writer leaving may admit a whole run of readers), and signals each one.
+    /// Nothing else is read or written, so a hand-over costs the delete, one event and one
+    /// write per new holder on its own gateway (G4).
+    async fn reconcile_holders(&mut self) {
+        // Each pass either settles or removes a vanished member, so this ends.
+        for _ in 0..16 {
+            let due = self.due_holders();
+            if due.is_empty() {
+                return;
+            }
+            let zk = &self.session.zk;
+            let writes = due.iter().map(|(_, node, record)| {
+                let path = format!("{}/{}", self.path, node);
+                let data = record.encode_to_vec();
+                async move { zk.set_data(&path, &data, None).await }
+            });
+            let results = futures::future::join_all(writes).await;
+            let mut rerun = false;
+            for ((sequence, node, record), result) in due.into_iter().zip(results) {
+                match self.claim(sequence, &node, record, result) {
+                    Claim::Confirmed(holder, _) => {
+                        if let Some(local) = self.local.get(&node) {
+                            let _ = local.signals.send(MemberSignal::Elected {
+                                leader: holder,
+                                failover: None,
+                            });
+                        }
+                    }
+                    Claim::Vanished => rerun = true,
+                    Claim::Retry => {}
+                }
+            }
+            if !rerun {
+                return;
+            }
+        }
+    }
+
+    /// Local members that hold by the rule but are not confirmed yet, with the record to write.
+    fn due_holders(&self) -> Vec<(i64, String, NodeRecord)> {
+        let mut waiting = self.local.values().filter(|l| !l.confirmed).count();
+        if waiting == 0 {
+            return Vec::new();
+        }
+        let max_permits = self
+            .local
+            .values()
+            .map(|l| l.record.permits.max(1))
+            .max()
+            .unwrap_or(1);
+        let now = now_ms();
+        let mut scan = HolderScan::default();
+        let mut due = Vec::new();
+        for (&sequence, node) in &self.members {
+            if waiting == 0 || scan.exhausted(max_permits) {
+                break;
+            }
+            let mode = mode_of(node);
+            if let Some(local) = self.local.get(node).filter(|l| !l.confirmed) {
+                waiting -= 1;
+                if scan.admits(mode, local.record.permits) {
+                    let mut record = local.record.clone();
+                    record.elected_at_ms = now;
+                    due.push((sequence, node.clone(), record));
+                }
+            }
+            scan.push(mode);
+        }
+        due
+    }
+
+    /// Elections: brings the head up to date: confirm it if it is ours, else read who it is.
+    async fn reconcile_head(&mut self) {
         // Each pass either settles or removes a vanished head, so this ends.
         for _ in 0..16 {
             let Some((&sequence, node)) = self.members.iter().next() else {
@@ -394,7 +656,10 @@ impl Actor {
                     known_mzxid: 0,
                 });
                 // The previous leader is gone; until the new head is confirmed, nobody leads.
-                self.publish(None);
+                // (Only a change if a leader was published: the first state is read first.)
+                if self.view_tx.borrow().leader.is_some() {
+                    self.publish(None);
+                }
             }
             let path = format!("{}/{}", self.path, node);
             let local_unconfirmed = self.local.get(&node).is_some_and(|l| !l.confirmed);
@@ -453,26 +718,15 @@ impl Actor {
         };
         let mut record = local.record.clone();
         record.elected_at_ms = now_ms();
-        match self
+        let result = self
             .session
             .zk
             .set_data(path, &record.encode_to_vec(), None)
-            .await
-        {
-            Ok(stat) if stat.ephemeral_owner == self.session.session_id() => {
-                let leader = LeaderInfo {
-                    election: self.name.clone(),
-                    candidate: record.participant.clone(),
-                    value: record.value.clone(),
-                    fencing_token: FencingToken(stat.czxid as u64),
-                    since: record
-                        .elected_at()
-                        .unwrap_or_else(std::time::SystemTime::now),
-                };
+            .await;
+        match self.claim(sequence, node, record, result) {
+            Claim::Confirmed(leader, stat) => {
                 let failover = self.head_gone_at.take().map(|t| t.elapsed());
-                if let Some(local) = self.local.get_mut(node) {
-                    local.confirmed = true;
-                    local.record = record;
+                if let Some(local) = self.local.get(node) {
                     let _ = local.signals.send(MemberSignal::Elected {
                         leader: leader.clone(),
                         failover,
@@ -486,18 +740,123 @@ impl Actor {
                 self.publish(Some(leader));
                 false
             }
+            Claim::Vanished => true,
+            Claim::Retry => false,
+        }
+    }
+
+    /// Settles the write that claims a local member as holder: `record` (with `elected_at_ms`)
+    /// written without a version. Only a reply proving the znode present *and* owned by our
+    /// current session confirms it (CURATOR-696); a vanished or foreign znode is forgotten.
+    fn claim(
+        &mut self,
+        sequence: i64,
+        node: &str,
+        record: NodeRecord,
+        result: Result<zkc::Stat, zkc::Error>,
+    ) -> Claim {
+        match result {
+            Ok(stat) if stat.ephemeral_owner == self.session.session_id() => {
+                let holder = LeaderInfo {
+                    election: self.name.clone(),
+                    candidate: record.participant.clone(),
+                    value: record.value.clone(),
+                    fencing_token: FencingToken(stat.czxid as u64),
+                    since: record
+                        .elected_at()
+                        .unwrap_or_else(std::time::SystemTime::now),
+                };
+                if let Some(local) = self.local.get_mut(node) {
+                    local.confirmed = true;
+                    local.record = record;
+                }
+                Claim::Confirmed(holder, stat)
+            }
             Ok(stat) => {
-                tracing::error!(queue = %self.name, owner = stat.ephemeral_owner, "queue head is not owned by our session; not electing it");
+                tracing::error!(queue = %self.name, owner = stat.ephemeral_owner, "member znode is not owned by our session; not confirming it");
                 self.forget(sequence, node);
-                true
+                Claim::Vanished
             }
             Err(zkc::Error::NoNode) => {
                 self.forget(sequence, node);
-                true
+                Claim::Vanished
             }
             Err(e) => {
-                tracing::debug!(queue = %self.name, error = %e, "confirming the head failed; will retry after reconnect");
-                false
+                tracing::debug!(queue = %self.name, error = %e, "confirming a holder failed; will retry after reconnect");
+                Claim::Retry
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HolderScan;
+
+    /// Which members of a queue (mode letters in sequence order) hold with `permits`.
+    fn holders(modes: &str, permits: u32) -> String {
+        let mut scan = HolderScan::default();
+        modes
+            .chars()
+            .map(|m| {
+                let holds = scan.admits(m, permits);
+                scan.push(m);
+                if holds {
+                    m.to_ascii_uppercase()
+                } else {
+                    m
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn elections_mutexes_and_semaphores() {
+        assert_eq!(holders("ccc", 0), "Ccc", "an election is led by its head");
+        assert_eq!(holders("www", 1), "Www");
+        assert_eq!(holders("www", 0), "Www", "0 permits is a mutex");
+        assert_eq!(holders("wwwww", 3), "WWWww");
+        assert_eq!(holders("w", 3), "W");
+    }
+
+    #[test]
+    fn read_write_in_fifo_order() {
+        assert_eq!(holders("rrr", 1), "RRR", "readers share");
+        assert_eq!(
+            holders("rrwr", 1),
+            "RRwr",
+            "a writer behind readers blocks later readers"
+        );
+        assert_eq!(holders("wrr", 1), "Wrr", "a writer excludes readers");
+        assert_eq!(holders("rwwr", 1), "Rwwr");
+        assert_eq!(
+            holders("wwr", 2),
+            "WWr",
+            "permits bound writers; readers wait for all"
+        );
+        assert_eq!(holders("rww", 2), "Rww");
+    }
+
+    #[test]
+    fn exhausted_only_when_nobody_later_can_hold() {
+        for (modes, permits) in [
+            ("ccc", 1),
+            ("rrwr", 1),
+            ("wwwww", 3),
+            ("rrr", 1),
+            ("rww", 2),
+        ] {
+            let mut scan = HolderScan::default();
+            let chars: Vec<char> = modes.chars().collect();
+            for (i, &m) in chars.iter().enumerate() {
+                scan.push(m);
+                if scan.exhausted(permits) {
+                    let mut rest = scan.clone();
+                    for &later in &chars[i + 1..] {
+                        assert!(!rest.admits(later, permits), "{modes} {permits}");
+                        rest.push(later);
+                    }
+                }
             }
         }
     }

@@ -78,6 +78,7 @@ pub struct GatewayOpts {
     pub session_timeout: Duration,
     pub root: Option<String>,
     pub max_value_bytes: Option<usize>,
+    pub zk_sessions: Option<usize>,
 }
 
 impl Default for GatewayOpts {
@@ -86,6 +87,7 @@ impl Default for GatewayOpts {
             session_timeout: Duration::from_secs(4),
             root: None,
             max_value_bytes: None,
+            zk_sessions: None,
         }
     }
 }
@@ -112,6 +114,9 @@ impl Gateway {
         coord_cfg.session_timeout = opts.session_timeout;
         if let Some(m) = opts.max_value_bytes {
             coord_cfg.max_value_bytes = m;
+        }
+        if let Some(n) = opts.zk_sessions {
+            coord_cfg.pool_size = n;
         }
         let cfg = ServeConfig::new(coord_cfg.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

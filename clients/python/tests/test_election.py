@@ -1,0 +1,154 @@
+"""The Python helper against a real gateway: ordering, failover, the context manager, the
+watchdog on a frozen gateway, and observe."""
+
+import os
+import signal
+import time
+
+import grpc
+import pytest
+
+import zkgate
+
+STEP = 10.0
+
+
+def test_second_candidate_is_elected_when_the_first_resigns(addr, election):
+    a = zkgate.Campaign(addr, election, "a", b"va")
+    b = None
+    try:
+        assert a.wait_queued(STEP) == 0
+        leader_a = a.wait_elected(STEP)
+        b = zkgate.Campaign(addr, election, "b", b"vb")
+        assert (leader_a.candidate, leader_a.value) == ("a", b"va")
+        assert b.wait_queued(STEP) == 1
+        time.sleep(0.2)
+        assert not b.elected.is_set(), "only the head of the queue is elected"
+        assert zkgate.leader(addr, election).candidate == "a"
+
+        a.resign()
+        assert a.lost.is_set() and a.lost_reason == "resigned"
+        assert a.end_code == grpc.StatusCode.OK
+        leader_b = b.wait_elected(STEP)
+        assert leader_b.candidate == "b"
+        assert leader_b.fencing_token > leader_a.fencing_token
+        assert b.is_leader and b.silence_limit and b.silence_limit > 0
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+    assert zkgate.leader(addr, election) is None
+
+
+def test_failover_when_the_leader_process_drops_its_stream(addr, election):
+    lost = []
+    a = zkgate.Campaign(addr, election, "a", on_lost=lost.append)
+    a.wait_elected(STEP)
+    b = zkgate.Campaign(addr, election, "b")
+    try:
+        b.wait_queued(STEP)
+        a.cancel()  # as if the process died: stream loss is release
+        assert b.wait_elected(STEP).candidate == "b"
+        assert a.lost.is_set() and a.end_code == grpc.StatusCode.CANCELLED
+        assert lost == [], "on_lost is not called for our own cancel"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_elect_context_manager_and_proclaim(addr, election):
+    with zkgate.elect(addr, election, "solo", b"v1", timeout=STEP) as leadership:
+        leadership.check()
+        assert leadership.fencing_token > 0
+        new = leadership.proclaim(b"v2")
+        assert new.value == b"v2" and new.fencing_token == leadership.fencing_token
+        assert zkgate.leader(addr, election).value == b"v2"
+        deadline = time.monotonic() + STEP
+        while leadership.leader.value != b"v2" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert leadership.leader.value == b"v2", "proclaimed arrives on the stream too"
+    assert leadership.lost.is_set()
+    with pytest.raises(zkgate.LeadershipLost):
+        leadership.check()
+    assert zkgate.leader(addr, election) is None
+
+
+def test_proclaim_by_a_waiting_candidate_is_refused_and_keeps_the_campaign(addr, election):
+    a = zkgate.Campaign(addr, election, "a")
+    a.wait_elected(STEP)
+    b = zkgate.Campaign(addr, election, "b")
+    try:
+        b.wait_queued(STEP)
+        with pytest.raises(grpc.RpcError) as err:
+            b.proclaim(b"nope")
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert not b.lost.is_set()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_refused_join_ends_the_campaign(addr):
+    c = zkgate.Campaign(addr, "bad name!", "x")
+    with pytest.raises(zkgate.LeadershipLost) as err:
+        c.wait_elected(STEP)
+    assert c.end_code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "election" in err.value.reason
+    c.close()
+
+
+def test_observe_sees_vacancy_then_leaders(addr, election):
+    seen = zkgate.observe(addr, election)
+    assert next(seen) is None, "current state first: vacant"
+    a = zkgate.Campaign(addr, election, "a")
+    a.wait_elected(STEP)
+    b = zkgate.Campaign(addr, election, "b")
+    try:
+        assert next(seen).candidate == "a"
+        b.wait_queued(STEP)
+        a.resign()
+        b.wait_elected(STEP)
+        nxt = next(seen)
+        if nxt is None:  # the vacancy between two leaders may be reported
+            nxt = next(seen)
+        assert nxt.candidate == "b"
+    finally:
+        a.close()
+        b.close()
+        seen.close()
+
+
+def test_watchdog_declares_loss_when_the_gateway_freezes(addr, election):
+    pid = os.environ.get("ZKGATE_PID")
+    if not pid:
+        pytest.skip("needs ZKGATE_PID: the gateway process to freeze")
+    pid = int(pid)
+    lost = []
+    with zkgate.elect(addr, election, "a", timeout=STEP, on_lost=lost.append) as leadership:
+        limit = leadership.silence_limit
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            assert leadership.lost.wait(limit * 3), "no loss declared while the gateway was frozen"
+            waited = time.monotonic() - started
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert not leadership.is_leader
+        assert "silence limit" in leadership.lost_reason
+        assert lost == [leadership.lost_reason]
+        # Heartbeats come every limit/3, so loss is declared within (limit/3, limit] + scheduling.
+        assert limit / 3 <= waited <= limit + 2.0, (waited, limit)
+    # The helper gave its candidacy up: once the gateway runs again, another is elected. (The
+    # freeze may have cost the gateway its ZooKeeper connection for a moment: retry UNAVAILABLE.)
+    deadline = time.monotonic() + STEP
+    while True:
+        follower = zkgate.Campaign(addr, election, "b")
+        try:
+            assert follower.wait_elected(STEP).candidate == "b"
+            break
+        except zkgate.LeadershipLost:
+            if follower.end_code != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+        finally:
+            follower.close()

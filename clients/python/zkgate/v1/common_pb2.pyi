@@ -1,0 +1,31 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Queued(_message.Message):
+    __slots__ = ("lease", "position")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    lease: str
+    position: int
+    def __init__(self, lease: _Optional[str] = ..., position: _Optional[int] = ...) -> None: ...
+
+class Suspended(_message.Message):
+    __slots__ = ("stop_within",)
+    STOP_WITHIN_FIELD_NUMBER: _ClassVar[int]
+    stop_within: _duration_pb2.Duration
+    def __init__(self, stop_within: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class Resumed(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls exactly this). Installs what is missing
+# (ZooKeeper, promtool, grpcurl, the Python client's packages), then checks formatting and
+# clippy lints and runs every test. Extra arguments go to `cargo test`, e.g.
+#   scripts/test.sh --test walkthrough
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
+cd "$ZKGATE_REPO"
+
+start=$(date +%s)
+ensure_cargo
+ensure_zookeeper
+ensure_promtool
+ensure_grpcurl
+ensure_python_client_deps
+say "tools ready in $(($(date +%s) - start)) s: $(java -version 2>&1 | head -1); $(grpcurl -version 2>&1); python3 $(python3 -c 'import grpc; print("grpcio", grpc.__version__)')"
+
+say "cargo fmt --check"
+cargo fmt --all --check
+say "cargo clippy --all-targets -- -D warnings"
+cargo clippy --quiet --workspace --all-targets -- -D warnings
+say "cargo test"
+cargo test --workspace "$@"
+say "all passed in $(($(date +%s) - start)) s"

@@ -1,0 +1,625 @@
+//! Locks: mutexes, N-permit semaphores and read-write locks, served by the same per-queue actor,
+//! watch and znode layout as elections (`/<root>/locks/<name>/<mode>-<id>-<seq>`).
+//!
+//! # One recipe
+//! Every Acquire stream is one EPHEMERAL_SEQUENTIAL member znode: `w-…` for WRITE (exclusive,
+//! or one permit of a semaphore), `r-…` for READ. Who holds follows from the order alone
+//! ([`HolderScan`](super::queue::HolderScan)): the first `permits` writers hold while no
+//! reader is ahead of them; readers hold while no writer is ahead of them. A member that holds
+//! keeps holding until its znode goes, so the only event that moves a lock is a deletion, and
+//! it wakes only the members it admits (herd-free, G4).
+//!
+//! # Permits
+//! The permit count is recorded in every member's data (`NodeRecord::permits`, at least 1).
+//! A newcomer is compared with every member ahead of it and refused (`FAILED_PRECONDITION`,
+//! znode deleted first) if any of them disagrees, so all members alive at the same moment
+//! agree; once a name is idle, the next contender may choose a new count. READ needs a
+//! single-permit name: a read-write lock has one writer at a time.
+//!
+//! # Waiting and leases
+//! `wait_timeout` and `ttl` are enforced by the gateway that hosts the stream, on its monotonic
+//! clock; see [`AcquireSpec`] for how precisely.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::election::{create_member, read_members, release_in_background};
+use super::queue::{MemberSignal, QueueHandle, Refusal};
+use super::record::NodeRecord;
+use super::session::{Link, LossReason, ZkSession};
+use super::types::{
+    FencingToken, InvalidInput, LeaderInfo, Lease, MemberInfo, Participant, QueueKind, QueueName,
+};
+use super::{CoordError, Coordinator};
+use crate::metrics as m;
+
+/// More permits than any real semaphore needs; larger counts are a mistake (a negative number
+/// through an unsigned field, a typo) and refused as `INVALID_ARGUMENT`.
+pub const MAX_PERMITS: u32 = 10_000;
+
+/// Exclusive (WRITE) or shared (READ) on the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    Write,
+    Read,
+}
+
+impl LockMode {
+    /// The mode letter of the member's znode name.
+    pub fn letter(self) -> char {
+        match self {
+            LockMode::Write => 'w',
+            LockMode::Read => 'r',
+        }
+    }
+
+    /// The mode of a member znode's letter (anything but `r` excludes).
+    pub fn of_letter(c: char) -> Self {
+        if c == 'r' {
+            LockMode::Read
+        } else {
+            LockMode::Write
+        }
+    }
+}
+
+/// A validated `acquire`.
+///
+/// # How precisely the timers hold
+/// Both run on the hosting gateway's monotonic clock, from the moment it processed the event;
+/// network delay to and from the client is not included.
+/// - `wait_timeout` counts from `queued`. When it passes before `acquired`, the znode is
+///   deleted (the delete is awaited) and only then does the stream end `DEADLINE_EXCEEDED`.
+///   A request that holds the moment it is queued is never timed out (so zero is a try-lock
+///   that succeeds exactly when the lock is free in the gateway's view).
+/// - `ttl` counts from `acquired` and restarts with every `keep_alive{}` the gateway receives
+///   (keep-alives before `acquired` are accepted and change nothing). The lock is held at least
+///   `ttl` after the last keep-alive arrived and is released no later than `ttl` plus one timer
+///   tick (~1 ms) plus one ZooKeeper delete round trip after it (retried through connection
+///   losses; if the session is lost instead, the znode goes with it). The stream then ends
+///   `ABORTED`. A client should send keep-alives well within `ttl` (say every `ttl / 3`).
+#[derive(Debug, Clone)]
+pub struct AcquireSpec {
+    pub name: QueueName,
+    pub owner: Participant,
+    /// At least 1.
+    pub permits: u32,
+    pub mode: LockMode,
+    /// `None`: wait forever; zero: try-lock.
+    pub wait_timeout: Option<Duration>,
+    /// `None`: the lease lives as long as the stream.
+    pub ttl: Option<Duration>,
+}
+
+impl AcquireSpec {
+    /// Checks the combination: permits 0 or 1 is a mutex, at most [`MAX_PERMITS`], READ only on
+    /// a single-permit name, `ttl` positive when set.
+    ///
+    /// # Errors
+    /// [`InvalidInput`] naming the rule broken.
+    pub fn new(
+        name: QueueName,
+        owner: Participant,
+        permits: u32,
+        mode: LockMode,
+        wait_timeout: Option<Duration>,
+        ttl: Option<Duration>,
+    ) -> Result<Self, InvalidInput> {
+        if permits > MAX_PERMITS {
+            return Err(InvalidInput::Other(format!(
+                "permits is {permits}; at most {MAX_PERMITS} are allowed (0 or 1 is a mutex)"
+            )));
+        }
+        let permits = permits.max(1);
+        if mode == LockMode::Read && permits > 1 {
+            return Err(InvalidInput::Other(format!(
+                "mode READ needs permits 0 or 1 (a read-write lock has one writer at a time), not {permits}"
+            )));
+        }
+        if ttl.is_some_and(|t| t.is_zero()) {
+            return Err(InvalidInput::Other(
+                "ttl must be positive; leave it unset to tie the lease to the stream".into(),
+            ));
+        }
+        Ok(Self {
+            name,
+            owner,
+            permits,
+            mode,
+            wait_timeout,
+            ttl,
+        })
+    }
+}
+
+/// A confirmed holder, as its own stream hears it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquisition {
+    pub name: QueueName,
+    pub owner: String,
+    pub fencing_token: FencingToken,
+    pub since: SystemTime,
+    pub mode: LockMode,
+}
+
+/// What an Acquire stream tells its client, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LockEvent {
+    Acquired(Acquisition),
+    Suspended {
+        stop_within: Duration,
+    },
+    Resumed,
+    /// `wait_timeout` passed before `acquired`: [`LockHold::release`], then `DEADLINE_EXCEEDED`.
+    WaitExpired(Duration),
+    /// No keep-alive within `ttl` while held: [`LockHold::release`], then `ABORTED`.
+    LeaseExpired(Duration),
+    Ended(LockEnd),
+}
+
+/// Why a hold ended by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockEnd {
+    /// The znode was deleted by a `Release` with the lease (any gateway). Ends `OK`.
+    Released,
+    /// The session is over (or presumed over). Ends `ABORTED`, or `UNAVAILABLE` when draining.
+    Lost(LossReason),
+}
+
+/// A stream's view of its session's link: suspension and resumption are reported once each.
+/// (The same logic `Candidacy` follows; it could share this helper.)
+#[derive(Debug)]
+pub(crate) struct LinkFollower {
+    link: watch::Receiver<Link>,
+    suspended: bool,
+}
+
+/// A change of the link worth telling a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LinkChange {
+    Suspended { stop_within: Duration },
+    Resumed,
+    Lost(LossReason),
+}
+
+impl LinkFollower {
+    pub(crate) fn new(link: watch::Receiver<Link>) -> Self {
+        Self {
+            link,
+            suspended: false,
+        }
+    }
+
+    /// The next change to report.
+    ///
+    /// # Cancellation safety
+    /// Cancellation safe.
+    pub(crate) async fn next(&mut self) -> LinkChange {
+        loop {
+            if self.link.changed().await.is_err() {
+                return LinkChange::Lost(LossReason::Closed);
+            }
+            let link = self.link.borrow_and_update().clone();
+            match link {
+                Link::Lost(reason) => return LinkChange::Lost(reason),
+                Link::Suspended { deadline } if !self.suspended => {
+                    self.suspended = true;
+                    return LinkChange::Suspended {
+                        stop_within: deadline.saturating_duration_since(Instant::now()),
+                    };
+                }
+                Link::Connected if self.suspended => {
+                    self.suspended = false;
+                    return LinkChange::Resumed;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The loss, if the session is already over.
+    pub(crate) fn lost(&self) -> Option<LossReason> {
+        match &*self.link.borrow() {
+            Link::Lost(reason) => Some(*reason),
+            _ => None,
+        }
+    }
+}
+
+/// While held: the token for the log line and the gauge that counts held locks.
+#[derive(Debug)]
+struct Held {
+    fencing_token: FencingToken,
+    _gauge: m::GaugeGuard,
+}
+
+/// One open Acquire stream's place in a lock's queue. Dropping it (the stream ended for any
+/// reason) deletes its znode: stream loss is release (G3).
+#[derive(Debug)]
+pub struct LockHold {
+    session: Arc<ZkSession>,
+    queue: Arc<QueueHandle>,
+    lease: Lease,
+    path: String,
+    position: u32,
+    mode: LockMode,
+    owner: String,
+    signals: mpsc::UnboundedReceiver<MemberSignal>,
+    link: LinkFollower,
+    queued_at: Instant,
+    wait_timeout: Option<Duration>,
+    /// Until `acquired`; `None` waits forever.
+    wait_deadline: Option<Instant>,
+    ttl: Option<Duration>,
+    /// While held with a ttl: the latest moment for the next keep-alive.
+    ttl_deadline: Option<Instant>,
+    held: Option<Held>,
+    /// The znode is known gone: nothing to delete on drop.
+    released: bool,
+    _stream: tokio_util::task::task_tracker::TaskTrackerToken,
+}
+
+impl Coordinator {
+    /// Queues for a lock: creates the member znode, registers it with the lock's queue actor
+    /// (which refuses a permit count that differs from the members ahead) and returns the
+    /// hold, which reports `acquired` once the actor has confirmed it.
+    ///
+    /// # Errors
+    /// `FailedPrecondition` on a permit mismatch (the znode is deleted before this returns);
+    /// `Unavailable`/`Draining` without a session; ZooKeeper errors.
+    ///
+    /// # Cancellation safety
+    /// Not cancellation safe: a future dropped after the znode was created leaves it to the
+    /// session's end. The API runs it in a task of its own, which is never dropped midway.
+    pub async fn acquire(&self, spec: AcquireSpec) -> Result<LockHold, CoordError> {
+        let stream = self.stream_token();
+        let session = self.session()?;
+        let queue = session.queue(QueueKind::Lock, &spec.name).await?;
+        let record = NodeRecord {
+            participant: spec.owner.as_str().to_owned(),
+            permits: spec.permits,
+            ..Default::default()
+        };
+        let member = create_member(&session, &queue.path, spec.mode.letter(), &record).await?;
+        let path = format!("{}/{}", queue.path, member.node_name());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let enlisted = match queue.enlist(member.clone(), record, tx).await {
+            Ok(e) => e,
+            Err(refusal) => {
+                // Leave no znode behind (G8): delete it before answering.
+                if let Err(e) = session
+                    .zk
+                    .delete_until_gone(&path, session.timing.negotiated)
+                    .await
+                {
+                    tracing::debug!(error = %e, "deleting a refused lock request failed; the session's end will remove it");
+                }
+                return Err(match refusal {
+                    Refusal::PermitMismatch { recorded } => CoordError::FailedPrecondition(format!(
+                        "lock {:?} is held or awaited with {recorded} permit(s), but this request asked for {}: everyone on a name must agree on permits",
+                        spec.name.as_str(),
+                        spec.permits
+                    )),
+                    Refusal::Gone => CoordError::Unavailable(
+                        "the lock request's znode vanished right after creation".into(),
+                    ),
+                    Refusal::Zk(e) => e.into(),
+                });
+            }
+        };
+        let queued_at = Instant::now();
+        // A request that holds the moment it is queued is never timed out: a try-lock on a free
+        // lock succeeds although confirming it takes a round trip.
+        let wait_deadline = match spec.wait_timeout {
+            Some(t) if !enlisted.holds => Some(queued_at.checked_add(t).unwrap_or_else(far_future)),
+            _ => None,
+        };
+        let lease = Lease {
+            kind: QueueKind::Lock,
+            queue: spec.name,
+            member,
+        };
+        Ok(LockHold {
+            link: LinkFollower::new(session.link()),
+            session,
+            queue,
+            lease,
+            path,
+            position: enlisted.ahead,
+            mode: spec.mode,
+            owner: spec.owner.as_str().to_owned(),
+            signals: rx,
+            queued_at,
+            wait_timeout: spec.wait_timeout,
+            wait_deadline,
+            ttl: spec.ttl,
+            ttl_deadline: None,
+            held: None,
+            released: false,
+            _stream: stream,
+        })
+    }
+}
+
+/// How long a lock's queue actor (its watch and its view of the members) outlives the last
+/// stream that used it, so that a client re-acquiring at once — the common loop — does not pay
+/// two more requests (placing the watch, listing the queue) each time.
+const QUEUE_LINGER: Duration = Duration::from_secs(2);
+
+/// Keeps `queue` alive for [`QUEUE_LINGER`], or until the session is over (a drain must not
+/// wait for it).
+fn linger(session: &ZkSession, queue: Arc<QueueHandle>) {
+    let mut link = session.link();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::time::sleep(QUEUE_LINGER) => {}
+            _ = link.wait_for(|l| matches!(l, Link::Lost(_))) => {}
+        }
+        drop(queue);
+    });
+}
+
+/// About 30 years from now: a deadline too far to matter (an `Instant` cannot hold more).
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86400 * 365 * 30)
+}
+
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl LockHold {
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Members (holders and waiters) ahead of this one when it was queued.
+    pub fn position(&self) -> u32 {
+        self.position
+    }
+
+    pub fn silence_limit(&self) -> Duration {
+        self.session.timing.silence_limit
+    }
+
+    pub fn is_held(&self) -> bool {
+        self.held.is_some()
+    }
+
+    pub fn name(&self) -> &QueueName {
+        &self.lease.queue
+    }
+
+    /// A keep-alive from the client: while held, the ttl starts over.
+    pub fn keep_alive(&mut self) {
+        if self.held.is_some() {
+            self.ttl_deadline = self
+                .ttl
+                .map(|t| Instant::now().checked_add(t).unwrap_or_else(far_future));
+        }
+    }
+
+    /// The next thing to tell the client. After `Ended` the hold is over; after `WaitExpired`
+    /// or `LeaseExpired` the caller releases it.
+    ///
+    /// # Cancellation safety
+    /// Cancellation safe: it only reads channels and sleeps until deadlines kept in `self`.
+    pub async fn next_event(&mut self) -> LockEvent {
+        loop {
+            let deadline = if self.held.is_some() {
+                self.ttl_deadline
+            } else {
+                self.wait_deadline
+            };
+            tokio::select! {
+                biased;
+                change = self.link.next() => return match change {
+                    LinkChange::Suspended { stop_within } => LockEvent::Suspended { stop_within },
+                    LinkChange::Resumed => LockEvent::Resumed,
+                    LinkChange::Lost(reason) => self.end(LockEnd::Lost(reason)),
+                },
+                signal = self.signals.recv() => match signal {
+                    Some(MemberSignal::Elected { leader, .. }) => return self.acquired(leader),
+                    // Values are never proclaimed on a lock.
+                    Some(MemberSignal::Proclaimed(_)) => {}
+                    Some(MemberSignal::Gone) | None => {
+                        // Distinguish a release by lease from a session that is going away.
+                        if let Some(reason) = self.link.lost() {
+                            return self.end(LockEnd::Lost(reason));
+                        }
+                        self.released = true;
+                        return self.end(LockEnd::Released);
+                    }
+                },
+                _ = sleep_until_some(deadline) => {
+                    return match (&self.held, self.ttl, self.wait_timeout) {
+                        (Some(held), Some(ttl), _) => {
+                            tracing::info!(
+                                lock = %self.lease.queue, owner = %self.owner, fencing_token = held.fencing_token.0,
+                                ?ttl, "lock lease expired: no keep_alive within ttl; releasing"
+                            );
+                            LockEvent::LeaseExpired(ttl)
+                        }
+                        (_, _, wait) => LockEvent::WaitExpired(wait.unwrap_or_default()),
+                    };
+                }
+            }
+        }
+    }
+
+    fn acquired(&mut self, holder: LeaderInfo) -> LockEvent {
+        let waited = self.queued_at.elapsed();
+        m::lock_wait(waited);
+        // One line per hand-over; never the lease.
+        tracing::info!(
+            lock = %holder.election, owner = %holder.candidate, fencing_token = holder.fencing_token.0,
+            mode = ?self.mode, waited_ms = waited.as_millis() as u64, "lock acquired"
+        );
+        self.held = Some(Held {
+            fencing_token: holder.fencing_token,
+            _gauge: m::GaugeGuard::raise(m::locks_held),
+        });
+        self.wait_deadline = None;
+        self.keep_alive();
+        LockEvent::Acquired(Acquisition {
+            name: holder.election,
+            owner: holder.candidate,
+            fencing_token: holder.fencing_token,
+            since: holder.since,
+            mode: self.mode,
+        })
+    }
+
+    fn end(&mut self, why: LockEnd) -> LockEvent {
+        self.log_release(&format!("{why:?}"));
+        LockEvent::Ended(why)
+    }
+
+    fn log_release(&mut self, why: &str) {
+        if let Some(held) = self.held.take() {
+            tracing::debug!(lock = %self.lease.queue, owner = %self.owner, fencing_token = held.fencing_token.0, why, "lock released");
+        }
+    }
+
+    /// Gives the lock (or the place in its queue) up: deletes the znode and waits until it is
+    /// gone, retrying through connection losses.
+    ///
+    /// # Errors
+    /// ZooKeeper errors other than connection losses (those are retried until the session's
+    /// timeout; the session's end removes the znode anyway).
+    pub async fn release(mut self) -> Result<(), CoordError> {
+        self.queue.unregister(&self.lease.member.node_name());
+        self.released = true;
+        self.log_release("released");
+        self.session
+            .zk
+            .delete_until_gone(&self.path, self.session.timing.negotiated)
+            .await?;
+        Ok(())
+    }
+}
+
+impl Drop for LockHold {
+    fn drop(&mut self) {
+        self.log_release("stream ended");
+        linger(&self.session, self.queue.clone());
+        if self.released {
+            return;
+        }
+        self.queue.unregister(&self.lease.member.node_name());
+        release_in_background(&self.session, std::mem::take(&mut self.path));
+    }
+}
+
+/// Who holds a lock now, and how many wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockHolders {
+    /// In queue order; `leader_since` is when each was confirmed as holder.
+    pub holders: Vec<MemberInfo>,
+    pub waiting: u32,
+}
+
+impl Coordinator {
+    /// The lock's holders (confirmed by their gateways) and the number of waiters, read from
+    /// ZooKeeper. Never reveals leases.
+    ///
+    /// # Errors
+    /// `Unavailable` without a session.
+    pub async fn holders(&self, name: &QueueName) -> Result<LockHolders, CoordError> {
+        let session = self.session()?;
+        let members = read_members(&session, QueueKind::Lock, name).await?;
+        let mut out = LockHolders {
+            holders: Vec::new(),
+            waiting: 0,
+        };
+        for (position, (member, record, stat)) in members.into_iter().enumerate() {
+            match record.elected_at() {
+                Some(since) => out.holders.push(MemberInfo {
+                    participant: record.participant,
+                    value: record.value,
+                    position: position as u32,
+                    fencing_token: FencingToken(stat.czxid as u64),
+                    joined: super::record::ms_to_time(stat.ctime),
+                    leader_since: Some(since),
+                    mode: member.mode,
+                }),
+                None => out.waiting += 1,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether `token` is a current holder's (for services that fence writes).
+    ///
+    /// # Errors
+    /// `Unavailable` without a session.
+    pub async fn validate_holder(
+        &self,
+        name: &QueueName,
+        token: FencingToken,
+    ) -> Result<bool, CoordError> {
+        Ok(self
+            .holders(name)
+            .await?
+            .holders
+            .iter()
+            .any(|h| h.fencing_token == token))
+    }
+
+    /// Releases by lease, from any gateway: the same by-lease delete as `resign` (it is keyed by
+    /// the lease's kind, so an election lease never decodes here). Idempotent: a spent lease
+    /// is `NotFound`; connection losses are retried until OK, `NoNode` or the session's end.
+    ///
+    /// # Errors
+    /// `NotFound` for a lease naming no znode; `Unavailable` without a session.
+    pub async fn release(&self, lease: &Lease) -> Result<(), CoordError> {
+        debug_assert_eq!(lease.kind, QueueKind::Lock);
+        self.resign(lease).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(
+        permits: u32,
+        mode: LockMode,
+        ttl: Option<Duration>,
+    ) -> Result<AcquireSpec, InvalidInput> {
+        AcquireSpec::new(
+            QueueName::new("l").unwrap(),
+            Participant::new("owner", "o").unwrap(),
+            permits,
+            mode,
+            None,
+            ttl,
+        )
+    }
+
+    #[test]
+    fn permits_modes_and_ttl() {
+        assert_eq!(spec(0, LockMode::Write, None).unwrap().permits, 1);
+        assert_eq!(spec(1, LockMode::Read, None).unwrap().permits, 1);
+        assert_eq!(
+            spec(MAX_PERMITS, LockMode::Write, None).unwrap().permits,
+            MAX_PERMITS
+        );
+        assert!(spec(MAX_PERMITS + 1, LockMode::Write, None).is_err());
+        assert!(spec(u32::MAX, LockMode::Write, None).is_err());
+        assert!(spec(3, LockMode::Read, None).is_err());
+        assert!(spec(1, LockMode::Write, Some(Duration::ZERO)).is_err());
+        assert!(spec(1, LockMode::Write, Some(Duration::from_millis(1))).is_ok());
+        assert_eq!(LockMode::of_letter(LockMode::Read.letter()), LockMode::Read);
+        assert_eq!(
+            LockMode::of_letter(LockMode::Write.letter()),
+            LockMode::Write
+        );
+    }
+}

@@ -1,0 +1,239 @@
+//! The built `zkgate` binary run as `zkgate dev` on free ports, for tests that drive it with
+//! real external clients (grpcurl, Python). Nothing outlives the test: dropping a [`DevGateway`]
+//! kills the process, and its ZooKeeper dies with it (see `zkgate::localzk`).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
+
+/// The repository root (where README.md and clients/ live).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// In CI a missing tool is a failure; on a developer's machine the test says loudly what to
+/// install and passes. Returns whether the tool is there.
+pub fn require(what: &str, present: bool, install: &str) -> bool {
+    if present {
+        return true;
+    }
+    let msg = format!(
+        "\n\n*** {what} is not installed: SKIPPING this test. {install} \
+         (scripts/test.sh installs everything the tests need) ***\n"
+    );
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        panic!("{msg}(CI is set, so a missing tool fails the run)");
+    }
+    // Straight to stderr, past the test harness's output capture, so it shows in a passing run.
+    let _ = writeln!(std::io::stderr(), "{msg}");
+    false
+}
+
+pub fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
+}
+
+/// Text a child process writes, collected by a thread so the pipe never fills up.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<String>>);
+
+impl Captured {
+    pub fn spawn_reader(stream: impl Read + Send + 'static) -> Self {
+        let c = Captured::default();
+        let sink = c.0.clone();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(stream);
+            let mut line = String::new();
+            while matches!(r.read_line(&mut line), Ok(n) if n > 0) {
+                sink.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        c
+    }
+
+    pub fn text(&self) -> String {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Waits until `pred` holds for the text so far; panics with `what` and the text if not.
+    pub fn wait_for(&self, what: &str, within: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let t = self.text();
+            if pred(&t) {
+                return t;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {within:?} waiting for {what}; output so far:\n{t}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Sends `signal` (e.g. "INT") to `pid` with kill(1) (the crate denies `unsafe`).
+pub fn signal(pid: u32, signal: &str) {
+    let ok = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{signal} {pid} failed");
+}
+
+/// Whether `pid` is a live (not zombie) process.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !matches!(
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next()),
+            Some('Z' | 'X')
+        ),
+        Err(_) => false,
+    }
+}
+
+/// Waits up to `within` for `child` to exit.
+pub fn wait_exit(child: &mut Child, within: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A running `zkgate dev`.
+pub struct DevGateway {
+    pub child: Child,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub zk: String,
+    pub zk_pid: u32,
+    pub stdout: Captured,
+    pub stderr: Captured,
+}
+
+impl DevGateway {
+    /// Whether `zkgate dev` can run here (Java and ZooKeeper installed).
+    pub fn available() -> bool {
+        require(
+            "ZooKeeper (and Java)",
+            zkgate::localzk::LocalZk::is_installed(),
+            "Install it with `apt-get install -y zookeeper`.",
+        )
+    }
+
+    /// Starts `zkgate dev --listen 127.0.0.1:0 --http 127.0.0.1:0 EXTRA…` and waits for its
+    /// `ready` line.
+    pub fn start(extra: &[&str]) -> DevGateway {
+        let mut child = Command::new(BIN)
+            .args(["dev", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+            .args(extra)
+            .current_dir(repo())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn zkgate dev");
+        let stderr = Captured::spawn_reader(child.stderr.take().unwrap());
+        let stdout = Captured::spawn_reader(child.stdout.take().unwrap());
+        let (tx, rx) = mpsc::channel();
+        {
+            let stdout = stdout.clone();
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(90);
+                while Instant::now() < deadline {
+                    if stdout.text().lines().any(|l| l.starts_with("ready")) {
+                        let _ = tx.send(());
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            });
+        }
+        let mut gw = DevGateway {
+            child,
+            grpc: "0.0.0.0:0".parse().unwrap(),
+            http: "0.0.0.0:0".parse().unwrap(),
+            zk: String::new(),
+            zk_pid: 0,
+            stdout,
+            stderr,
+        };
+        if rx.recv_timeout(Duration::from_secs(90)).is_err() {
+            let status = gw.child.try_wait();
+            panic!(
+                "zkgate dev did not print `ready` (status {status:?})\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                gw.stdout.text(),
+                gw.stderr.text()
+            );
+        }
+        for line in gw.stdout.text().lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["gRPC", addr, ..] => gw.grpc = addr.parse().expect("gRPC address"),
+                ["HTTP", addr, ..] => gw.http = addr.parse().expect("HTTP address"),
+                ["ZooKeeper", zk, "pid", pid, ..] => {
+                    gw.zk = (*zk).to_owned();
+                    gw.zk_pid = pid.parse().expect("ZooKeeper pid");
+                }
+                _ => {}
+            }
+        }
+        assert!(
+            gw.grpc.port() != 0 && gw.http.port() != 0 && gw.zk_pid != 0,
+            "could not read the addresses from:\n{}",
+            gw.stdout.text()
+        );
+        gw
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Ctrl-C: SIGINT, then waits for the process to exit.
+    pub fn interrupt(&mut self, within: Duration) -> ExitStatus {
+        signal(self.pid(), "INT");
+        wait_exit(&mut self.child, within).unwrap_or_else(|| {
+            panic!(
+                "zkgate dev still running {within:?} after SIGINT\n--- stderr ---\n{}",
+                self.stderr.text()
+            )
+        })
+    }
+}
+
+impl Drop for DevGateway {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // A stopped gateway (a test froze it) must be continued to die cleanly.
+            let _ = Command::new("kill")
+                .args(["-CONT", &self.pid().to_string()])
+                .status();
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Whether `path` exists relative to the repository root.
+pub fn repo_file(path: &str) -> PathBuf {
+    let p = repo().join(path);
+    assert!(Path::new(&p).exists(), "{} is missing", p.display());
+    p
+}

@@ -1,0 +1,861 @@
+//! The Lock service end to end, against a real ZooKeeper: mutexes, semaphores, read-write
+//! locks, waiting, ttl leases, fencing, release by lease and bad input.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::{Code, Status, Streaming};
+use zkgate::proto as pb;
+use zkgate::proto::acquire_request::Request as LReq;
+use zkgate::proto::acquire_response::Event as LEvent;
+use zkgate::proto::lock_client::LockClient;
+
+type Client = LockClient<Channel>;
+
+/// The one test with a ZooKeeper of its own starts (and pauses) a JVM, which on a small
+/// machine starves the other tests' timing: it runs alone, the others share.
+fn exclusive() -> &'static tokio::sync::RwLock<()> {
+    static LOCK: std::sync::OnceLock<tokio::sync::RwLock<()>> = std::sync::OnceLock::new();
+    LOCK.get_or_init(|| tokio::sync::RwLock::new(()))
+}
+
+async fn lock_client(gw: &Gateway) -> Client {
+    LockClient::connect(gw.url())
+        .await
+        .expect("connect to gateway")
+}
+
+fn acquire(name: &str, owner: &str) -> pb::AcquireLock {
+    pb::AcquireLock {
+        name: name.into(),
+        owner: owner.into(),
+        ..Default::default()
+    }
+}
+
+fn dur(d: Duration) -> Option<prost_types::Duration> {
+    Some(prost_types::Duration::try_from(d).unwrap())
+}
+
+fn msg(r: LReq) -> pb::AcquireRequest {
+    pb::AcquireRequest { request: Some(r) }
+}
+
+/// One Acquire stream, driven by the test.
+struct Acq {
+    tx: mpsc::Sender<pb::AcquireRequest>,
+    stream: Streaming<pb::AcquireResponse>,
+    lease: String,
+    position: u32,
+}
+
+impl Acq {
+    /// Opens a stream with `first` messages; the call's status on refusal.
+    async fn try_start(client: &mut Client, first: Vec<pb::AcquireRequest>) -> Result<Acq, Status> {
+        let (tx, rx) = mpsc::channel(16);
+        for m in first {
+            tx.send(m).await.unwrap();
+        }
+        let mut stream = client.acquire(ReceiverStream::new(rx)).await?.into_inner();
+        let first = tokio::time::timeout(STEP, stream.message())
+            .await
+            .expect("queued in time")?;
+        match first.and_then(|r| r.event) {
+            Some(LEvent::Queued(q)) => Ok(Acq {
+                tx,
+                stream,
+                lease: q.lease,
+                position: q.position,
+            }),
+            other => panic!("first event must be queued, got {other:?}"),
+        }
+    }
+
+    async fn try_open(client: &mut Client, a: pb::AcquireLock) -> Result<Acq, Status> {
+        Self::try_start(client, vec![msg(LReq::Acquire(a))]).await
+    }
+
+    async fn open(client: &mut Client, a: pb::AcquireLock) -> Acq {
+        Self::try_open(client, a).await.expect("acquire accepted")
+    }
+
+    /// The next event that is not a heartbeat.
+    async fn next_any(&mut self) -> Result<Option<LEvent>, Status> {
+        loop {
+            let m = tokio::time::timeout(STEP, self.stream.message())
+                .await
+                .expect("an event in time")?;
+            match m {
+                None => return Ok(None),
+                Some(pb::AcquireResponse {
+                    event: Some(LEvent::Heartbeat(_)),
+                }) => continue,
+                Some(pb::AcquireResponse { event }) => return Ok(event),
+            }
+        }
+    }
+
+    /// The next lock event: neither a heartbeat nor a suspension and resumption (a loaded test
+    /// machine can stall a ZooKeeper session for a moment; only one test is about that).
+    async fn next(&mut self) -> Result<Option<LEvent>, Status> {
+        loop {
+            match self.next_any().await {
+                Ok(Some(LEvent::Suspended(_) | LEvent::Resumed(_))) => continue,
+                other => return other,
+            }
+        }
+    }
+
+    async fn acquired(&mut self) -> pb::Acquired {
+        match self.next().await {
+            Ok(Some(LEvent::Acquired(a))) => {
+                assert_eq!(a.lease, self.lease, "acquired names the stream's own lease");
+                assert!(a.fencing_token > 0 && a.silence_limit.is_some());
+                a
+            }
+            other => panic!("expected acquired, got {other:?}"),
+        }
+    }
+
+    /// Asserts that no lock event arrives for `d` (see [`Acq::next`]).
+    async fn quiet_for(&mut self, d: Duration) {
+        let deadline = tokio::time::Instant::now() + d;
+        loop {
+            match tokio::time::timeout_at(deadline, self.stream.message()).await {
+                Err(_) => return,
+                Ok(Ok(Some(pb::AcquireResponse {
+                    event: Some(LEvent::Heartbeat(_) | LEvent::Suspended(_) | LEvent::Resumed(_)),
+                }))) => continue,
+                Ok(other) => panic!("expected no event, got {other:?}"),
+            }
+        }
+    }
+
+    async fn send(&self, r: LReq) {
+        self.tx.send(msg(r)).await.expect("request side open");
+    }
+
+    /// Ends with `code` (or OK when `None`).
+    async fn expect_end(&mut self, code: Option<Code>) -> Option<Status> {
+        match self.next().await {
+            Ok(None) => {
+                assert_eq!(code, None, "stream ended OK, expected {code:?}");
+                None
+            }
+            Err(s) => {
+                assert_eq!(Some(s.code()), code, "stream ended with {s:?}");
+                Some(s)
+            }
+            Ok(Some(e)) => panic!("expected the stream to end, got {e:?}"),
+        }
+    }
+
+    /// In-stream release: the stream ends OK.
+    async fn release(mut self) {
+        self.send(LReq::Release(pb::ReleaseLock {})).await;
+        self.expect_end(None).await;
+    }
+}
+
+/// Retries a read while the gateway is (briefly) without a ZooKeeper connection: a loaded
+/// machine can stall a session past its connection timeout.
+async fn retry_unavailable<T, F>(mut call: impl FnMut() -> F) -> T
+where
+    F: std::future::Future<Output = Result<T, Status>>,
+{
+    let deadline = Instant::now() + STEP;
+    loop {
+        match call().await {
+            Err(s) if s.code() == Code::Unavailable && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            r => return r.expect("read API call"),
+        }
+    }
+}
+
+async fn holders(c: &mut Client, name: &str) -> pb::HoldersResponse {
+    retry_unavailable(|| {
+        let mut c = c.clone();
+        async move {
+            c.holders(pb::HoldersRequest { name: name.into() })
+                .await
+                .map(|r| r.into_inner())
+        }
+    })
+    .await
+}
+
+async fn validate(c: &mut Client, name: &str, token: u64) -> bool {
+    retry_unavailable(|| {
+        let mut c = c.clone();
+        async move {
+            c.validate(pb::LockValidateRequest {
+                name: name.into(),
+                fencing_token: token,
+            })
+            .await
+            .map(|r| r.into_inner().current)
+        }
+    })
+    .await
+}
+
+async fn members(zk: &str, root: &str) -> usize {
+    member_znodes(&zk_client(zk).await, root).await.len()
+}
+
+/// 20 contenders on two gateways each do a non-atomic read-modify-write of a counter outside
+/// ZooKeeper while holding the lock; no update is lost and fencing tokens only go up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutex_twenty_contenders_lose_no_update() {
+    let _shared = exclusive().read().await;
+    const CONTENDERS: u64 = 20;
+    const ROUNDS: u64 = 4;
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let other = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            root: Some(gw.root.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let counter = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..CONTENDERS {
+        let url = if i % 2 == 0 { gw.url() } else { other.url() };
+        let (counter, inside, tokens) = (counter.clone(), inside.clone(), tokens.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut c = LockClient::connect(url).await.unwrap();
+            for _ in 0..ROUNDS {
+                let mut a = Acq::open(&mut c, acquire("counter", &format!("c{i}"))).await;
+                let token = a.acquired().await.fencing_token;
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                tokens.lock().unwrap().push(token);
+                // Deliberately not atomic: a second holder would lose an update.
+                let v = counter.load(Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                counter.store(v + 1, Ordering::SeqCst);
+                inside.fetch_sub(1, Ordering::SeqCst);
+                a.release().await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("contender");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), CONTENDERS * ROUNDS);
+    let tokens = tokens.lock().unwrap().clone();
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens of successive holders strictly increase: {tokens:?}"
+    );
+    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+}
+
+/// A 3-permit semaphore never has more than 3 holders — counted by the holders themselves and
+/// polled through `Holders` all along — and all 10 contenders get through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_three_permits_ten_contenders() {
+    let _shared = exclusive().read().await;
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let current = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let url = gw.url();
+        let (current, most, done) = (current.clone(), most.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut c = LockClient::connect(url).await.unwrap();
+            let mut a = Acq::open(
+                &mut c,
+                pb::AcquireLock {
+                    permits: 3,
+                    ..acquire("sem", &format!("s{i}"))
+                },
+            )
+            .await;
+            a.acquired().await;
+            let now = current.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            current.fetch_sub(1, Ordering::SeqCst);
+            a.release().await;
+            done.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
+    let mut c = lock_client(&gw).await;
+    let mut polls = 0;
+    while done.load(Ordering::SeqCst) < 10 {
+        let h = holders(&mut c, "sem").await;
+        assert!(
+            h.holders.len() <= 3,
+            "{} holders of 3 permits",
+            h.holders.len()
+        );
+        polls += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for t in tasks {
+        t.await.expect("contender");
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 3, "{most} holders at once");
+    assert_eq!(most, 3, "the semaphore admits three at once");
+    assert!(polls > 3);
+    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn try_lock_on_free_and_held_lock_and_wait_timeout() {
+    let _shared = exclusive().read().await;
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = lock_client(&gw).await;
+    let try_lock = |owner: &str| pb::AcquireLock {
+        wait_timeout: dur(Duration::ZERO),
+        ..acquire("try", owner)
+    };
+    // Free: a try-lock succeeds.
+    let mut a = Acq::open(&mut c, try_lock("a")).await;
+    assert_eq!(a.position, 0);
+    a.acquired().await;
+
+    // Held: queued, then DEADLINE_EXCEEDED, and the znode is gone before the status arrives.
+    let mut b = Acq::open(&mut c, try_lock("b")).await;
+    assert_eq!(b.position, 1);
+    let s = b.expect_end(Some(Code::DeadlineExceeded)).await.unwrap();
+    assert!(s.message().contains("wait_timeout"), "{s:?}");
+    assert_eq!(
+        members(&zk, &gw.root).await,
+        1,
+        "only the holder's znode is left"
+    );
+
+    // A bounded wait that runs out.
+    let started = Instant::now();
+    let mut w = Acq::open(
+        &mut c,
+        pb::AcquireLock {
+            wait_timeout: dur(Duration::from_millis(300)),
+            ..acquire("try", "w")
+        },
+    )
+    .await;
+    w.expect_end(Some(Code::DeadlineExceeded)).await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    assert_eq!(members(&zk, &gw.root).await, 1);
+
+    // A bounded wait that is served in time.
+    let mut v = Acq::open(
+        &mut c,
+        pb::AcquireLock {
+            wait_timeout: dur(Duration::from_secs(5)),
+            ..acquire("try", "v")
+        },
+    )
+    .await;
+    // An absurdly long one (and an absurdly long ttl) behaves as "forever".
+    let mut f = Acq::open(
+        &mut c,
+        pb::AcquireLock {
+            wait_timeout: Some(prost_types::Duration {
+                seconds: i64::MAX,
+                nanos: 0,
+            }),
+            ttl: Some(prost_types::Duration {
+                seconds: i64::MAX,
+                nanos: 0,
+            }),
+            ..acquire("try", "f")
+        },
+    )
+    .await;
+    v.quiet_for(Duration::from_millis(100)).await;
+    a.release().await;
+    v.acquired().await;
+    f.quiet_for(Duration::from_millis(50)).await;
+    v.release().await;
+    f.acquired().await;
+    f.quiet_for(Duration::from_millis(100)).await;
+    f.release().await;
+    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn ttl_expires_without_keep_alive_and_survives_with_it() {
+    let _shared = exclusive().read().await;
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = lock_client(&gw).await;
+    let ttl = Duration::from_millis(800);
+    let with_ttl = |owner: &str| pb::AcquireLock {
+        ttl: dur(ttl),
+        ..acquire("ttl", owner)
+    };
+
+    // No keep-alive: the lock is released after ttl and the stream ends ABORTED.
+    let mut a = Acq::open(&mut c, with_ttl("a")).await;
+    a.acquired().await;
+    let mut b = Acq::open(&mut c, with_ttl("b")).await;
+    let started = Instant::now();
+    let s = a.expect_end(Some(Code::Aborted)).await.unwrap();
+    assert!(s.message().contains("lease expired"), "{s:?}");
+    let held = started.elapsed();
+    assert!(held >= ttl - Duration::from_millis(50), "{held:?}");
+    assert!(held < ttl + Duration::from_secs(2), "{held:?}");
+    // The waiter takes over.
+    let tb = b.acquired().await.fencing_token;
+
+    // Keep-alives well within ttl keep it for several ttls.
+    let started = Instant::now();
+    while started.elapsed() < ttl * 3 {
+        b.send(LReq::KeepAlive(pb::KeepAlive {})).await;
+        tokio::time::sleep(ttl / 4).await;
+    }
+    assert!(validate(&mut c, "ttl", tb).await, "still the holder");
+    let h = holders(&mut c, "ttl").await;
+    assert_eq!(h.holders.len(), 1);
+    assert_eq!(h.holders[0].owner, "b");
+    b.release().await;
+    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn release_by_lease_from_another_gateway_then_not_found() {
+    let _shared = exclusive().read().await;
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let other = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            root: Some(gw.root.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = lock_client(&gw).await;
+    let mut c2 = lock_client(&other).await;
+
+    let mut a = Acq::open(&mut c, acquire("rel", "a")).await;
+    let mut b = Acq::open(&mut c, acquire("rel", "b")).await;
+    let mut w = Acq::open(&mut c, acquire("rel", "w")).await;
+    a.acquired().await;
+    // Release the holder by lease on the other gateway: its stream ends OK, b takes over.
+    c2.release(pb::ReleaseRequest {
+        lease: a.lease.clone(),
+    })
+    .await
+    .expect("release by lease");
+    a.expect_end(None).await;
+    b.acquired().await;
+    // A waiter can be released by lease too; nobody else hears of it.
+    c2.release(pb::ReleaseRequest {
+        lease: w.lease.clone(),
+    })
+    .await
+    .expect("release a waiter by lease");
+    w.expect_end(None).await;
+    b.quiet_for(Duration::from_millis(100)).await;
+
+    // Spent, malformed, never issued, or an election's: NOT_FOUND.
+    let mut e = zkgate::proto::election_client::ElectionClient::connect(gw.url())
+        .await
+        .unwrap();
+    let cand = Campaign::join(&mut e, "rel", "x", b"").await;
+    let mut never_issued = a.lease.clone();
+    never_issued.replace_range(never_issued.len() - 4.., "3030");
+    for lease in [
+        a.lease.clone(),
+        w.lease.clone(),
+        "nonsense".into(),
+        String::new(),
+        never_issued,
+        cand.lease.clone(),
+    ] {
+        for client in [&mut c, &mut c2] {
+            let e = client
+                .release(pb::ReleaseRequest {
+                    lease: lease.clone(),
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(e.code(), Code::NotFound, "{lease}: {e:?}");
+        }
+    }
+    drop(cand);
+    b.release().await;
+    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+}
+
+/// Readers share, a writer excludes, and a writer queued behind readers goes before every
+/// reader that queued after it (FIFO: writers are not starved).
+#[tokio::test]
+async fn read_write_lock_fifo() {
+    let _shared = exclusive().read().await;
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = lock_client(&gw).await;
+    let read = |owner: &str| pb::AcquireLock {
+        mode: pb::LockMode::Read.into(),
+        ..acquire("rw", owner)
+    };
+    let mut r1 = Acq::open(&mut c, read("r1")).await;
+    let mut r2 = Acq::open(&mut c, read("r2")).await;
+    r1.acquired().await;
+    r2.acquired().await;
+    let mut w = Acq::open(&mut c, acquire("rw", "w")).await;
+    let mut r3 = Acq::open(&mut c, read("r3")).await;
+    assert_eq!((w.position, r3.position), (2, 3));
+    w.quiet_for(Duration::from_millis(100)).await;
+    r3.quiet_for(Duration::from_millis(10)).await;
+    let h = holders(&mut c, "rw").await;
+    assert_eq!(
+        h.holders
+            .iter()
+            .map(|h| (h.owner.as_str(), h.mode()))
+            .collect::<Vec<_>>(),
+        [("r1", pb::LockMode::Read), ("r2", pb::LockMode::Read)]
+    );
+    assert_eq!(h.waiting, 2);
+
+    r1.release().await;
+    w.quiet_for(Duration::from_millis(50)).await;
+    r2.release().await;
+    let tw = w.acquired().await.fencing_token;
+    r3.quiet_for(Duration::from_millis(100)).await;
+    let h = holders(&mut c, "rw").await;
+    assert_eq!(h.holders.len(), 1);
+    assert_eq!(
+        (
+            h.holders[0].owner.as_str(),
+            h.holders[0].mode(),
+            h.holders[0].fencing_token
+        ),
+        ("w", pb::LockMode::Write, tw)
+    );
+    assert_eq!(h.waiting, 1);
+    // While the writer holds, a new writer waits too.
+    let mut w2 = Acq::open(&mut c, acquire("rw", "w2")).await;
+    w.release().await;
+    r3.acquired().await;
+    w2.quiet_for(Duration::from_millis(50)).await;
+    r3.release().await;
+    w2.acquired().await;
+    w2.release().await;
+    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn permit_mismatch_is_refused_without_a_znode() {
+    let _shared = exclusive().read().await;
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = lock_client(&gw).await;
+    let with = |permits: u32, owner: &str| pb::AcquireLock {
+        permits,
+        ..acquire("perm", owner)
+    };
+    let mut a = Acq::open(&mut c, with(3, "a")).await;
+    a.acquired().await;
+    let mut b = Acq::open(&mut c, with(3, "b")).await;
+    b.acquired().await;
+    for (permits, mode) in [
+        (2, pb::LockMode::Write),
+        (0, pb::LockMode::Write),
+        (1, pb::LockMode::Read),
+    ] {
+        let e = Acq::try_open(
+            &mut c,
+            pb::AcquireLock {
+                mode: mode.into(),
+                ..with(permits, "x")
+            },
+        )
+        .await
+        .err()
+        .expect("refused");
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains("permit"), "{e:?}");
+        assert_eq!(
+            members(&zk, &gw.root).await,
+            2,
+            "no znode left by the refusal"
+        );
+    }
+    // Once the name is idle, a new count may be chosen.
+    a.release().await;
+    b.release().await;
+    let mut m = Acq::open(&mut c, with(1, "m")).await;
+    m.acquired().await;
+    m.release().await;
+    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn bad_input_is_invalid_argument_and_leaves_nothing() {
+    let _shared = exclusive().read().await;
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = lock_client(&gw).await;
+    let neg = Some(prost_types::Duration {
+        seconds: -1,
+        nanos: 0,
+    });
+    let cases: Vec<(&str, Vec<pb::AcquireRequest>)> = vec![
+        (
+            "slash in name",
+            vec![msg(LReq::Acquire(acquire("a/b", "o")))],
+        ),
+        ("empty name", vec![msg(LReq::Acquire(acquire("", "o")))]),
+        ("dot-dot name", vec![msg(LReq::Acquire(acquire("..", "o")))]),
+        (
+            "long name",
+            vec![msg(LReq::Acquire(acquire(&"x".repeat(201), "o")))],
+        ),
+        ("empty owner", vec![msg(LReq::Acquire(acquire("ok", "")))]),
+        (
+            "first message keep_alive",
+            vec![msg(LReq::KeepAlive(pb::KeepAlive {}))],
+        ),
+        (
+            "first message release",
+            vec![msg(LReq::Release(pb::ReleaseLock {}))],
+        ),
+        (
+            "empty first message",
+            vec![pb::AcquireRequest { request: None }],
+        ),
+        ("no message at all", vec![]),
+        (
+            "negative wait_timeout",
+            vec![msg(LReq::Acquire(pb::AcquireLock {
+                wait_timeout: neg,
+                ..acquire("ok", "o")
+            }))],
+        ),
+        (
+            "negative ttl",
+            vec![msg(LReq::Acquire(pb::AcquireLock {
+                ttl: neg,
+                ..acquire("ok", "o")
+            }))],
+        ),
+        (
+            "zero ttl",
+            vec![msg(LReq::Acquire(pb::AcquireLock {
+                ttl: dur(Duration::ZERO),
+                ..acquire("ok", "o")
+            }))],
+        ),
+        (
+            "unknown mode",
+            vec![msg(LReq::Acquire(pb::AcquireLock {
+                mode: 7,
+                ..acquire("ok", "o")
+            }))],
+        ),
+        (
+            "absurd permits",
+            vec![msg(LReq::Acquire(pb::AcquireLock {
+                permits: 10_001,
+                ..acquire("ok", "o")
+            }))],
+        ),
+        (
+            "read with permits",
+            vec![msg(LReq::Acquire(pb::AcquireLock {
+                permits: 3,
+                mode: pb::LockMode::Read.into(),
+                ..acquire("ok", "o")
+            }))],
+        ),
+    ];
+    for (what, first) in cases {
+        let (tx, rx) = mpsc::channel(4);
+        for m in first {
+            tx.send(m).await.unwrap();
+        }
+        drop(tx); // half-close: the gateway must not wait for more
+        let e = tokio::time::timeout(STEP, c.acquire(ReceiverStream::new(rx)))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: no answer in time"))
+            .err()
+            .unwrap_or_else(|| panic!("{what}: accepted"));
+        assert_eq!(e.code(), Code::InvalidArgument, "{what}: {e:?}");
+        assert!(!e.message().is_empty(), "{what}");
+    }
+    // A second acquire inside a stream, and an empty message later on, end the stream.
+    let mut a = Acq::open(&mut c, acquire("ok", "o")).await;
+    a.acquired().await;
+    a.send(LReq::Acquire(acquire("ok", "o"))).await;
+    a.expect_end(Some(Code::InvalidArgument)).await;
+    let mut a = Acq::open(&mut c, acquire("ok", "o")).await;
+    a.acquired().await;
+    a.tx.send(pb::AcquireRequest { request: None })
+        .await
+        .unwrap();
+    a.expect_end(Some(Code::InvalidArgument)).await;
+    // Read APIs validate names too.
+    let e = c
+        .holders(pb::HoldersRequest { name: "a/b".into() })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let e = c
+        .validate(pb::LockValidateRequest {
+            name: "".into(),
+            fencing_token: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+}
+
+/// `Holders` and `Validate` tell holders from waiters and never reveal a lease; a hand-over
+/// wakes only the successor and costs a bounded number of ZooKeeper requests (G4).
+#[tokio::test]
+async fn holders_validate_and_herd_free_hand_over() {
+    let _shared = exclusive().read().await;
+    use prost::Message;
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = lock_client(&gw).await;
+    let mut first = Acq::open(&mut c, acquire("herd", "h0")).await;
+    let t0 = first.acquired().await.fencing_token;
+    let mut waiters = Vec::new();
+    for i in 1..30 {
+        waiters.push(Acq::open(&mut c, acquire("herd", &format!("h{i}"))).await);
+    }
+    let h = holders(&mut c, "herd").await;
+    assert_eq!(h.holders.len(), 1);
+    assert_eq!(
+        (h.holders[0].owner.as_str(), h.holders[0].fencing_token),
+        ("h0", t0)
+    );
+    assert!(h.holders[0].since.is_some());
+    assert_eq!(h.waiting, 29);
+    assert!(validate(&mut c, "herd", t0).await);
+    assert!(!validate(&mut c, "herd", t0 + 1).await);
+    assert!(!validate(&mut c, "nothing-here", t0).await);
+    let text = String::from_utf8_lossy(&h.encode_to_vec()).to_lowercase();
+    for a in std::iter::once(&first).chain(waiters.iter()) {
+        assert!(!text.contains(&a.lease.to_lowercase()));
+    }
+    let ids: Vec<String> = member_znodes(&zk_client(&zk).await, &gw.root)
+        .await
+        .iter()
+        .map(|p| p.rsplit('/').next().unwrap()[2..34].to_owned())
+        .collect();
+    assert_eq!(ids.len(), 30);
+    assert!(
+        ids.iter().all(|id| !text.contains(id.as_str())),
+        "a lease secret leaked"
+    );
+
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = gw.coord.zk_requests();
+    drop(first);
+    let mut second = waiters.remove(0);
+    let t1 = second.acquired().await.fencing_token;
+    assert!(t1 > t0);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let cost = gw.coord.zk_requests() - before;
+    // The delete and the successor's confirming write (measured: exactly 2), with slack for a
+    // retry: independent of the 28 other waiters.
+    assert!(cost <= 3, "one hand-over cost {cost} ZooKeeper requests");
+    for w in waiters.iter_mut() {
+        w.quiet_for(Duration::from_millis(5)).await;
+    }
+    assert!(
+        !validate(&mut c, "herd", t0).await,
+        "the old token is stale"
+    );
+    assert!(validate(&mut c, "herd", t1).await);
+    drop(second);
+    drop(waiters);
+    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+}
+
+/// Half-closing the request side keeps the hold; cancelling the stream releases it at once.
+#[tokio::test]
+async fn half_close_keeps_the_hold_and_cancel_releases() {
+    let _shared = exclusive().read().await;
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = lock_client(&gw).await;
+    let mut a = Acq::open(&mut c, acquire("hc", "a")).await;
+    a.acquired().await;
+    let mut b = Acq::open(&mut c, acquire("hc", "b")).await;
+    let Acq { tx, stream, .. } = a;
+    drop(tx);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    b.quiet_for(Duration::from_millis(10)).await;
+    assert_eq!(members(&zk, &gw.root).await, 2, "half-close keeps the hold");
+    let started = Instant::now();
+    drop(stream);
+    b.acquired().await;
+    assert!(started.elapsed() < Duration::from_secs(2));
+    drop(b);
+    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+}
+
+/// A short ZooKeeper outage: the holder hears `suspended` (stop work) then `resumed` and
+/// still holds with the same token; the queue behind it still works afterwards.
+#[tokio::test]
+async fn zookeeper_pause_suspends_then_resumes_the_holder() {
+    let _alone = exclusive().write().await;
+    let mut zk = own_zk().await;
+    let connect = zk.connect_string();
+    let gw = Gateway::start(&connect).await;
+    let mut c = lock_client(&gw).await;
+    let mut a = Acq::open(&mut c, acquire("pause", "a")).await;
+    let token = a.acquired().await.fencing_token;
+    let mut b = Acq::open(&mut c, acquire("pause", "b")).await;
+
+    zk.pause(0).await.unwrap();
+    let stop_within = match a.next_any().await {
+        Ok(Some(LEvent::Suspended(s))) => Duration::try_from(s.stop_within.unwrap()).unwrap(),
+        other => panic!("expected suspended, got {other:?}"),
+    };
+    assert!(stop_within > Duration::ZERO);
+    zk.resume(0).await.unwrap();
+    match a.next_any().await {
+        Ok(Some(LEvent::Resumed(_))) => {}
+        other => panic!("expected resumed, got {other:?}"),
+    }
+    assert!(
+        validate(&mut c, "pause", token).await,
+        "same hold, same token"
+    );
+    // b waited throughout (it heard of the outage too, but of no lock).
+    b.quiet_for(Duration::from_millis(100)).await;
+    a.release().await;
+    assert!(b.acquired().await.fencing_token > token);
+    b.release().await;
+    wait_no_members(&zk_client(&connect).await, &gw.root, Duration::from_secs(5)).await;
+    drop(gw);
+    zk.shutdown().await;
+}

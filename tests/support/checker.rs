@@ -1,0 +1,624 @@
+//! The safety checker: from what clients saw (each stream's events with the instant they
+//! arrived), derive who held what when, and check exclusion, fencing and recovery.
+//!
+//! A *hold* is a stretch of time during which a client may act as the holder (leader, or
+//! holder of a lock permit): from `elected`/`acquired` (or `resumed`) to the first of
+//!
+//! * `suspended` (the spec says: stop now),
+//! * the stream's end (any status) or the client being killed,
+//! * `silence_limit` after the last message the stream delivered, when nothing followed in
+//!   time (G3b: a leader that hears nothing for that long must assume it lost).
+//!
+//! Once a stream has been silent past its limit, its client has given up: nothing it hears
+//! later (`resumed`, heartbeats) makes it a holder again. Such late messages are reported as
+//! notes, since a client helper that trusted them would be wrong.
+//!
+//! The same model serves elections (capacity 1) and locks (capacity = permits): the checker
+//! only sees resources, streams and holds.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use tonic::Code;
+
+/// What one stream delivered, or what happened to it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ev {
+    Queued {
+        position: u32,
+    },
+    /// `elected` (Campaign) or `acquired` (Acquire).
+    Granted {
+        token: u64,
+        silence_limit: Duration,
+    },
+    Suspended {
+        stop_within: Duration,
+    },
+    Resumed,
+    Proclaimed {
+        token: u64,
+    },
+    Heartbeat,
+    /// The stream ended: `None` is OK, else the status code.
+    Ended {
+        code: Option<Code>,
+        message: String,
+    },
+    /// The test killed the client (dropped its stream and connection): it holds nothing from
+    /// this instant, whatever the gateway thinks.
+    Killed,
+}
+
+impl Ev {
+    /// Whether this arrived on the stream (as opposed to happening to the client).
+    pub fn is_message(&self) -> bool {
+        !matches!(self, Ev::Killed)
+    }
+
+    pub fn is_end(&self) -> bool {
+        matches!(self, Ev::Ended { .. } | Ev::Killed)
+    }
+}
+
+/// Everything one stream saw, in arrival order.
+#[derive(Debug, Clone)]
+pub struct StreamLog {
+    pub id: u64,
+    pub client: String,
+    /// Election or lock name.
+    pub resource: String,
+    /// Which gateway (and link) the stream went through, for reports.
+    pub via: String,
+    pub events: Vec<(Instant, Ev)>,
+}
+
+impl StreamLog {
+    pub fn first(&self, pred: impl Fn(&Ev) -> bool) -> Option<(Instant, &Ev)> {
+        self.events
+            .iter()
+            .find(|(_, e)| pred(e))
+            .map(|(t, e)| (*t, e))
+    }
+
+    pub fn granted(&self) -> Option<(Instant, u64)> {
+        self.events.iter().find_map(|(t, e)| match e {
+            Ev::Granted { token, .. } => Some((*t, *token)),
+            _ => None,
+        })
+    }
+
+    pub fn ended(&self) -> Option<(Instant, Option<Code>)> {
+        self.events.iter().find_map(|(t, e)| match e {
+            Ev::Ended { code, .. } => Some((*t, *code)),
+            Ev::Killed => Some((*t, Some(Code::Cancelled))),
+            _ => None,
+        })
+    }
+
+    pub fn count(&self, pred: impl Fn(&Ev) -> bool) -> usize {
+        self.events.iter().filter(|(_, e)| pred(e)).count()
+    }
+}
+
+/// Why a hold ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldEnd {
+    Suspended,
+    Ended(Option<Code>),
+    Killed,
+    /// `silence_limit` after the last message.
+    Silence,
+    /// Still held when checked.
+    Open,
+}
+
+/// One stretch of holding.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub stream: u64,
+    pub client: String,
+    pub resource: String,
+    pub via: String,
+    pub token: u64,
+    pub start: Instant,
+    /// `None` while open.
+    pub end: Option<Instant>,
+    pub why: HoldEnd,
+}
+
+impl Hold {
+    fn end_or(&self, now: Instant) -> Instant {
+        self.end.unwrap_or(now).max(self.start)
+    }
+}
+
+/// A broken guarantee.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub kind: &'static str,
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.detail)
+    }
+}
+
+/// The checker's verdict on a set of streams.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub streams: usize,
+    pub holds: Vec<Hold>,
+    pub violations: Vec<Violation>,
+    /// Oddities that break nothing by themselves (see the module docs).
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// Panics with every violation and the timeline when anything broke.
+    pub fn assert_ok(&self, logs: &[StreamLog], epoch: Instant) {
+        if self.violations.is_empty() {
+            return;
+        }
+        let mut msg = String::new();
+        for v in &self.violations {
+            msg.push_str(&format!("  {v}\n"));
+        }
+        panic!(
+            "{} violation(s):\n{msg}timeline:\n{}",
+            self.violations.len(),
+            timeline(logs, epoch)
+        );
+    }
+
+    pub fn holds_of<'a>(&'a self, resource: &'a str) -> impl Iterator<Item = &'a Hold> + 'a {
+        self.holds.iter().filter(move |h| h.resource == resource)
+    }
+}
+
+/// Milliseconds since `epoch`, signed, for reports.
+pub fn ms(t: Instant, epoch: Instant) -> String {
+    if t >= epoch {
+        format!("+{}ms", (t - epoch).as_millis())
+    } else {
+        format!("-{}ms", (epoch - t).as_millis())
+    }
+}
+
+/// Derives the holds of one stream (see the module docs) and notes oddities.
+pub fn holds_of(log: &StreamLog, now: Instant, notes: &mut Vec<String>) -> Vec<Hold> {
+    let mut out = Vec::new();
+    let mut current: Option<Instant> = None;
+    let mut token: Option<u64> = None;
+    let mut silence: Option<Duration> = None;
+    let mut last_msg: Option<Instant> = None;
+    let mut silenced = false;
+    let mut suspended = false;
+    let mut ended = false;
+    let mut late_messages = 0usize;
+    let close = |start: Instant, end: Option<Instant>, why: HoldEnd, token: u64| Hold {
+        stream: log.id,
+        client: log.client.clone(),
+        resource: log.resource.clone(),
+        via: log.via.clone(),
+        token,
+        start,
+        end,
+        why,
+    };
+    for (t, ev) in &log.events {
+        let t = *t;
+        if ended {
+            notes.push(format!(
+                "{}#{}: {ev:?} after the stream ended",
+                log.client, log.id
+            ));
+            continue;
+        }
+        // The client's watchdog: silence past the limit after it was granted ends everything.
+        if let (Some(tok), Some(last), Some(limit)) = (token, last_msg, silence) {
+            if !silenced && t > last + limit {
+                silenced = true;
+                if let Some(start) = current.take() {
+                    out.push(close(start, Some(last + limit), HoldEnd::Silence, tok));
+                }
+            }
+        }
+        if ev.is_message() {
+            if silenced && !matches!(ev, Ev::Ended { .. }) {
+                late_messages += 1;
+            }
+            last_msg = Some(t);
+        }
+        match ev {
+            Ev::Queued { .. } => {}
+            Ev::Granted {
+                token: tk,
+                silence_limit,
+            } => {
+                if token.is_some() {
+                    notes.push(format!("{}#{}: granted twice", log.client, log.id));
+                }
+                if suspended {
+                    notes.push(format!(
+                        "{}#{}: granted while suspended (counted as holding)",
+                        log.client, log.id
+                    ));
+                }
+                token = Some(*tk);
+                silence = Some(*silence_limit);
+                current = Some(t);
+            }
+            Ev::Suspended { .. } => {
+                suspended = true;
+                if let (Some(start), Some(tok)) = (current.take(), token) {
+                    out.push(close(start, Some(t), HoldEnd::Suspended, tok));
+                }
+            }
+            Ev::Resumed => {
+                if !suspended {
+                    notes.push(format!(
+                        "{}#{}: resumed without suspended",
+                        log.client, log.id
+                    ));
+                }
+                suspended = false;
+                if token.is_some() && !silenced && current.is_none() {
+                    current = Some(t);
+                }
+            }
+            Ev::Proclaimed { .. } | Ev::Heartbeat => {}
+            Ev::Ended { code, .. } => {
+                ended = true;
+                if let (Some(start), Some(tok)) = (current.take(), token) {
+                    out.push(close(start, Some(t), HoldEnd::Ended(*code), tok));
+                }
+            }
+            Ev::Killed => {
+                ended = true;
+                if let (Some(start), Some(tok)) = (current.take(), token) {
+                    out.push(close(start, Some(t), HoldEnd::Killed, tok));
+                }
+            }
+        }
+    }
+    if let (Some(start), Some(tok)) = (current, token) {
+        let last = last_msg.unwrap_or(start);
+        match silence {
+            Some(limit) if now > last + limit => {
+                out.push(close(start, Some(last + limit), HoldEnd::Silence, tok))
+            }
+            _ => out.push(close(start, None, HoldEnd::Open, tok)),
+        }
+    }
+    if late_messages > 0 {
+        notes.push(format!(
+            "{}#{} ({}): {late_messages} message(s) after its silence limit had passed",
+            log.client, log.id, log.via
+        ));
+    }
+    out
+}
+
+/// Checks exclusion (at most `capacity(resource)` holds at any instant) and fencing (a hold
+/// that starts after another stream's hold ended has a larger token).
+pub fn check(logs: &[StreamLog], capacity: impl Fn(&str) -> usize, epoch: Instant) -> Report {
+    let now = Instant::now();
+    let mut notes = Vec::new();
+    let mut holds: Vec<Hold> = Vec::new();
+    for log in logs {
+        if !matches!(log.events.first(), Some((_, Ev::Queued { .. })) | None) {
+            notes.push(format!(
+                "{}#{}: first event is not queued",
+                log.client, log.id
+            ));
+        }
+        holds.extend(holds_of(log, now, &mut notes));
+    }
+    let mut by_resource: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
+    for h in &holds {
+        by_resource.entry(h.resource.as_str()).or_default().push(h);
+    }
+    let mut violations = Vec::new();
+    for (resource, hs) in &by_resource {
+        let cap = capacity(resource).max(1);
+        // Sweep: ends sort before starts at the same instant (half-open intervals).
+        let mut points: Vec<(Instant, i8, usize)> = Vec::new();
+        for (i, h) in hs.iter().enumerate() {
+            points.push((h.start, 1, i));
+            points.push((h.end_or(now), -1, i));
+        }
+        points.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut active: Vec<usize> = Vec::new();
+        for (t, delta, i) in points {
+            if delta < 0 {
+                active.retain(|&j| j != i);
+                continue;
+            }
+            if hs[i].start == hs[i].end_or(now) {
+                continue;
+            }
+            active.push(i);
+            if active.len() > cap {
+                let overlap = active
+                    .iter()
+                    .map(|&j| hs[j].end_or(now))
+                    .min()
+                    .unwrap_or(t)
+                    .saturating_duration_since(t);
+                let who: Vec<String> = active.iter().map(|&j| describe(hs[j], epoch)).collect();
+                violations.push(Violation {
+                    kind: "exclusion",
+                    detail: format!(
+                        "{resource}: {} holders at {} (capacity {cap}) for {overlap:?}: {}",
+                        active.len(),
+                        ms(t, epoch),
+                        who.join("; ")
+                    ),
+                });
+            }
+        }
+        // Fencing: every hold that ended before another stream's hold started has a smaller
+        // token. Reported once per pair of streams.
+        let mut seen = std::collections::HashSet::new();
+        for h in hs {
+            for g in hs {
+                if g.stream != h.stream
+                    && g.end.is_some_and(|e| e <= h.start)
+                    && g.token >= h.token
+                    && seen.insert((g.stream, h.stream))
+                {
+                    violations.push(Violation {
+                        kind: "fencing",
+                        detail: format!(
+                            "{resource}: {} started after {} ended but its token is not larger",
+                            describe(h, epoch),
+                            describe(g, epoch)
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    Report {
+        streams: logs.len(),
+        holds,
+        violations,
+        notes,
+    }
+}
+
+fn describe(h: &Hold, epoch: Instant) -> String {
+    format!(
+        "{}#{} via {} token {} [{} .. {} {:?}]",
+        h.client,
+        h.stream,
+        h.via,
+        h.token,
+        ms(h.start, epoch),
+        h.end.map_or_else(|| "open".to_owned(), |e| ms(e, epoch)),
+        h.why
+    )
+}
+
+/// How long after `from` (a fault, or its healing) `resource` had a holder again: the end of
+/// the first vacancy (nobody holding) that contains `from` or begins within `bound` after it,
+/// measured from `from`; zero when holding went on without a gap.
+///
+/// # Errors
+/// A violation when that vacancy lasted past `from + bound` (or has not ended).
+pub fn recovery(
+    report: &Report,
+    resource: &str,
+    from: Instant,
+    bound: Duration,
+    what: &str,
+    epoch: Instant,
+) -> Result<Duration, Violation> {
+    let vacancy = vacancies(report, resource)
+        .into_iter()
+        .find(|(start, end)| end.is_none_or(|e| e > from) && *start <= from + bound);
+    let took = match vacancy {
+        None => return Ok(Duration::ZERO),
+        Some((_, Some(end))) => end.saturating_duration_since(from),
+        Some((start, None)) => {
+            return Err(Violation {
+                kind: "recovery",
+                detail: format!(
+                    "{resource}: after {what} at {}, nobody held it again (vacant since {})",
+                    ms(from, epoch),
+                    ms(start, epoch)
+                ),
+            })
+        }
+    };
+    if took <= bound {
+        Ok(took)
+    } else {
+        Err(Violation {
+            kind: "recovery",
+            detail: format!(
+                "{resource}: after {what} at {}, a holder only {took:?} later (bound {bound:?})",
+                ms(from, epoch)
+            ),
+        })
+    }
+}
+
+/// Stretches with nobody holding `resource`, after its first hold: `(start, end)`, the last
+/// one open (`None`) when nobody holds it now.
+pub fn vacancies(report: &Report, resource: &str) -> Vec<(Instant, Option<Instant>)> {
+    let mut hs: Vec<&Hold> = report.holds_of(resource).collect();
+    hs.sort_by_key(|h| h.start);
+    let mut out = Vec::new();
+    // The end of the covered stretch so far; `None` inside = an open hold covers the rest.
+    let mut covered: Option<Option<Instant>> = None;
+    for h in hs {
+        if let Some(Some(c)) = covered {
+            if h.start > c {
+                out.push((c, Some(h.start)));
+            }
+        }
+        covered = Some(match (covered, h.end) {
+            (Some(None), _) | (_, None) => None,
+            (Some(Some(c)), Some(e)) => Some(c.max(e)),
+            (None, Some(e)) => Some(e),
+        });
+    }
+    if let Some(Some(c)) = covered {
+        out.push((c, None));
+    }
+    out
+}
+
+/// A readable timeline of every stream, for failure messages.
+pub fn timeline(logs: &[StreamLog], epoch: Instant) -> String {
+    let mut out = String::new();
+    for log in logs {
+        out.push_str(&format!(
+            "  {}#{} {} via {}:",
+            log.client, log.id, log.resource, log.via
+        ));
+        let mut beats = 0;
+        for (t, e) in &log.events {
+            if matches!(e, Ev::Heartbeat) {
+                beats += 1;
+                continue;
+            }
+            if beats > 0 {
+                out.push_str(&format!(" ({beats} hb)"));
+                beats = 0;
+            }
+            let what = match e {
+                Ev::Queued { position } => format!("queued@{position}"),
+                Ev::Granted { token, .. } => format!("GRANTED t{token}"),
+                Ev::Suspended { stop_within } => format!("suspended({stop_within:?})"),
+                Ev::Resumed => "resumed".into(),
+                Ev::Proclaimed { .. } => "proclaimed".into(),
+                Ev::Heartbeat => unreachable!(),
+                Ev::Ended { code, .. } => format!("END {code:?}"),
+                Ev::Killed => "KILLED".into(),
+            };
+            out.push_str(&format!(" {} {what};", ms(*t, epoch)));
+        }
+        if beats > 0 {
+            let last = log
+                .events
+                .last()
+                .map(|(t, _)| ms(*t, epoch))
+                .unwrap_or_default();
+            out.push_str(&format!(" ({beats} hb, last {last})"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(id: u64, events: Vec<(u64, Ev)>, epoch: Instant) -> StreamLog {
+        StreamLog {
+            id,
+            client: format!("c{id}"),
+            resource: "e".into(),
+            via: "g".into(),
+            events: events
+                .into_iter()
+                .map(|(ms, e)| (epoch + Duration::from_millis(ms), e))
+                .collect(),
+        }
+    }
+
+    fn granted(token: u64) -> Ev {
+        Ev::Granted {
+            token,
+            silence_limit: Duration::from_millis(100),
+        }
+    }
+
+    fn end() -> Ev {
+        Ev::Ended {
+            code: None,
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn silence_ends_a_hold_and_overlap_is_caught() {
+        let epoch = Instant::now();
+        let q = Ev::Queued { position: 0 };
+        // c1 hears nothing after +10ms: its hold ends at +110. c2 starts at +100: overlap.
+        let a = log(
+            1,
+            vec![(0, q.clone()), (10, granted(5)), (500, end())],
+            epoch,
+        );
+        let b = log(
+            2,
+            vec![(0, q.clone()), (100, granted(6)), (150, end())],
+            epoch,
+        );
+        let r = check(&[a.clone(), b], |_| 1, epoch);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert_eq!(r.violations[0].kind, "exclusion");
+        // Starting at +120 is fine.
+        let c = log(3, vec![(0, q), (120, granted(6)), (150, end())], epoch);
+        let r = check(&[a, c], |_| 1, epoch);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+    }
+
+    #[test]
+    fn suspended_ends_resumed_restarts_and_fencing_checks_order() {
+        let epoch = Instant::now();
+        let q = Ev::Queued { position: 0 };
+        let hb = Ev::Heartbeat;
+        let a = log(
+            1,
+            vec![
+                (0, q.clone()),
+                (10, granted(7)),
+                (
+                    50,
+                    Ev::Suspended {
+                        stop_within: Duration::from_secs(1),
+                    },
+                ),
+                (90, Ev::Resumed),
+                (150, hb.clone()),
+                (200, Ev::Killed),
+            ],
+            epoch,
+        );
+        let holds = holds_of(&a, Instant::now(), &mut Vec::new());
+        assert_eq!(holds.len(), 2);
+        assert_eq!(holds[0].why, HoldEnd::Suspended);
+        assert_eq!(holds[1].why, HoldEnd::Killed);
+        // A later holder with a smaller token breaks fencing.
+        let b = log(2, vec![(0, q), (300, granted(6)), (400, end())], epoch);
+        let r = check(&[a, b], |_| 1, epoch);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert_eq!(r.violations[0].kind, "fencing");
+    }
+
+    #[test]
+    fn capacity_allows_permits() {
+        let epoch = Instant::now();
+        let q = Ev::Queued { position: 0 };
+        let logs: Vec<StreamLog> = (1..=3)
+            .map(|i| {
+                log(
+                    i,
+                    vec![(0, q.clone()), (10 * i, granted(i)), (60, end())],
+                    epoch,
+                )
+            })
+            .collect();
+        assert!(check(&logs, |_| 3, epoch).violations.is_empty());
+        assert_eq!(check(&logs, |_| 2, epoch).violations.len(), 1);
+    }
+}

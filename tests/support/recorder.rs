@@ -1,0 +1,251 @@
+//! A recording Campaign client: one stream on its own connection, every event logged with the
+//! instant it arrived, for the [`checker`](super::checker).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Endpoint;
+use zkgate::proto as pb;
+use zkgate::proto::campaign_request::Request as Req;
+use zkgate::proto::campaign_response::Event;
+use zkgate::proto::election_client::ElectionClient;
+
+use super::checker::{Ev, StreamLog};
+
+static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
+
+/// One candidate: a Campaign stream over a connection of its own (so cutting its link cuts
+/// nobody else's).
+#[derive(Debug)]
+pub struct CampaignClient {
+    pub id: u64,
+    pub name: String,
+    pub election: String,
+    pub lease: String,
+    log: watch::Sender<StreamLog>,
+    requests: Option<mpsc::Sender<pb::CampaignRequest>>,
+    task: JoinHandle<()>,
+}
+
+fn to_duration(d: Option<prost_types::Duration>) -> Duration {
+    d.and_then(|d| Duration::try_from(d).ok())
+        .unwrap_or_default()
+}
+
+impl CampaignClient {
+    /// Connects to `url` (a gateway, or a link cutter in front of one), joins `election` and
+    /// waits for `queued`. `via` names the path for reports.
+    ///
+    /// # Errors
+    /// A sentence saying what failed (connect, the call, or the first event).
+    pub async fn join(url: &str, election: &str, name: &str, via: &str) -> Result<Self, String> {
+        let channel = Endpoint::from_shared(url.to_owned())
+            .map_err(|e| e.to_string())?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true);
+        let channel = tokio::time::timeout(Duration::from_secs(5), channel.connect())
+            .await
+            .map_err(|_| format!("connecting to {url} timed out"))?
+            .map_err(|e| format!("connecting to {url}: {e}"))?;
+        let mut client = ElectionClient::new(channel);
+        let (tx, rx) = mpsc::channel(16);
+        tx.send(pb::CampaignRequest {
+            request: Some(Req::Join(pb::Join {
+                election: election.into(),
+                candidate: name.into(),
+                value: name.as_bytes().to_vec(),
+            })),
+        })
+        .await
+        .map_err(|_| "request channel closed".to_owned())?;
+        let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        let (log, _) = watch::channel(StreamLog {
+            id,
+            client: name.into(),
+            resource: election.into(),
+            via: via.into(),
+            events: Vec::new(),
+        });
+        let mut stream = tokio::time::timeout(
+            Duration::from_secs(10),
+            client.campaign(ReceiverStream::new(rx)),
+        )
+        .await
+        .map_err(|_| format!("Campaign on {url} timed out"))?
+        .map_err(|s| format!("Campaign on {url}: {s}"))?
+        .into_inner();
+        // The first message is read here so the lease is known; later ones by the task.
+        let first = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .map_err(|_| format!("no queued from {url} in time"))?;
+        let lease = match first {
+            Ok(Some(pb::CampaignResponse {
+                event: Some(Event::Queued(q)),
+            })) => {
+                log.send_modify(|l| {
+                    l.events.push((
+                        Instant::now(),
+                        Ev::Queued {
+                            position: q.position,
+                        },
+                    ))
+                });
+                q.lease
+            }
+            other => return Err(format!("first event from {url} was {other:?}, not queued")),
+        };
+        let writer = log.clone();
+        let task = tokio::spawn(async move {
+            let _client = client; // keeps the connection
+            loop {
+                let ev = match stream.message().await {
+                    Ok(Some(m)) => match m.event {
+                        Some(Event::Queued(q)) => Ev::Queued {
+                            position: q.position,
+                        },
+                        Some(Event::Elected(e)) => Ev::Granted {
+                            token: e.leader.map_or(0, |l| l.fencing_token),
+                            silence_limit: to_duration(e.silence_limit),
+                        },
+                        Some(Event::Suspended(s)) => Ev::Suspended {
+                            stop_within: to_duration(s.stop_within),
+                        },
+                        Some(Event::Resumed(_)) => Ev::Resumed,
+                        Some(Event::Proclaimed(p)) => Ev::Proclaimed {
+                            token: p.leader.map_or(0, |l| l.fencing_token),
+                        },
+                        Some(Event::Heartbeat(_)) => Ev::Heartbeat,
+                        None => continue,
+                    },
+                    Ok(None) => Ev::Ended {
+                        code: None,
+                        message: String::new(),
+                    },
+                    Err(s) => Ev::Ended {
+                        code: Some(s.code()),
+                        message: s.message().to_owned(),
+                    },
+                };
+                let end = ev.is_end();
+                writer.send_modify(|l| l.events.push((Instant::now(), ev)));
+                if end {
+                    return;
+                }
+            }
+        });
+        Ok(CampaignClient {
+            id,
+            name: name.into(),
+            election: election.into(),
+            lease,
+            log,
+            requests: Some(tx),
+            task,
+        })
+    }
+
+    /// A live view of the log, which outlives the client.
+    pub fn watch(&self) -> watch::Receiver<StreamLog> {
+        self.log.subscribe()
+    }
+
+    /// Everything seen so far.
+    pub fn log(&self) -> StreamLog {
+        self.log.borrow().clone()
+    }
+
+    pub fn ended(&self) -> bool {
+        self.log.borrow().ended().is_some()
+    }
+
+    /// Kills the client abruptly: its stream and connection are dropped without a resign
+    /// (the gateway sees a cancelled stream and a closed connection).
+    pub fn kill(&mut self) {
+        if self.ended() {
+            return;
+        }
+        self.log
+            .send_modify(|l| l.events.push((Instant::now(), Ev::Killed)));
+        self.task.abort();
+        self.requests = None;
+    }
+
+    /// Sends `resign{}` on the stream.
+    pub async fn resign(&self) {
+        if let Some(tx) = &self.requests {
+            let _ = tx
+                .send(pb::CampaignRequest {
+                    request: Some(Req::Resign(pb::ResignCandidacy {})),
+                })
+                .await;
+        }
+    }
+
+    /// Sends `resign{}` without waiting (false if the request side is full or closed).
+    pub fn try_resign(&self) -> bool {
+        self.requests.as_ref().is_some_and(|tx| {
+            tx.try_send(pb::CampaignRequest {
+                request: Some(Req::Resign(pb::ResignCandidacy {})),
+            })
+            .is_ok()
+        })
+    }
+
+    /// The first event at or after `since` (any time when `None`) matching `pred`, waiting up
+    /// to `within`.
+    pub async fn wait_for(
+        &self,
+        since: Option<Instant>,
+        within: Duration,
+        pred: impl Fn(&Ev) -> bool,
+    ) -> Option<(Instant, Ev)> {
+        let mut rx = self.log.subscribe();
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            {
+                let log = rx.borrow_and_update();
+                let found = log
+                    .events
+                    .iter()
+                    .find(|(t, e)| since.is_none_or(|s| *t >= s) && pred(e));
+                if let Some((t, e)) = found {
+                    return Some((*t, e.clone()));
+                }
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return None,
+            }
+        }
+    }
+
+    /// Waits for `elected`; returns when it arrived and the token.
+    pub async fn wait_granted(&self, within: Duration) -> Option<(Instant, u64)> {
+        match self
+            .wait_for(None, within, |e| matches!(e, Ev::Granted { .. }))
+            .await
+        {
+            Some((t, Ev::Granted { token, .. })) => Some((t, token)),
+            _ => None,
+        }
+    }
+
+    /// Waits for the stream's end; returns when and the code (`None` = OK, `Cancelled` when
+    /// the test killed it).
+    pub async fn wait_end(&self, within: Duration) -> Option<(Instant, Option<tonic::Code>)> {
+        match self.wait_for(None, within, Ev::is_end).await {
+            Some((t, Ev::Ended { code, .. })) => Some((t, code)),
+            Some((t, Ev::Killed)) => Some((t, Some(tonic::Code::Cancelled))),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for CampaignClient {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
