@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, RwLock, RwLockReadGuard};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
@@ -21,9 +21,24 @@ type Client = LockClient<Channel>;
 
 /// The one test with a ZooKeeper of its own starts (and pauses) a JVM, which on a small
 /// machine starves the other tests' timing: it runs alone, the others share.
-fn exclusive() -> &'static tokio::sync::RwLock<()> {
-    static LOCK: std::sync::OnceLock<tokio::sync::RwLock<()>> = std::sync::OnceLock::new();
-    LOCK.get_or_init(|| tokio::sync::RwLock::new(()))
+fn exclusive() -> &'static RwLock<()> {
+    static LOCK: std::sync::OnceLock<RwLock<()>> = std::sync::OnceLock::new();
+    LOCK.get_or_init(|| RwLock::new(()))
+}
+
+/// A test's gateway on the shared ZooKeeper (with a root of its own), a client, and the test's
+/// share of [`exclusive`].
+async fn setup() -> (String, Gateway, Client, RwLockReadGuard<'static, ()>) {
+    let shared = exclusive().read().await;
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let c = lock_client(&gw).await;
+    (zk, gw, c, shared)
+}
+
+/// Every test ends here: no member znode is left behind.
+async fn no_members_left(zk: &str, gw: &Gateway) {
+    wait_no_members(&zk_client(zk).await, &gw.root, Duration::from_secs(5)).await;
 }
 
 async fn lock_client(gw: &Gateway) -> Client {
@@ -216,11 +231,9 @@ async fn members(zk: &str, root: &str) -> usize {
 /// ZooKeeper while holding the lock; no update is lost and fencing tokens only go up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mutex_twenty_contenders_lose_no_update() {
-    let _shared = exclusive().read().await;
     const CONTENDERS: u64 = 20;
     const ROUNDS: u64 = 4;
-    let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
+    let (zk, gw, _, _shared) = setup().await;
     let other = Gateway::start_with(
         &zk,
         GatewayOpts {
@@ -265,16 +278,14 @@ async fn mutex_twenty_contenders_lose_no_update() {
         tokens.windows(2).all(|w| w[0] < w[1]),
         "fencing tokens of successive holders strictly increase: {tokens:?}"
     );
-    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+    no_members_left(&zk, &gw).await;
 }
 
 /// A 3-permit semaphore never has more than 3 holders — counted by the holders themselves and
 /// polled through `Holders` all along — and all 10 contenders get through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_three_permits_ten_contenders() {
-    let _shared = exclusive().read().await;
-    let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
+    let (zk, gw, _, _shared) = setup().await;
     let current = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
@@ -320,15 +331,12 @@ async fn semaphore_three_permits_ten_contenders() {
     assert!(most <= 3, "{most} holders at once");
     assert_eq!(most, 3, "the semaphore admits three at once");
     assert!(polls > 3);
-    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+    no_members_left(&zk, &gw).await;
 }
 
 #[tokio::test]
 async fn try_lock_on_free_and_held_lock_and_wait_timeout() {
-    let _shared = exclusive().read().await;
-    let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
-    let mut c = lock_client(&gw).await;
+    let (zk, gw, mut c, _shared) = setup().await;
     let try_lock = |owner: &str| pb::AcquireLock {
         wait_timeout: dur(Duration::ZERO),
         ..acquire("try", owner)
@@ -400,15 +408,12 @@ async fn try_lock_on_free_and_held_lock_and_wait_timeout() {
     f.acquired().await;
     f.quiet_for(Duration::from_millis(100)).await;
     f.release().await;
-    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+    no_members_left(&zk, &gw).await;
 }
 
 #[tokio::test]
 async fn ttl_expires_without_keep_alive_and_survives_with_it() {
-    let _shared = exclusive().read().await;
-    let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
-    let mut c = lock_client(&gw).await;
+    let (zk, gw, mut c, _shared) = setup().await;
     let ttl = Duration::from_millis(800);
     let with_ttl = |owner: &str| pb::AcquireLock {
         ttl: dur(ttl),
@@ -439,14 +444,12 @@ async fn ttl_expires_without_keep_alive_and_survives_with_it() {
     assert_eq!(h.holders.len(), 1);
     assert_eq!(h.holders[0].owner, "b");
     b.release().await;
-    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+    no_members_left(&zk, &gw).await;
 }
 
 #[tokio::test]
 async fn release_by_lease_from_another_gateway_then_not_found() {
-    let _shared = exclusive().read().await;
-    let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
+    let (zk, gw, _, _shared) = setup().await;
     let other = Gateway::start_with(
         &zk,
         GatewayOpts {
@@ -506,17 +509,14 @@ async fn release_by_lease_from_another_gateway_then_not_found() {
     }
     drop(cand);
     b.release().await;
-    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+    no_members_left(&zk, &gw).await;
 }
 
 /// Readers share, a writer excludes, and a writer queued behind readers goes before every
 /// reader that queued after it (FIFO: writers are not starved).
 #[tokio::test]
 async fn read_write_lock_fifo() {
-    let _shared = exclusive().read().await;
-    let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
-    let mut c = lock_client(&gw).await;
+    let (zk, gw, mut c, _shared) = setup().await;
     let read = |owner: &str| pb::AcquireLock {
         mode: pb::LockMode::Read.into(),
         ..acquire("rw", owner)
@@ -564,15 +564,12 @@ async fn read_write_lock_fifo() {
     r3.release().await;
     w2.acquired().await;
     w2.release().await;
-    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+    no_members_left(&zk, &gw).await;
 }
 
 #[tokio::test]
 async fn permit_mismatch_is_refused_without_a_znode() {
-    let _shared = exclusive().read().await;
-    let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
-    let mut c = lock_client(&gw).await;
+    let (zk, gw, mut c, _shared) = setup().await;
     let with = |permits: u32, owner: &str| pb::AcquireLock {
         permits,
         ..acquire("perm", owner)
@@ -610,15 +607,12 @@ async fn permit_mismatch_is_refused_without_a_znode() {
     let mut m = Acq::open(&mut c, with(1, "m")).await;
     m.acquired().await;
     m.release().await;
-    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+    no_members_left(&zk, &gw).await;
 }
 
 #[tokio::test]
 async fn bad_input_is_invalid_argument_and_leaves_nothing() {
-    let _shared = exclusive().read().await;
-    let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
-    let mut c = lock_client(&gw).await;
+    let (zk, gw, mut c, _shared) = setup().await;
     let neg = Some(prost_types::Duration {
         seconds: -1,
         nanos: 0,
@@ -731,18 +725,15 @@ async fn bad_input_is_invalid_argument_and_leaves_nothing() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
-    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+    no_members_left(&zk, &gw).await;
 }
 
 /// `Holders` and `Validate` tell holders from waiters and never reveal a lease; a hand-over
 /// wakes only the successor and costs a bounded number of ZooKeeper requests (G4).
 #[tokio::test]
 async fn holders_validate_and_herd_free_hand_over() {
-    let _shared = exclusive().read().await;
     use prost::Message;
-    let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
-    let mut c = lock_client(&gw).await;
+    let (zk, gw, mut c, _shared) = setup().await;
     let mut first = Acq::open(&mut c, acquire("herd", "h0")).await;
     let t0 = first.acquired().await.fencing_token;
     let mut waiters = Vec::new();
@@ -796,16 +787,13 @@ async fn holders_validate_and_herd_free_hand_over() {
     assert!(validate(&mut c, "herd", t1).await);
     drop(second);
     drop(waiters);
-    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+    no_members_left(&zk, &gw).await;
 }
 
 /// Half-closing the request side keeps the hold; cancelling the stream releases it at once.
 #[tokio::test]
 async fn half_close_keeps_the_hold_and_cancel_releases() {
-    let _shared = exclusive().read().await;
-    let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
-    let mut c = lock_client(&gw).await;
+    let (zk, gw, mut c, _shared) = setup().await;
     let mut a = Acq::open(&mut c, acquire("hc", "a")).await;
     a.acquired().await;
     let mut b = Acq::open(&mut c, acquire("hc", "b")).await;
@@ -819,7 +807,7 @@ async fn half_close_keeps_the_hold_and_cancel_releases() {
     b.acquired().await;
     assert!(started.elapsed() < Duration::from_secs(2));
     drop(b);
-    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+    no_members_left(&zk, &gw).await;
 }
 
 /// A short ZooKeeper outage: the holder hears `suspended` (stop work) then `resumed` and
@@ -855,7 +843,7 @@ async fn zookeeper_pause_suspends_then_resumes_the_holder() {
     a.release().await;
     assert!(b.acquired().await.fencing_token > token);
     b.release().await;
-    wait_no_members(&zk_client(&connect).await, &gw.root, Duration::from_secs(5)).await;
+    no_members_left(&connect, &gw).await;
     drop(gw);
     zk.shutdown().await;
 }

@@ -145,7 +145,13 @@ impl Election for ElectionApi {
                 ))
             }
         };
-        let candidacy = self.coord.campaign(join).await?;
+        // Create the znode in its own task: if the client cancels while the create is in
+        // flight, tonic drops this handler, but the task finishes and drops the candidacy,
+        // which deletes the znode, instead of leaving it until the session ends (G8).
+        let coord = self.coord.clone();
+        let candidacy = tokio::spawn(async move { coord.campaign(join).await })
+            .await
+            .map_err(|e| Status::internal(format!("campaign task failed: {e}")))??;
         let (tx, rx) = mpsc::channel(16);
         tokio::spawn(drive_campaign(candidacy, inbound, tx, self.coord.clone()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
