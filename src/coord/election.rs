@@ -10,7 +10,7 @@ use zookeeper_client as zkc;
 
 use super::queue::{MemberSignal, QueueHandle, QueueView};
 use super::record::{ms_to_time, NodeRecord};
-use super::session::{Link, ZkSession};
+use super::session::{Link, LinkChange, LinkFollower, ZkSession};
 use super::types::{
     FencingToken, LeaderInfo, Lease, MemberInfo, MemberName, Participant, ProtectedId, QueueKind,
     QueueName, Value,
@@ -151,8 +151,7 @@ pub struct Candidacy {
     position: u32,
     record: NodeRecord,
     signals: mpsc::UnboundedReceiver<MemberSignal>,
-    link: watch::Receiver<Link>,
-    suspended: bool,
+    link: LinkFollower,
     elected: Option<(LeaderInfo, Instant)>,
     /// The znode is known gone (resigned): nothing to delete on drop.
     released: bool,
@@ -202,8 +201,7 @@ impl Coordinator {
             position,
             record,
             signals: rx,
-            link,
-            suspended: false,
+            link: LinkFollower::new(link),
             elected: None,
             released: false,
             _gauge: m::GaugeGuard::raise(m::campaigns_active),
@@ -235,57 +233,38 @@ impl Candidacy {
     /// # Cancellation safety
     /// Cancellation safe: it only reads channels, so it can sit in a `select!` loop.
     pub async fn next_event(&mut self) -> CandidacyEvent {
-        loop {
-            tokio::select! {
-                biased;
-                changed = self.link.changed() => {
-                    if changed.is_err() {
-                        return self.end(CandidacyEnd::Lost(super::session::LossReason::Closed));
-                    }
-                    let link = self.link.borrow_and_update().clone();
-                    match link {
-                        Link::Lost(reason) => return self.end(CandidacyEnd::Lost(reason)),
-                        Link::Suspended { deadline } if !self.suspended => {
-                            self.suspended = true;
-                            return CandidacyEvent::Suspended { stop_within: deadline.saturating_duration_since(Instant::now()) };
-                        }
-                        Link::Connected if self.suspended => {
-                            self.suspended = false;
-                            return CandidacyEvent::Resumed;
-                        }
-                        _ => {}
-                    }
+        tokio::select! {
+            biased;
+            change = self.link.next() => match change {
+                LinkChange::Lost(reason) => self.end(CandidacyEnd::Lost(reason)),
+                LinkChange::Suspended { stop_within } => CandidacyEvent::Suspended { stop_within },
+                LinkChange::Resumed => CandidacyEvent::Resumed,
+            },
+            signal = self.signals.recv() => match signal {
+                Some(MemberSignal::Elected { leader, failover }) => {
+                    m::leader_elected(leader.election.as_str(), failover);
+                    tracing::info!(
+                        election = %leader.election, candidate = %leader.candidate,
+                        fencing_token = leader.fencing_token.0, "leader elected"
+                    );
+                    self.elected = Some((leader.clone(), Instant::now()));
+                    CandidacyEvent::Elected(leader)
                 }
-                signal = self.signals.recv() => match signal {
-                    Some(MemberSignal::Elected { leader, failover }) => {
-                        m::leader_elected(leader.election.as_str(), failover);
-                        tracing::info!(
-                            election = %leader.election, candidate = %leader.candidate,
-                            fencing_token = leader.fencing_token.0, "leader elected"
-                        );
-                        self.elected = Some((leader.clone(), Instant::now()));
-                        return CandidacyEvent::Elected(leader);
+                Some(MemberSignal::Proclaimed(leader)) => {
+                    if let Some((l, _)) = self.elected.as_mut() {
+                        *l = leader.clone();
                     }
-                    Some(MemberSignal::Proclaimed(leader)) => {
-                        if let Some((l, _)) = self.elected.as_mut() {
-                            *l = leader.clone();
-                        }
-                        return CandidacyEvent::Proclaimed(leader);
+                    CandidacyEvent::Proclaimed(leader)
+                }
+                Some(MemberSignal::Gone) | None => {
+                    // Distinguish a resign from a session that is going away.
+                    if let Some(reason) = self.link.lost() {
+                        return self.end(CandidacyEnd::Lost(reason));
                     }
-                    Some(MemberSignal::Gone) | None => {
-                        // Distinguish a resign from a session that is going away.
-                        let lost = match &*self.link.borrow() {
-                            Link::Lost(reason) => Some(*reason),
-                            _ => None,
-                        };
-                        if let Some(reason) = lost {
-                            return self.end(CandidacyEnd::Lost(reason));
-                        }
-                        self.released = true;
-                        return self.end(CandidacyEnd::Resigned);
-                    }
-                },
-            }
+                    self.released = true;
+                    self.end(CandidacyEnd::Resigned)
+                }
+            },
         }
     }
 

@@ -23,13 +23,13 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::election::{create_member, read_members, release_in_background};
 use super::queue::{MemberSignal, QueueHandle, Refusal};
 use super::record::NodeRecord;
-use super::session::{Link, LossReason, ZkSession};
+use super::session::{Link, LinkChange, LinkFollower, LossReason, ZkSession};
 use super::types::{
     FencingToken, InvalidInput, LeaderInfo, Lease, MemberInfo, Participant, QueueKind, QueueName,
 };
@@ -167,66 +167,6 @@ pub enum LockEnd {
     Released,
     /// The session is over (or presumed over). Ends `ABORTED`, or `UNAVAILABLE` when draining.
     Lost(LossReason),
-}
-
-/// A stream's view of its session's link: suspension and resumption are reported once each.
-/// (The same logic `Candidacy` follows; it could share this helper.)
-#[derive(Debug)]
-pub(crate) struct LinkFollower {
-    link: watch::Receiver<Link>,
-    suspended: bool,
-}
-
-/// A change of the link worth telling a client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LinkChange {
-    Suspended { stop_within: Duration },
-    Resumed,
-    Lost(LossReason),
-}
-
-impl LinkFollower {
-    pub(crate) fn new(link: watch::Receiver<Link>) -> Self {
-        Self {
-            link,
-            suspended: false,
-        }
-    }
-
-    /// The next change to report.
-    ///
-    /// # Cancellation safety
-    /// Cancellation safe.
-    pub(crate) async fn next(&mut self) -> LinkChange {
-        loop {
-            if self.link.changed().await.is_err() {
-                return LinkChange::Lost(LossReason::Closed);
-            }
-            let link = self.link.borrow_and_update().clone();
-            match link {
-                Link::Lost(reason) => return LinkChange::Lost(reason),
-                Link::Suspended { deadline } if !self.suspended => {
-                    self.suspended = true;
-                    return LinkChange::Suspended {
-                        stop_within: deadline.saturating_duration_since(Instant::now()),
-                    };
-                }
-                Link::Connected if self.suspended => {
-                    self.suspended = false;
-                    return LinkChange::Resumed;
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// The loss, if the session is already over.
-    pub(crate) fn lost(&self) -> Option<LossReason> {
-        match &*self.link.borrow() {
-            Link::Lost(reason) => Some(*reason),
-            _ => None,
-        }
-    }
 }
 
 /// While held: the token for the log line and the gauge that counts held locks.

@@ -67,6 +67,66 @@ impl LossReason {
     }
 }
 
+/// A stream's view of its session's link: suspension and resumption are reported once each.
+/// Shared by `Candidacy` and `LockHold`.
+#[derive(Debug)]
+pub(crate) struct LinkFollower {
+    link: watch::Receiver<Link>,
+    suspended: bool,
+}
+
+/// A change of the link worth telling a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LinkChange {
+    Suspended { stop_within: Duration },
+    Resumed,
+    Lost(LossReason),
+}
+
+impl LinkFollower {
+    pub(crate) fn new(link: watch::Receiver<Link>) -> Self {
+        Self {
+            link,
+            suspended: false,
+        }
+    }
+
+    /// The next change to report.
+    ///
+    /// # Cancellation safety
+    /// Cancellation safe.
+    pub(crate) async fn next(&mut self) -> LinkChange {
+        loop {
+            if self.link.changed().await.is_err() {
+                return LinkChange::Lost(LossReason::Closed);
+            }
+            let link = self.link.borrow_and_update().clone();
+            match link {
+                Link::Lost(reason) => return LinkChange::Lost(reason),
+                Link::Suspended { deadline } if !self.suspended => {
+                    self.suspended = true;
+                    return LinkChange::Suspended {
+                        stop_within: deadline.saturating_duration_since(Instant::now()),
+                    };
+                }
+                Link::Connected if self.suspended => {
+                    self.suspended = false;
+                    return LinkChange::Resumed;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The loss, if the session is already over.
+    pub(crate) fn lost(&self) -> Option<LossReason> {
+        match &*self.link.borrow() {
+            Link::Lost(reason) => Some(*reason),
+            _ => None,
+        }
+    }
+}
+
 /// Timing derived from the negotiated session timeout (G2, G3b).
 #[derive(Debug, Clone, Copy)]
 pub struct SessionTiming {
