@@ -49,7 +49,7 @@ ensure_zookeeper() {
 
 # promtool, which checks Prometheus rule files.
 ensure_promtool() {
-    command -v promtool >/dev/null 2>&1 || apt_install prometheus
+    { command -v promtool && command -v prometheus; } >/dev/null 2>&1 || apt_install prometheus
 }
 
 # `python3 -m pip install`, also where Debian's Python refuses it (PEP 668): the packages

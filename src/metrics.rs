@@ -96,7 +96,7 @@ fn describe() {
     );
     describe_gauge!(
         ZK_CONNECTED,
-        "1 while the gateway's ZooKeeper session is connected, else 0."
+        "ZooKeeper sessions of this gateway that are connected (0 or 1 with the default pool of one).",
     );
     describe_counter!(
         ZK_SESSION_EXPIRATIONS,
@@ -177,8 +177,24 @@ pub fn lock_wait(wait: Duration) {
     histogram!(LOCK_WAIT).record(wait.as_secs_f64());
 }
 
-pub fn zk_connected(connected: bool) {
-    gauge!(ZK_CONNECTED).set(if connected { 1.0 } else { 0.0 });
+/// One pool session's contribution to `zkgate_zk_connected`: the gauge counts connected
+/// sessions (0 or 1 with the default pool of one), so sessions never overwrite each other.
+#[derive(Debug, Default)]
+pub struct ZkConnected(bool);
+
+impl ZkConnected {
+    pub fn set(&mut self, connected: bool) {
+        if self.0 != connected {
+            self.0 = connected;
+            gauge!(ZK_CONNECTED).increment(if connected { 1.0 } else { -1.0 });
+        }
+    }
+}
+
+impl Drop for ZkConnected {
+    fn drop(&mut self) {
+        self.set(false);
+    }
 }
 
 pub fn zk_session_lost() {

@@ -110,6 +110,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     cfg.check_timing().map_err(ServeError::Config)?;
+    // The recorder first, so nothing the coordinator records at start-up is lost.
+    crate::metrics::install(cfg.name_label_cap);
     let coord = Coordinator::start(cfg.coord.clone());
     run_with(coord, cfg, listener, http, shutdown).await
 }

@@ -48,6 +48,13 @@ const HISTOGRAMS: &[&str] = &[
 /// How long Prometheus may take to start, scrape and evaluate what a test expects.
 const PROMETHEUS_WAIT: Duration = Duration::from_secs(30);
 
+/// The metrics recorder is process-global: tests here that run a gateway take this first, so
+/// one test's leaders and failovers do not show up in another's unlabelled counters.
+async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
@@ -65,8 +72,12 @@ fn tool(name: &str) -> Option<PathBuf> {
             !ci,
             "`{name}` is not installed: CI must install the Debian package `prometheus`"
         );
-        eprintln!(
-            "\n\n******** SKIPPED: `{name}` is not installed (apt-get install -y prometheus); \
+        // Straight to the process's stderr: the test harness captures `eprintln!` of passing
+        // tests, and a skip must be seen.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n******** SKIPPED: `{name}` is not installed (apt-get install -y prometheus); \
              this test checks nothing without it ********\n"
         );
     }
@@ -291,6 +302,7 @@ async fn promtool_accepts_the_metrics_exposition() {
     let Some(promtool) = tool("promtool") else {
         return;
     };
+    let _serial = serial().await;
     let zk = shared_zk();
     let gw = Gateway::start(&zk).await;
     // Touch the labelled metrics too: a leader, a failover, a NOT_FOUND.
@@ -385,7 +397,6 @@ impl Prometheus {
             .arg(format!("--web.listen-address={addr}"))
             .args([
                 "--storage.tsdb.retention.time=1h",
-                "--storage.tsdb.no-lockfile",
                 "--query.max-concurrency=2",
                 "--web.max-connections=32",
                 "--log.level=warn",
@@ -455,6 +466,22 @@ impl Prometheus {
             .unwrap_or_default())
     }
 
+    /// The value of a query that yields one series, once it does.
+    async fn value(&self, promql: &str) -> f64 {
+        let deadline = tokio::time::Instant::now() + PROMETHEUS_WAIT;
+        loop {
+            let got = self.query(promql).await;
+            if let Ok([v]) = got.as_deref() {
+                return *v;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "Prometheus: `{promql}` gave {got:?} for {PROMETHEUS_WAIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// Polls `promql` until it yields exactly one series with value `want`.
     async fn wait_for(&self, promql: &str, want: f64) {
         let deadline = tokio::time::Instant::now() + PROMETHEUS_WAIT;
@@ -497,10 +524,18 @@ async fn a_real_prometheus_sees_churn_failover_and_evaluates_rules_and_dashboard
     let Some(binary) = tool("prometheus") else {
         return;
     };
+    let _serial = serial().await;
     let zk = shared_zk();
     let gw = Gateway::start(&zk).await;
     let prom = Prometheus::start(&binary, gw.http).await;
     prom.wait_for(r#"up{job="zkgate"}"#, 1.0).await;
+    // Unlabelled series count for the whole test process: start from what is there.
+    let failovers = r#"sum(zkgate_failover_seconds_count{job="zkgate"})"#;
+    let campaigns = r#"sum(zkgate_campaigns_active{job="zkgate"})"#;
+    let in_office = "zkgate:leaders_in_office:sum";
+    let failovers_before = prom.value(failovers).await;
+    let campaigns_before = prom.value(campaigns).await;
+    prom.wait_for(in_office, 0.0).await;
 
     // A leads; B waits; A's stream is cancelled; B takes over.
     const ELECTION: &str = "e2e-churn";
@@ -514,14 +549,12 @@ async fn a_real_prometheus_sees_churn_failover_and_evaluates_rules_and_dashboard
     let churn =
         format!(r#"sum(zkgate_leader_changes_total{{job="zkgate",election="{ELECTION}"}})"#);
     prom.wait_for(&churn, 2.0).await;
-    prom.wait_for(r#"sum(zkgate_failover_seconds_count{job="zkgate"})"#, 1.0)
-        .await;
+    prom.wait_for(failovers, failovers_before + 1.0).await;
     prom.wait_for(r#"zkgate_zk_connected{job="zkgate"}"#, 1.0)
         .await;
     // The recording rule: B is the one leader in office (2 elected, 1 tenure ended).
-    prom.wait_for("zkgate:leaders_in_office:sum", 1.0).await;
-    prom.wait_for(r#"sum(zkgate_campaigns_active{job="zkgate"})"#, 1.0)
-        .await;
+    prom.wait_for(in_office, 1.0).await;
+    prom.wait_for(campaigns, campaigns_before + 1.0).await;
 
     // Every rule evaluates without error against real series, and nothing fires on a healthy
     // gateway (2 leaders in a minute is no flapping; B leads).
@@ -581,9 +614,8 @@ async fn a_real_prometheus_sees_churn_failover_and_evaluates_rules_and_dashboard
     ))
     .await;
     b.expect_end(None).await;
-    prom.wait_for("zkgate:leaders_in_office:sum", 0.0).await;
-    prom.wait_for(r#"sum(zkgate_campaigns_active{job="zkgate"})"#, 0.0)
-        .await;
+    prom.wait_for(in_office, 0.0).await;
+    prom.wait_for(campaigns, campaigns_before).await;
     prom.wait_for(&churn, 2.0).await;
 
     drop(prom);

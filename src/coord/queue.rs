@@ -644,6 +644,8 @@ impl Actor {
         for _ in 0..16 {
             let Some((&sequence, node)) = self.members.iter().next() else {
                 self.head = None;
+                // A vacancy nobody waited through is not a failover.
+                self.head_gone_at = None;
                 self.publish(None);
                 return;
             };

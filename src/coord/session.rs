@@ -302,12 +302,14 @@ pub async fn supervise_slot(
             silence_limit = ?timing.silence_limit,
             "ZooKeeper session established"
         );
-        m::zk_connected(true);
+        let mut connected = m::ZkConnected::default();
+        connected.set(true);
         slot.send_replace(Some(session.clone()));
 
-        let reason = follow_session(&mut states, &link_tx, &timing, &shutdown).await;
+        let reason =
+            follow_session(&mut states, &link_tx, &timing, &shutdown, &mut connected).await;
         slot.send_replace(None);
-        m::zk_connected(false);
+        connected.set(false);
         if reason != LossReason::Draining {
             m::zk_session_lost();
             tracing::warn!(
@@ -352,6 +354,7 @@ async fn follow_session(
     link: &watch::Sender<Link>,
     timing: &SessionTiming,
     shutdown: &CancellationToken,
+    connected: &mut m::ZkConnected,
 ) -> LossReason {
     let mut deadline: Option<Instant> = None;
     loop {
@@ -367,7 +370,7 @@ async fn follow_session(
             SessionState::Disconnected => {
                 let d = timing.abort_deadline(Instant::now());
                 deadline = Some(d);
-                m::zk_connected(false);
+                connected.set(false);
                 tracing::warn!(stop_within = ?d.saturating_duration_since(Instant::now()), "ZooKeeper disconnected; streams suspended");
                 link.send_replace(Link::Suspended { deadline: d });
             }
@@ -375,7 +378,7 @@ async fn follow_session(
                 if deadline.take().is_some() {
                     tracing::info!("ZooKeeper session resumed");
                 }
-                m::zk_connected(true);
+                connected.set(true);
                 link.send_replace(Link::Connected);
             }
             SessionState::Expired => return LossReason::Expired,
