@@ -80,7 +80,8 @@ pub(crate) async fn create_member(
                 // The container parent was reaped between our mkdir and create: make it again.
                 made_parents = false;
             }
-            Err(zkc::Error::ConnectionLoss) => {
+            // The reply was lost: the create may have been applied (G5).
+            Err(e) if super::zk::is_transport_failure(&e) => {
                 if let Some(found) = find_protected(session, queue_path, &prefix).await? {
                     return Ok(found);
                 }
@@ -104,7 +105,13 @@ async fn find_protected(
     loop {
         match &*link.borrow_and_update() {
             Link::Connected => break,
-            Link::Lost(r) => return Err(CoordError::SessionLost(*r)),
+            // Never joined, so nothing was lost: the client may simply retry.
+            Link::Lost(r) => {
+                return Err(CoordError::Unavailable(format!(
+                    "ZooKeeper session ended while joining ({}); retry",
+                    r.describe()
+                )))
+            }
             Link::Suspended { .. } => {}
         }
         if link.changed().await.is_err() {
@@ -155,6 +162,9 @@ pub struct Candidacy {
     elected: Option<(LeaderInfo, Instant)>,
     /// The znode is known gone (resigned): nothing to delete on drop.
     released: bool,
+    /// The queue reported the znode gone (`Some(actor_stopped)`) and the cause is still being
+    /// decided: kept here so `next_event` stays cancellation safe.
+    pending_gone: Option<bool>,
     _gauge: m::GaugeGuard,
     _stream: tokio_util::task::task_tracker::TaskTrackerToken,
 }
@@ -204,6 +214,7 @@ impl Coordinator {
             link: LinkFollower::new(link),
             elected: None,
             released: false,
+            pending_gone: None,
             _gauge: m::GaugeGuard::raise(m::campaigns_active),
             _stream: stream,
         })
@@ -233,6 +244,9 @@ impl Candidacy {
     /// # Cancellation safety
     /// Cancellation safe: it only reads channels, so it can sit in a `select!` loop.
     pub async fn next_event(&mut self) -> CandidacyEvent {
+        if let Some(actor_stopped) = self.pending_gone {
+            return self.resolve_gone(actor_stopped).await;
+        }
         tokio::select! {
             biased;
             change = self.link.next() => match change {
@@ -256,15 +270,29 @@ impl Candidacy {
                     }
                     CandidacyEvent::Proclaimed(leader)
                 }
-                Some(MemberSignal::Gone) | None => {
-                    // Distinguish a resign from a session that is going away.
-                    if let Some(reason) = self.link.lost() {
-                        return self.end(CandidacyEnd::Lost(reason));
-                    }
-                    self.released = true;
-                    self.end(CandidacyEnd::Resigned)
+                gone @ (Some(MemberSignal::Gone) | None) => {
+                    self.pending_gone = Some(gone.is_none());
+                    self.resolve_gone(gone.is_none()).await
                 }
             },
+        }
+    }
+
+    /// A resign by lease, or a session going away? Decided only once known (see
+    /// `LinkFollower::znode_gone_cause`).
+    async fn resolve_gone(&mut self, actor_stopped: bool) -> CandidacyEvent {
+        let bound = self.session.timing.negotiated;
+        let cause = self
+            .link
+            .znode_gone_cause(&self.session.zk, actor_stopped, bound)
+            .await;
+        self.pending_gone = None;
+        match cause {
+            Some(reason) => self.end(CandidacyEnd::Lost(reason)),
+            None => {
+                self.released = true;
+                self.end(CandidacyEnd::Resigned)
+            }
         }
     }
 

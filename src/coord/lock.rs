@@ -199,6 +199,9 @@ pub struct LockHold {
     held: Option<Held>,
     /// The znode is known gone: nothing to delete on drop.
     released: bool,
+    /// The queue reported the znode gone (`Some(actor_stopped)`) and the cause is still being
+    /// decided: kept here so `next_event` stays cancellation safe.
+    pending_gone: Option<bool>,
     _stream: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
@@ -279,6 +282,7 @@ impl Coordinator {
             ttl_deadline: None,
             held: None,
             released: false,
+            pending_gone: None,
             _stream: stream,
         })
     }
@@ -351,6 +355,9 @@ impl LockHold {
     /// # Cancellation safety
     /// Cancellation safe: it only reads channels and sleeps until deadlines kept in `self`.
     pub async fn next_event(&mut self) -> LockEvent {
+        if let Some(actor_stopped) = self.pending_gone {
+            return self.resolve_gone(actor_stopped).await;
+        }
         loop {
             let deadline = if self.held.is_some() {
                 self.ttl_deadline
@@ -368,13 +375,9 @@ impl LockHold {
                     Some(MemberSignal::Elected { leader, .. }) => return self.acquired(leader),
                     // Values are never proclaimed on a lock.
                     Some(MemberSignal::Proclaimed(_)) => {}
-                    Some(MemberSignal::Gone) | None => {
-                        // Distinguish a release by lease from a session that is going away.
-                        if let Some(reason) = self.link.lost() {
-                            return self.end(LockEnd::Lost(reason));
-                        }
-                        self.released = true;
-                        return self.end(LockEnd::Released);
+                    gone @ (Some(MemberSignal::Gone) | None) => {
+                        self.pending_gone = Some(gone.is_none());
+                        return self.resolve_gone(gone.is_none()).await;
                     }
                 },
                 _ = sleep_until_some(deadline) => {
@@ -414,6 +417,24 @@ impl LockHold {
             since: holder.since,
             mode: self.mode,
         })
+    }
+
+    /// A release by lease, or a session going away? Decided only once known (see
+    /// `LinkFollower::znode_gone_cause`).
+    async fn resolve_gone(&mut self, actor_stopped: bool) -> LockEvent {
+        let bound = self.session.timing.negotiated;
+        let cause = self
+            .link
+            .znode_gone_cause(&self.session.zk, actor_stopped, bound)
+            .await;
+        self.pending_gone = None;
+        match cause {
+            Some(reason) => self.end(LockEnd::Lost(reason)),
+            None => {
+                self.released = true;
+                self.end(LockEnd::Released)
+            }
+        }
     }
 
     fn end(&mut self, why: LockEnd) -> LockEvent {

@@ -102,10 +102,10 @@ pub enum CoordError {
 impl From<zkc::Error> for CoordError {
     fn from(e: zkc::Error) -> Self {
         match e {
-            zkc::Error::ConnectionLoss
-            | zkc::Error::Timeout
-            | zkc::Error::SessionExpired
-            | zkc::Error::ClientClosed => {
+            e if zk::is_transport_failure(&e) => {
+                CoordError::Unavailable(format!("ZooKeeper request failed: {e}"))
+            }
+            zkc::Error::SessionExpired | zkc::Error::ClientClosed => {
                 CoordError::Unavailable(format!("ZooKeeper request failed: {e}"))
             }
             zkc::Error::NoAuth | zkc::Error::AuthFailed => CoordError::NoAuth(e.to_string()),

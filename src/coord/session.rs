@@ -118,11 +118,38 @@ impl LinkFollower {
         }
     }
 
-    /// The loss, if the session is already over.
-    pub(crate) fn lost(&self) -> Option<LossReason> {
-        match &*self.link.borrow() {
-            Link::Lost(reason) => Some(*reason),
-            _ => None,
+    /// The queue said our znode is gone (`actor_stopped`: or it stopped altogether): was that
+    /// a resign/release by lease (`None`), or is the session over (`Some(reason)`)?
+    ///
+    /// An expiring session's own NodeDeleted notifications can reach the gateway before it
+    /// learns the session expired (ZooKeeper writes them just before closing the socket), so
+    /// this decides only once the session's fate is known: `Lost` gives its reason; a
+    /// `Connected` link must prove the session alive with one round trip; `Suspended` waits.
+    /// A stopped queue actor means the session ended, so then only `Lost` will do (bounded by
+    /// the session timeout, after which the session is taken as closed).
+    pub(crate) async fn znode_gone_cause(
+        &mut self,
+        zk: &Zk,
+        actor_stopped: bool,
+        bound: Duration,
+    ) -> Option<LossReason> {
+        let deadline = Instant::now() + bound;
+        loop {
+            let link = self.link.borrow_and_update().clone();
+            match link {
+                Link::Lost(reason) => return Some(reason),
+                Link::Connected if !actor_stopped => match zk.probe().await {
+                    Ok(()) => return None,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "session probe failed; waiting for the session's fate")
+                    }
+                },
+                _ => {}
+            }
+            match tokio::time::timeout_at(deadline, self.link.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return Some(LossReason::Closed),
+            }
         }
     }
 }

@@ -13,6 +13,17 @@ use crate::metrics as m;
 
 pub type ZkResult<T> = Result<T, zkc::Error>;
 
+/// Errors that say the connection failed, not that the request was refused: the request may or
+/// may not have been applied. zookeeper-client fails requests in flight with whatever ended
+/// the connection: `ConnectionLoss` on EOF, but a `Custom` error for a silent link ("no
+/// response from connection in …") or a reset, and `Timeout` for its own deadlines.
+pub fn is_transport_failure(e: &zkc::Error) -> bool {
+    matches!(
+        e,
+        zkc::Error::ConnectionLoss | zkc::Error::Timeout | zkc::Error::Custom(_)
+    )
+}
+
 /// Counts requests across every session of a gateway, for tests and the benchmark.
 #[derive(Debug, Default)]
 pub struct RequestCounter(AtomicU64);
@@ -129,6 +140,13 @@ impl Zk {
         }
     }
 
+    /// One cheap round trip: succeeds only while the session is alive and reachable.
+    pub async fn probe(&self) -> ZkResult<()> {
+        self.instrument("exists", self.client.check_stat("/"))
+            .await
+            .map(|_| ())
+    }
+
     pub async fn delete(&self, path: &str) -> ZkResult<()> {
         self.instrument("delete", self.client.delete(path, None))
             .await
@@ -191,9 +209,7 @@ impl Zk {
                 Ok(()) => return Ok(true),
                 // After a lost reply, NoNode may mean our own first attempt succeeded.
                 Err(zkc::Error::NoNode) => return Ok(retried),
-                Err(zkc::Error::ConnectionLoss) | Err(zkc::Error::Timeout)
-                    if Instant::now() < deadline =>
-                {
+                Err(e) if is_transport_failure(&e) && Instant::now() < deadline => {
                     retried = true;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
