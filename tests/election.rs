@@ -422,13 +422,25 @@ async fn observe_first_message_is_the_existing_leader_on_a_fresh_gateway() {
     // A second gateway that has never seen this election: its first Observe message must be
     // the leader, not a vacancy, and so must Leader/Validate.
     for _ in 0..3 {
-        let other = Gateway::start_with(&zk, GatewayOpts { root: Some(gw.root.clone()), ..Default::default() }).await;
+        let other = Gateway::start_with(
+            &zk,
+            GatewayOpts {
+                root: Some(gw.root.clone()),
+                ..Default::default()
+            },
+        )
+        .await;
         let mut c2 = other.client().await;
         let mut obs = observe(&mut c2, "first").await;
-        let l = next_observed(&mut obs).await.expect("the current leader first");
+        let l = next_observed(&mut obs)
+            .await
+            .expect("the current leader first");
         assert_eq!((l.candidate.as_str(), l.fencing_token), ("a", token));
         let v = c2
-            .validate(pb::ElectionValidateRequest { election: "first".into(), fencing_token: token })
+            .validate(pb::ElectionValidateRequest {
+                election: "first".into(),
+                fencing_token: token,
+            })
             .await
             .unwrap()
             .into_inner();
@@ -440,7 +452,14 @@ async fn observe_first_message_is_the_existing_leader_on_a_fresh_gateway() {
 #[tokio::test]
 async fn a_pool_of_sessions_shares_one_election_fairly() {
     let zk = shared_zk();
-    let gw = Gateway::start_with(&zk, GatewayOpts { zk_sessions: Some(3), ..Default::default() }).await;
+    let gw = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            zk_sessions: Some(3),
+            ..Default::default()
+        },
+    )
+    .await;
     let mut c = gw.client().await;
     // Round-robin spreads these over three sessions (three queue actors, three watches); the
     // queue is still one FIFO across them.
@@ -453,7 +472,11 @@ async fn a_pool_of_sessions_shares_one_election_fairly() {
     for p in member_znodes(&zkc, &gw.root).await {
         owners.insert(zkc.get_data(&p).await.unwrap().1.ephemeral_owner);
     }
-    assert_eq!(owners.len(), 3, "candidates spread over the pool's sessions");
+    assert_eq!(
+        owners.len(),
+        3,
+        "candidates spread over the pool's sessions"
+    );
     let mut last = 0;
     for i in 0..6 {
         let mut cand = cands.remove(0);

@@ -42,6 +42,21 @@ impl CampaignClient {
     /// # Errors
     /// A sentence saying what failed (connect, the call, or the first event).
     pub async fn join(url: &str, election: &str, name: &str, via: &str) -> Result<Self, String> {
+        Self::join_within(url, election, name, via, Duration::from_secs(10)).await
+    }
+
+    /// [`CampaignClient::join`], giving up (cancelling the RPC) if the gateway has not answered
+    /// the call within `within`.
+    ///
+    /// # Errors
+    /// As [`CampaignClient::join`].
+    pub async fn join_within(
+        url: &str,
+        election: &str,
+        name: &str,
+        via: &str,
+        within: Duration,
+    ) -> Result<Self, String> {
         let channel = Endpoint::from_shared(url.to_owned())
             .map_err(|e| e.to_string())?
             .connect_timeout(Duration::from_secs(2))
@@ -69,14 +84,11 @@ impl CampaignClient {
             via: via.into(),
             events: Vec::new(),
         });
-        let mut stream = tokio::time::timeout(
-            Duration::from_secs(10),
-            client.campaign(ReceiverStream::new(rx)),
-        )
-        .await
-        .map_err(|_| format!("Campaign on {url} timed out"))?
-        .map_err(|s| format!("Campaign on {url}: {s}"))?
-        .into_inner();
+        let mut stream = tokio::time::timeout(within, client.campaign(ReceiverStream::new(rx)))
+            .await
+            .map_err(|_| format!("Campaign on {url} timed out"))?
+            .map_err(|s| format!("Campaign on {url}: {s}"))?
+            .into_inner();
         // The first message is read here so the lease is known; later ones by the task.
         let first = tokio::time::timeout(Duration::from_secs(10), stream.message())
             .await
