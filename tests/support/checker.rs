@@ -49,12 +49,15 @@ pub enum Ev {
     /// The test killed the client (dropped its stream and connection): it holds nothing from
     /// this instant, whatever the gateway thinks.
     Killed,
+    /// The client sent `resign{}`: a client stops leader-only work before it resigns, so its
+    /// hold ends here, not when the stream's OK end arrives (the successor may be told first).
+    Resigning,
 }
 
 impl Ev {
     /// Whether this arrived on the stream (as opposed to happening to the client).
     pub fn is_message(&self) -> bool {
-        !matches!(self, Ev::Killed)
+        !matches!(self, Ev::Killed | Ev::Resigning)
     }
 
     pub fn is_end(&self) -> bool {
@@ -108,6 +111,7 @@ pub enum HoldEnd {
     Suspended,
     Ended(Option<Code>),
     Killed,
+    Resigned,
     /// `silence_limit` after the last message.
     Silence,
     /// Still held when checked.
@@ -281,6 +285,13 @@ pub fn holds_of(log: &StreamLog, now: Instant, notes: &mut Vec<String>) -> Vec<H
                 ended = true;
                 if let (Some(start), Some(tok)) = (current.take(), token) {
                     out.push(close(start, Some(t), HoldEnd::Killed, tok));
+                }
+            }
+            Ev::Resigning => {
+                // No longer leading, whatever arrives before the stream's end.
+                silenced = true;
+                if let (Some(start), Some(tok)) = (current.take(), token) {
+                    out.push(close(start, Some(t), HoldEnd::Resigned, tok));
                 }
             }
         }
@@ -501,6 +512,7 @@ pub fn timeline(logs: &[StreamLog], epoch: Instant) -> String {
                 Ev::Heartbeat => unreachable!(),
                 Ev::Ended { code, .. } => format!("END {code:?}"),
                 Ev::Killed => "KILLED".into(),
+                Ev::Resigning => "RESIGN sent".into(),
             };
             out.push_str(&format!(" {} {what};", ms(*t, epoch)));
         }

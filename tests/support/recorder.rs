@@ -187,6 +187,8 @@ impl CampaignClient {
 
     /// Sends `resign{}` on the stream.
     pub async fn resign(&self) {
+        self.log
+            .send_modify(|l| l.events.push((Instant::now(), Ev::Resigning)));
         if let Some(tx) = &self.requests {
             let _ = tx
                 .send(pb::CampaignRequest {
@@ -198,6 +200,8 @@ impl CampaignClient {
 
     /// Sends `resign{}` without waiting (false if the request side is full or closed).
     pub fn try_resign(&self) -> bool {
+        self.log
+            .send_modify(|l| l.events.push((Instant::now(), Ev::Resigning)));
         self.requests.as_ref().is_some_and(|tx| {
             tx.try_send(pb::CampaignRequest {
                 request: Some(Req::Resign(pb::ResignCandidacy {})),
