@@ -88,7 +88,25 @@ fn shell(cmd: &str, env: &[(&str, &str)]) -> Command {
     c.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    default_sigint(&mut c);
     c
+}
+
+/// A terminal's Ctrl-C reaches a pasted command with SIGINT at its default action. A test
+/// runner started in the background (`nohup`, `cmd &` in a script) has SIGINT ignored, and an
+/// ignored signal stays ignored across exec — grpcurl would then shrug off our simulated Ctrl-C.
+/// So restore the default in the child, as a terminal would have it.
+#[allow(unsafe_code)]
+fn default_sigint(c: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only async-signal-safe calls are allowed; `signal` is one,
+    // and the closure touches nothing else.
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
 }
 
 struct Background {
