@@ -733,17 +733,13 @@ async fn zookeeper_restart_suspends_then_resumes() {
 /// watch notifications still reach g1 (other candidates keep joining and leaving). G2 asks
 /// that g1's leader be suspended at once and ABORTED before the session can expire.
 ///
-/// Known to fail twice (see docs/faults.md):
-/// * "one-way partition": zookeeper-client declares a connection dead only when nothing at all
-///   was *received* for its connection timeout (session/mod.rs `serve_session`: `now >=
-///   last_recv + connector.timeout()`; an unanswered ping is never checked), so notifications
-///   keep g1 "connected" until ZooKeeper expires the session and closes the socket. g1's leader
-///   hears `suspended` only at expiry, racing with the successor's `elected`.
-/// * "expiry read as resign": the deletion of a's znode by the expiry reaches g1 (as a watch
-///   notification, just before the socket closes) while the session is not yet known lost,
-///   and `Candidacy::next_event` ends the stream OK as if resigned, not ABORTED.
+/// zookeeper-client declares a connection dead only when nothing at all was *received* for its
+/// connection timeout (an unanswered ping is never checked), so the notifications keep g1's
+/// library "connected" until ZooKeeper expires the session. What catches it is the gateway's
+/// own liveness probe (`session::follow_session`): an unanswered probe suspends the streams
+/// within about a quarter of T, with the deadline counted from the newest answered probe.
+/// Without the probe, a hears `suspended` only at expiry and this test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known gap: one-way partitions are detected only at session expiry (docs/faults.md)"]
 async fn one_way_partition_with_notifications_suspends_leader_before_expiry() {
     let _serial = serial().lock().await;
     let zk = shared_zk();

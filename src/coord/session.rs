@@ -191,6 +191,19 @@ impl SessionTiming {
         }
     }
 
+    /// How often the session supervisor sends its liveness probe: a quarter of the connection
+    /// timeout, so several probes fit in the time the library itself gives a silent link.
+    pub fn probe_interval(&self) -> Duration {
+        (self.connection_timeout / 4).max(Duration::from_millis(10))
+    }
+
+    /// A connected session whose newest answered probe was sent this long ago is treated as
+    /// disconnected: the library's own rule (nothing received for the connection timeout),
+    /// applied to answers instead of bytes, plus one probe interval.
+    pub fn probe_stale_after(&self) -> Duration {
+        self.connection_timeout + self.probe_interval()
+    }
+
     /// The latest safe moment for streams of a session that disconnected at `at`.
     pub fn abort_deadline(&self, at: Instant) -> Instant {
         let last_contact = at
@@ -333,8 +346,15 @@ pub async fn supervise_slot(
         connected.set(true);
         slot.send_replace(Some(session.clone()));
 
-        let reason =
-            follow_session(&mut states, &link_tx, &timing, &shutdown, &mut connected).await;
+        let reason = follow_session(
+            &session.zk,
+            &mut states,
+            &link_tx,
+            &timing,
+            &shutdown,
+            &mut connected,
+        )
+        .await;
         slot.send_replace(None);
         connected.set(false);
         if reason != LossReason::Draining {
@@ -376,40 +396,115 @@ async fn connect(cfg: &CoordConfig) -> Result<zkc::Client, zkc::Error> {
     }
 }
 
+/// Follows one session until it is over, publishing `Link` changes, and returns why it ended.
+///
+/// Two signals decide whether the link is usable:
+/// - the client library's state (`Disconnected` when nothing arrived for the connection
+///   timeout, or the socket closed);
+/// - our own liveness probe: one cheap read every [`SessionTiming::probe_interval`], at most
+///   one in flight. The library only notices a link on which it *receives* nothing; a
+///   one-way partition (ZooKeeper's notifications still arrive, our requests and pings do not)
+///   keeps it "connected" until the server has already expired the session. An unanswered
+///   probe notices that within [`SessionTiming::probe_stale_after`].
+///
+/// Both give a lower bound on when the server last heard from us, and the abort deadline is
+/// the earliest bound plus the negotiated timeout minus the margin. The probe's bound (the
+/// send time of the newest answered probe) also stays right when the gateway itself was
+/// frozen: after SIGSTOP/SIGCONT the library reports the closed socket as a fresh disconnect,
+/// but the last answered probe is from before the freeze, so the deadline has already passed
+/// and streams end at once instead of being handed a `stop_within` the server never granted.
 async fn follow_session(
+    zk: &Zk,
     states: &mut zkc::StateWatcher,
     link: &watch::Sender<Link>,
     timing: &SessionTiming,
     shutdown: &CancellationToken,
     connected: &mut m::ZkConnected,
 ) -> LossReason {
+    type ProbeFuture =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), zkc::Error>> + Send>>;
+    let stale_after = timing.probe_stale_after();
+    // The session was just established: the server heard us now.
+    let mut last_answered = Instant::now();
+    let mut disconnected_at: Option<Instant> = None;
     let mut deadline: Option<Instant> = None;
+    let mut probe: Option<(Instant, ProbeFuture)> = None;
+    let mut tick = tokio::time::interval(timing.probe_interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let state = tokio::select! {
+        tokio::select! {
             biased;
             _ = shutdown.cancelled() => return LossReason::Draining,
             _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
                 return LossReason::PresumedExpired;
             }
-            s = states.changed() => s,
-        };
-        match state {
-            SessionState::Disconnected => {
-                let d = timing.abort_deadline(Instant::now());
-                deadline = Some(d);
-                connected.set(false);
-                tracing::warn!(stop_within = ?d.saturating_duration_since(Instant::now()), "ZooKeeper disconnected; streams suspended");
-                link.send_replace(Link::Suspended { deadline: d });
-            }
-            SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
-                if deadline.take().is_some() {
-                    tracing::info!("ZooKeeper session resumed");
+            s = states.changed() => match s {
+                SessionState::Disconnected => {
+                    disconnected_at.get_or_insert_with(Instant::now);
+                    // Replies to a probe sent on the dead connection will never come.
+                    probe = None;
                 }
+                SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                    disconnected_at = None;
+                    // The same session is back; prove it with a fresh probe before resuming,
+                    // so the resume and the deadline rest on the same evidence.
+                    let sent = Instant::now();
+                    probe = Some((sent, Box::pin(zk.liveness_probe())));
+                }
+                SessionState::Expired => return LossReason::Expired,
+                SessionState::AuthFailed | SessionState::Closed => return LossReason::Closed,
+            },
+            r = async { probe.as_mut().expect("guarded").1.as_mut().await }, if probe.is_some() => {
+                let (sent, _) = probe.take().expect("guarded");
+                match r {
+                    Ok(()) => last_answered = last_answered.max(sent),
+                    Err(e) => tracing::debug!(error = %e, "liveness probe failed"),
+                }
+            }
+            _ = tick.tick() => {
+                if disconnected_at.is_none() && probe.is_none() {
+                    probe = Some((Instant::now(), Box::pin(zk.liveness_probe())));
+                }
+            }
+        }
+
+        // What the evidence says now: healthy, or suspended with a deadline.
+        let now = Instant::now();
+        let probe_deadline = last_answered + timing.negotiated.saturating_sub(timing.margin);
+        let target = match disconnected_at {
+            Some(at) => Some(timing.abort_deadline(at).min(probe_deadline)),
+            None if now.saturating_duration_since(last_answered) >= stale_after => {
+                Some(probe_deadline)
+            }
+            None => None,
+        };
+        match (deadline, target) {
+            (None, None) => {}
+            (Some(_), None) => {
+                deadline = None;
+                tracing::info!("ZooKeeper session resumed");
                 connected.set(true);
                 link.send_replace(Link::Connected);
             }
-            SessionState::Expired => return LossReason::Expired,
-            SessionState::AuthFailed | SessionState::Closed => return LossReason::Closed,
+            (None, Some(d)) => {
+                deadline = Some(d);
+                connected.set(false);
+                if disconnected_at.is_some() {
+                    tracing::warn!(stop_within = ?d.saturating_duration_since(now), "ZooKeeper disconnected; streams suspended");
+                } else {
+                    tracing::warn!(
+                        unanswered_for = ?now.saturating_duration_since(last_answered),
+                        stop_within = ?d.saturating_duration_since(now),
+                        "ZooKeeper does not answer although the connection looks up; streams suspended"
+                    );
+                }
+                link.send_replace(Link::Suspended { deadline: d });
+            }
+            (Some(old), Some(d)) if d < old => {
+                deadline = Some(d);
+                link.send_replace(Link::Suspended { deadline: d });
+            }
+            (Some(_), Some(_)) => {}
         }
     }
 }

@@ -147,6 +147,19 @@ impl Zk {
             .map(|_| ())
     }
 
+    /// The session supervisor's liveness probe (see `session::follow_session`): the same
+    /// round trip as [`Zk::probe`], timed under `op="probe"` but left out of the per-session
+    /// request counter, which measures what coordination itself costs (G4).
+    pub fn liveness_probe(&self) -> impl std::future::Future<Output = ZkResult<()>> + Send + 'static {
+        let client = self.client.clone();
+        async move {
+            let start = Instant::now();
+            let r = client.check_stat("/").await.map(|_| ());
+            m::zk_request("probe", result_label(&r), start.elapsed());
+            r
+        }
+    }
+
     pub async fn delete(&self, path: &str) -> ZkResult<()> {
         self.instrument("delete", self.client.delete(path, None))
             .await
