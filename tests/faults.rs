@@ -402,23 +402,20 @@ async fn frozen_gateway_leaders_stop_before_successors_and_end_aborted() {
                 .filter(|(t, e)| *t >= tc && matches!(e, Ev::Heartbeat))
                 .count()
         ));
-        // SPEC: ABORTED. Known bug (docs/faults.md, "expiry read as resign"): the deletion
-        // notifications ZooKeeper sent just before closing the expired session's socket sit in
-        // the frozen gateway's receive buffer; after SIGCONT the queue actor may deliver `Gone`
-        // before the session is known lost, and `Candidacy::next_event` reads that as a resign
-        // (OK). Which comes first is a race, so this only reports it; the deterministic
-        // reproduction is `one_way_partition_…` (ignored).
+        // SPEC: ABORTED, never OK (which reads as a resign): the deletion notifications
+        // ZooKeeper sent just before closing the expired session's socket sit in the frozen
+        // gateway's receive buffer and must not be read as a resign.
+        assert_eq!(code, Some(Code::Aborted), "{} must end ABORTED", c.name);
+        // A heartbeat vouches for the session; the thawed gateway has no fresh proof of it
+        // (its newest answered liveness probe is from before the freeze).
         assert!(
-            matches!(code, Some(Code::Aborted) | None),
-            "{} must end ABORTED, got {code:?}",
+            !c.log()
+                .events
+                .iter()
+                .any(|(t, e)| *t >= tc && matches!(e, Ev::Heartbeat)),
+            "{} got a heartbeat from the thawed gateway",
             c.name
         );
-        if code.is_none() {
-            s.say(&format!(
-                "KNOWN BUG: {} ended OK (read as a resign) instead of ABORTED",
-                c.name
-            ));
-        }
         assert!(
             !events_after(c, tc)
                 .iter()

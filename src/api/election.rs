@@ -113,7 +113,8 @@ async fn drive_campaign(
                 // Cancelled or broken: stream loss is release.
                 Err(_) => return,
             },
-            _ = heartbeat.tick(), if candidacy.is_elected() => Some(event(Event::Heartbeat(pb::Heartbeat {}))),
+            // A heartbeat vouches for the session: none while the supervisor lacks fresh proof.
+            _ = heartbeat.tick(), if candidacy.is_elected() => candidacy.session_is_fresh().then(|| event(Event::Heartbeat(pb::Heartbeat {}))),
         };
         if let Some(out) = out {
             let end = out.is_err();

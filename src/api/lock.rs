@@ -181,7 +181,8 @@ async fn drive_acquire(
                 // Cancelled or broken: stream loss is release.
                 Err(_) => return,
             },
-            _ = heartbeat.tick(), if hold.is_held() => Some(event(Event::Heartbeat(pb::Heartbeat {}))),
+            // A heartbeat vouches for the session: none while the supervisor lacks fresh proof.
+            _ = heartbeat.tick(), if hold.is_held() => hold.session_is_fresh().then(|| event(Event::Heartbeat(pb::Heartbeat {}))),
         };
         if let Some(out) = out {
             let end = out.is_err();

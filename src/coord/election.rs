@@ -235,6 +235,11 @@ impl Candidacy {
         self.session.timing.silence_limit
     }
 
+    /// See [`ZkSession::is_fresh`].
+    pub fn session_is_fresh(&self) -> bool {
+        self.session.is_fresh()
+    }
+
     pub fn is_elected(&self) -> bool {
         self.elected.is_some()
     }

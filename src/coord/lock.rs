@@ -332,6 +332,11 @@ impl LockHold {
         self.session.timing.silence_limit
     }
 
+    /// See [`ZkSession::is_fresh`].
+    pub fn session_is_fresh(&self) -> bool {
+        self.session.is_fresh()
+    }
+
     pub fn is_held(&self) -> bool {
         self.held.is_some()
     }

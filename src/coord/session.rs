@@ -235,6 +235,9 @@ pub struct ZkSession {
     queues: Mutex<HashMap<(QueueKind, QueueName), Weak<QueueHandle>>>,
     /// Background releases (znode deletes) still running: a drain waits for them.
     pub(crate) releases: tokio_util::task::TaskTracker,
+    /// Send time of the newest liveness probe ZooKeeper answered (kept by `follow_session`):
+    /// the server heard from this session no earlier than this.
+    last_answered: Mutex<Instant>,
 }
 
 impl ZkSession {
@@ -248,6 +251,16 @@ impl ZkSession {
 
     pub fn session_id(&self) -> i64 {
         self.zk.session_id()
+    }
+
+    /// Whether the gateway may vouch for this session right now: connected, with a probe
+    /// answered recently. A heartbeat to a leader is such a promise (the leader may act on it
+    /// for `silence_limit`), so heartbeats are sent only while this holds; after a freeze the
+    /// timers fire before the supervisor has judged the link, and this keeps them quiet.
+    pub fn is_fresh(&self) -> bool {
+        let last = *self.last_answered.lock().unwrap_or_else(|p| p.into_inner());
+        self.is_connected()
+            && Instant::now().saturating_duration_since(last) < self.timing.probe_stale_after()
     }
 
     /// The queue actor for `name` on this session, started on first use. One persistent watch
@@ -335,6 +348,7 @@ pub async fn supervise_slot(
             link: link_rx,
             queues: Mutex::new(HashMap::new()),
             releases: tokio_util::task::TaskTracker::new(),
+            last_answered: Mutex::new(Instant::now()),
         });
         tracing::info!(
             session = format_args!("{:#x}", session.session_id()),
@@ -347,7 +361,7 @@ pub async fn supervise_slot(
         slot.send_replace(Some(session.clone()));
 
         let reason = follow_session(
-            &session.zk,
+            &session,
             &mut states,
             &link_tx,
             &timing,
@@ -414,7 +428,7 @@ async fn connect(cfg: &CoordConfig) -> Result<zkc::Client, zkc::Error> {
 /// but the last answered probe is from before the freeze, so the deadline has already passed
 /// and streams end at once instead of being handed a `stop_within` the server never granted.
 async fn follow_session(
-    zk: &Zk,
+    session: &ZkSession,
     states: &mut zkc::StateWatcher,
     link: &watch::Sender<Link>,
     timing: &SessionTiming,
@@ -423,6 +437,7 @@ async fn follow_session(
 ) -> LossReason {
     type ProbeFuture =
         std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), zkc::Error>> + Send>>;
+    let zk = &session.zk;
     let stale_after = timing.probe_stale_after();
     // The session was just established: the server heard us now.
     let mut last_answered = Instant::now();
@@ -457,7 +472,10 @@ async fn follow_session(
             r = async { probe.as_mut().expect("guarded").1.as_mut().await }, if probe.is_some() => {
                 let (sent, _) = probe.take().expect("guarded");
                 match r {
-                    Ok(()) => last_answered = last_answered.max(sent),
+                    Ok(()) => {
+                        last_answered = last_answered.max(sent);
+                        *session.last_answered.lock().unwrap_or_else(|p| p.into_inner()) = last_answered;
+                    }
                     Err(e) => tracing::debug!(error = %e, "liveness probe failed"),
                 }
             }

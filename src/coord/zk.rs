@@ -150,7 +150,9 @@ impl Zk {
     /// The session supervisor's liveness probe (see `session::follow_session`): the same
     /// round trip as [`Zk::probe`], timed under `op="probe"` but left out of the per-session
     /// request counter, which measures what coordination itself costs (G4).
-    pub fn liveness_probe(&self) -> impl std::future::Future<Output = ZkResult<()>> + Send + 'static {
+    pub fn liveness_probe(
+        &self,
+    ) -> impl std::future::Future<Output = ZkResult<()>> + Send + 'static {
         let client = self.client.clone();
         async move {
             let start = Instant::now();
