@@ -191,6 +191,30 @@ fn events_after(c: &CampaignClient, t: Instant) -> Vec<Ev> {
         .collect()
 }
 
+/// A suspended leader keeps hearing heartbeats: a blip shorter than `stop_within` must not
+/// look like silence to its watchdog (which would make it give up a leadership it keeps), and
+/// the end of a longer one is told by the stream's status, not by silence.
+fn assert_no_silence(c: &CampaignClient, from: Instant) {
+    let times: Vec<Instant> = c
+        .log()
+        .events
+        .iter()
+        .map(|(at, _)| *at)
+        .filter(|at| *at >= from)
+        .collect();
+    let longest_gap = times
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
+    assert!(
+        longest_gap < silence_limit(T),
+        "{} heard nothing for {longest_gap:?} (silence limit {:?})",
+        c.name,
+        silence_limit(T)
+    );
+}
+
 fn last_message_before(c: &CampaignClient, t: Instant) -> Option<Instant> {
     c.log()
         .events
@@ -601,6 +625,7 @@ async fn short_zookeeper_partition_suspends_then_resumes_same_leader() {
     assert!(!a.ended());
     assert!(b.log().granted().is_none(), "b must not be elected");
     assert_eq!(a.log().granted().unwrap().1, token);
+    assert_no_silence(&a, t);
     s.expect_leader(e, h, Duration::from_secs(1), "g1's ZooKeeper link healed");
     tokio::time::sleep(Duration::from_millis(500)).await;
     s.finish(vec![a, b, k, m], &zk, Duration::from_secs(2))
@@ -635,6 +660,9 @@ async fn long_zookeeper_partition_aborts_before_expiry_then_successor() {
     ));
     assert_eq!(code, Some(Code::Aborted));
     assert!(ta - t < T, "ABORTED only {:?} after the cut", ta - t);
+    // Suspended for longer than the silence limit (from ≈ 0.25 T to ≈ 0.8 T after the cut),
+    // yet never silent: the stream says how it stands until it ends.
+    assert_no_silence(&a, t);
     assert!(
         ta < tb,
         "the successor came before the old leader's stream ended"

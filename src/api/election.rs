@@ -113,8 +113,8 @@ async fn drive_campaign(
                 // Cancelled or broken: stream loss is release.
                 Err(_) => return,
             },
-            // A heartbeat vouches for the session: none while the supervisor lacks fresh proof.
-            _ = heartbeat.tick(), if candidacy.is_elected() => candidacy.session_is_fresh().then(|| event(Event::Heartbeat(pb::Heartbeat {}))),
+            // No heartbeat on a stale view of the link (see `ZkSession::may_heartbeat`).
+            _ = heartbeat.tick(), if candidacy.is_elected() => candidacy.may_heartbeat().then(|| event(Event::Heartbeat(pb::Heartbeat {}))),
         };
         if let Some(out) = out {
             let end = out.is_err();

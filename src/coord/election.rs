@@ -235,9 +235,9 @@ impl Candidacy {
         self.session.timing.silence_limit
     }
 
-    /// See [`ZkSession::is_fresh`].
-    pub fn session_is_fresh(&self) -> bool {
-        self.session.is_fresh()
+    /// See [`ZkSession::may_heartbeat`].
+    pub fn may_heartbeat(&self) -> bool {
+        self.session.may_heartbeat()
     }
 
     pub fn is_elected(&self) -> bool {

@@ -253,14 +253,22 @@ impl ZkSession {
         self.zk.session_id()
     }
 
-    /// Whether the gateway may vouch for this session right now: connected, with a probe
-    /// answered recently. A heartbeat to a leader is such a promise (the leader may act on it
-    /// for `silence_limit`), so heartbeats are sent only while this holds; after a freeze the
-    /// timers fire before the supervisor has judged the link, and this keeps them quiet.
-    pub fn is_fresh(&self) -> bool {
+    /// Whether a heartbeat may be sent to this session's leaders now. A heartbeat keeps a
+    /// leader's silence watchdog from firing, so it must rest on a current view of the link:
+    /// connected with a probe answered recently, or suspended (the leader already stopped
+    /// leader-only work and waits for `resumed` or the end; heartbeats keep it from giving up
+    /// a short blip). After a freeze the timers fire before the supervisor has judged the
+    /// link, which then still reads `Connected` with a stale probe: no heartbeat.
+    pub fn may_heartbeat(&self) -> bool {
         let last = *self.last_answered.lock().unwrap_or_else(|p| p.into_inner());
-        self.is_connected()
-            && Instant::now().saturating_duration_since(last) < self.timing.probe_stale_after()
+        let now = Instant::now();
+        match *self.link.borrow() {
+            Link::Connected => {
+                now.saturating_duration_since(last) < self.timing.probe_stale_after()
+            }
+            Link::Suspended { deadline } => now < deadline,
+            Link::Lost(_) => false,
+        }
     }
 
     /// The queue actor for `name` on this session, started on first use. One persistent watch
