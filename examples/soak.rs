@@ -12,7 +12,8 @@
 //! `tests/faults.rs`: a client killed or reset, a client's link blackholed, a gateway SIGKILLed
 //! (then restarted) or SIGSTOPped past the session timeout (then SIGCONTed), the ZooKeeper
 //! leader killed (then restarted), a ZooKeeper server restarted, a gateway's ZooKeeper link
-//! blackholed shorter or longer than the session timeout.
+//! blackholed shorter or longer than the session timeout, or one way only (requests lost,
+//! notifications delivered) past it.
 //!
 //! At the end the checker of `tests/support/checker.rs` runs over every stream: exclusion and
 //! fencing violations, the time each election took to have a holder again after each fault,
@@ -29,7 +30,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use rand::prelude::*;
 use support::checker::{self, Ev, StreamLog};
-use support::linkcut::LinkCutter;
+use support::linkcut::{LinkCutter, LinkMode};
 use support::procgw::{GatewayProc, GatewaySpec, ProcState};
 use support::recorder::CampaignClient;
 use tokio::sync::watch;
@@ -138,9 +139,12 @@ enum Fault {
     RestartZkServer,
     PartitionShort,
     PartitionLong,
+    /// The gateway's requests are lost, ZooKeeper's notifications still arrive (caught only by
+    /// the gateway's liveness probe).
+    PartitionOneWay,
 }
 
-const FAULTS: [Fault; 9] = [
+const FAULTS: [Fault; 10] = [
     Fault::KillClient,
     Fault::ResetClient,
     Fault::BlackholeClient,
@@ -150,6 +154,7 @@ const FAULTS: [Fault; 9] = [
     Fault::RestartZkServer,
     Fault::PartitionShort,
     Fault::PartitionLong,
+    Fault::PartitionOneWay,
 ];
 
 /// One injected fault: recovery is measured from `from` against `bound`.
@@ -710,13 +715,17 @@ async fn inject(world: &Arc<World>, zk: &mut LocalZk, kind: Fault) -> Option<Inj
                 bound: t,
             })
         }
-        Fault::PartitionShort | Fault::PartitionLong => {
+        Fault::PartitionShort | Fault::PartitionLong | Fault::PartitionOneWay => {
             let g = world.random(world.gateways.len());
             let slot = &world.gateways[g];
             let what = format!("{kind:?} {}", slot.name);
             let from = Instant::now();
             for c in &slot.zk_cuts {
-                c.blackhole();
+                if kind == Fault::PartitionOneWay {
+                    c.set(LinkMode::BlackholeToTarget);
+                } else {
+                    c.blackhole();
+                }
             }
             world.say(&format!("FAULT {what}"));
             let (hold, bound) = if kind == Fault::PartitionShort {
