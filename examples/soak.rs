@@ -32,7 +32,7 @@ use rand::prelude::*;
 use support::checker::{self, Ev, StreamLog};
 use support::linkcut::{LinkCutter, LinkMode};
 use support::procgw::{GatewayProc, GatewaySpec, ProcState};
-use support::recorder::CampaignClient;
+use support::recorder::StreamClient;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use zkgate::localzk::{LocalZk, LocalZkOptions};
@@ -177,7 +177,7 @@ struct GatewaySlot {
 
 /// A client slot's current stream and link.
 struct Active {
-    client: CampaignClient,
+    client: StreamClient,
     cut: LinkCutter,
     gateway: usize,
 }
@@ -540,7 +540,7 @@ async fn run_slot(world: Arc<World>, i: usize) {
         let via = format!("{}+cut", world.gateways[g].name);
         let joined = tokio::time::timeout(
             Duration::from_secs(5),
-            CampaignClient::join(&cut.url(), &slot.election, &slot.name, &via),
+            StreamClient::join(&cut.url(), &slot.election, &slot.name, &via),
         )
         .await;
         let client = match joined {

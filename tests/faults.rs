@@ -1,6 +1,7 @@
 //! Safety under faults (issue 4): gateways run as child processes of the real binary, clients
 //! and gateways reach each other and ZooKeeper through link cutters, and every scenario ends
-//! with the checker (`support::checker`): no two holders of one election at any moment
+//! with the checker (`support::checker`): no two holders of one election (no more than
+//! `permits` holders of one lock) at any moment
 //! (counting a hold from `elected` to the first of `suspended`, the stream's end, or
 //! `silence_limit` after the last message), fencing tokens that only grow, a leader again
 //! within a stated bound after each fault, and no znode left once every client is gone.
@@ -9,7 +10,10 @@
 //! link blackholed (no FIN: HTTP/2 keepalive must find it, after the client stopped on its
 //! own); a gateway SIGKILLed (G6) or SIGSTOPped past the session timeout; the ZooKeeper leader
 //! of an ensemble killed; a gateway's ZooKeeper link blackholed shorter and longer than the
-//! session timeout; a standalone ZooKeeper restarted.
+//! session timeout, or one way only; a standalone ZooKeeper restarted. Elections carry most
+//! scenarios; `locks_under_faults_…` runs a mutex and a 2-permit semaphore through a client
+//! kill, a long ZooKeeper partition and a gateway freeze (both services share the session,
+//! queue and link code, but each has its own stream driver and holder rule).
 //!
 //! Scenarios run one at a time (they measure timings on a small machine). Timings are printed:
 //! `cargo test --test faults -- --nocapture`.
@@ -22,7 +26,7 @@ use std::time::{Duration, Instant};
 use support::checker::{self, Ev, StreamLog, Violation};
 use support::linkcut::LinkCutter;
 use support::procgw::{GatewayProc, GatewaySpec};
-use support::recorder::CampaignClient;
+use support::recorder::StreamClient;
 use tokio::sync::watch;
 use tonic::Code;
 use zkgate::localzk::{LocalZk, LocalZkOptions};
@@ -70,6 +74,8 @@ struct Scenario {
     root: String,
     t: Duration,
     logs: Vec<watch::Receiver<StreamLog>>,
+    /// Permits of each lock; elections (absent) have one.
+    capacity: std::collections::HashMap<String, usize>,
     /// (election, from, bound, what)
     recoveries: Vec<(String, Instant, Duration, String)>,
 }
@@ -82,6 +88,7 @@ impl Scenario {
             root: support::unique_root("f"),
             t,
             logs: Vec::new(),
+            capacity: std::collections::HashMap::new(),
             recoveries: Vec::new(),
         };
         s.say(&format!("start (session timeout {t:?}, root {})", s.root));
@@ -110,10 +117,27 @@ impl Scenario {
         gw
     }
 
-    async fn join(&mut self, url: &str, via: &str, election: &str, name: &str) -> CampaignClient {
-        let c = CampaignClient::join(url, election, name, via)
+    async fn join(&mut self, url: &str, via: &str, election: &str, name: &str) -> StreamClient {
+        let c = StreamClient::join(url, election, name, via)
             .await
             .unwrap_or_else(|e| panic!("{name} could not join: {e}"));
+        self.logs.push(c.watch());
+        c
+    }
+
+    /// An Acquire stream for `permits` of `lock` (the checker allows that many holders).
+    async fn acquire(
+        &mut self,
+        url: &str,
+        via: &str,
+        lock: &str,
+        name: &str,
+        permits: u32,
+    ) -> StreamClient {
+        let c = StreamClient::acquire(url, lock, name, permits, via)
+            .await
+            .unwrap_or_else(|e| panic!("{name} could not ask for {lock}: {e}"));
+        self.capacity.insert(lock.into(), permits.max(1) as usize);
         self.logs.push(c.watch());
         c
     }
@@ -130,10 +154,14 @@ impl Scenario {
 
     /// Kills what is left of the clients, runs the checker and the recovery checks, and waits
     /// for every znode under the root to be gone (within `znodes_within`).
-    async fn finish(self, clients: Vec<CampaignClient>, zk: &str, znodes_within: Duration) {
+    async fn finish(self, clients: Vec<StreamClient>, zk: &str, znodes_within: Duration) {
         // Checked as things stand, before the clients go: their departure is no fault.
         let logs = self.logs();
-        let report = checker::check(&logs, |_| 1, self.epoch);
+        let report = checker::check(
+            &logs,
+            |r| self.capacity.get(r).copied().unwrap_or(1),
+            self.epoch,
+        );
         eprintln!(
             "[{}] timeline:\n{}",
             self.name,
@@ -182,7 +210,7 @@ impl Scenario {
 const STEP: Duration = Duration::from_secs(10);
 
 /// Events of `c` at or after `t`, heartbeats excluded.
-fn events_after(c: &CampaignClient, t: Instant) -> Vec<Ev> {
+fn events_after(c: &StreamClient, t: Instant) -> Vec<Ev> {
     c.log()
         .events
         .into_iter()
@@ -194,7 +222,7 @@ fn events_after(c: &CampaignClient, t: Instant) -> Vec<Ev> {
 /// A suspended leader keeps hearing heartbeats: a blip shorter than `stop_within` must not
 /// look like silence to its watchdog (which would make it give up a leadership it keeps), and
 /// the end of a longer one is told by the stream's status, not by silence.
-fn assert_no_silence(c: &CampaignClient, from: Instant) {
+fn assert_no_silence(c: &StreamClient, from: Instant) {
     let times: Vec<Instant> = c
         .log()
         .events
@@ -215,7 +243,7 @@ fn assert_no_silence(c: &CampaignClient, from: Instant) {
     );
 }
 
-fn last_message_before(c: &CampaignClient, t: Instant) -> Option<Instant> {
+fn last_message_before(c: &StreamClient, t: Instant) -> Option<Instant> {
     c.log()
         .events
         .iter()
@@ -552,8 +580,8 @@ async fn zk_link_setup(
     LinkCutter,
     GatewayProc,
     GatewayProc,
-    CampaignClient,
-    CampaignClient,
+    StreamClient,
+    StreamClient,
 ) {
     let zk_addr = zk
         .parse()
@@ -781,7 +809,7 @@ async fn one_way_partition_with_notifications_suspends_leader_before_expiry() {
             while !stop.is_cancelled() {
                 n += 1;
                 if let Ok(mut c) =
-                    CampaignClient::join(&churn_url, "one-way", &format!("churn{n}"), "g2").await
+                    StreamClient::join(&churn_url, "one-way", &format!("churn{n}"), "g2").await
                 {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     c.kill();
@@ -948,7 +976,7 @@ async fn requests_in_flight_when_the_link_dies_leave_no_orphans() {
     // A create whose reply is lost: ZooKeeper applies it, g1 never hears back.
     let t = s.fault("hold back ZooKeeper's replies to g1; x joins on g1");
     cut.set(support::linkcut::LinkMode::BlackholeFromTarget);
-    let x = CampaignClient::join_within(&g1.url(), e, "x", "g1", T).await;
+    let x = StreamClient::join_within(&g1.url(), e, "x", "g1", T).await;
     s.say(&format!("x's Campaign: {:?}", x.as_ref().map(|c| &c.name)));
     if let Err(status) = &x {
         if !status.to_lowercase().contains("unavailable") {
@@ -1001,4 +1029,132 @@ async fn requests_in_flight_when_the_link_dies_leave_no_orphans() {
     assert!(broken.is_empty(), "{}", broken.join("\n"));
     s.finish(vec![b, c, k], &zk, Duration::from_secs(2)).await;
     drop((g1, g2));
+}
+
+/// Locks under faults: a mutex and a 2-permit semaphore, holders and waiters on two gateways.
+/// (1) a holder's client killed: the next waiter has it at once; (2) g1 cut off from ZooKeeper
+/// past T: g1's holders are suspended, then ABORTED before the session can expire, and g2's
+/// waiters get the permits after expiry; (3) g2 frozen past T: its holders hear nothing and
+/// stop on their silence limit, g1's waiters get the permits after g2's session expired, and
+/// after SIGCONT g2's streams end ABORTED with no heartbeat first. The checker counts at most
+/// one holder of the mutex and two of the semaphore at any moment, grants in fencing order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_under_faults_keep_permits_and_fencing() {
+    let _serial = serial().lock().await;
+    let zk = shared_zk();
+    let mut s = Scenario::new("locks", T);
+    let cut = LinkCutter::start(zk.parse().expect("one address"))
+        .await
+        .unwrap();
+    let g1 = s.gateway("g1", &cut.addr().to_string()).await;
+    let mut g2 = s.gateway("g2", &zk).await;
+    let (u1, u2) = (g1.url(), g2.url());
+    let (m, sem) = ("fault-mutex", "fault-semaphore");
+
+    let mut m1 = s.acquire(&u1, "g1 (zk via cut)", m, "m1", 1).await;
+    m1.wait_granted(STEP).await.expect("m1 holds the mutex");
+    let m2 = s.acquire(&u2, "g2", m, "m2", 1).await;
+    let m3 = s.acquire(&u1, "g1 (zk via cut)", m, "m3", 1).await;
+    let s1 = s.acquire(&u1, "g1 (zk via cut)", sem, "s1", 2).await;
+    let s2 = s.acquire(&u2, "g2", sem, "s2", 2).await;
+    for c in [&s1, &s2] {
+        c.wait_granted(STEP).await.expect("two permits");
+    }
+    let s3 = s.acquire(&u2, "g2", sem, "s3", 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(s3.log().granted().is_none(), "a third permit was granted");
+
+    // (1) The mutex holder's client dies: m2 (next in line, on the other gateway) at once.
+    let t1 = s.fault("kill client m1 (mutex holder)");
+    m1.kill();
+    let (tm2, _) = m2.wait_granted(STEP).await.expect("m2 after m1");
+    s.say(&format!("m2 acquired {:?} after m1 was killed", tm2 - t1));
+    s.expect_leader(m, t1, Duration::from_secs(1), "mutex holder killed");
+
+    // (2) g1 cut off from ZooKeeper past T: s1 (holder) and m3 (waiter) end ABORTED before
+    // the session can expire; s3 gets s1's permit only after that.
+    let t2 = s.fault("blackhole g1's ZooKeeper link");
+    cut.blackhole();
+    let (ts1, _) = s1
+        .wait_for(Some(t2), T, |e| matches!(e, Ev::Suspended { .. }))
+        .await
+        .expect("s1 suspended");
+    let (te1, code) = s1.wait_end(T * 2).await.expect("s1 ended");
+    assert_eq!(code, Some(Code::Aborted), "s1 must end ABORTED");
+    let (_, code) = m3.wait_end(T * 2).await.expect("m3 ended");
+    assert_eq!(code, Some(Code::Aborted), "m3 must end ABORTED");
+    let (ts3, _) = s3
+        .wait_granted(T * 3)
+        .await
+        .expect("s3 after g1's session expired");
+    s.say(&format!(
+        "s1 suspended {:?} and ABORTED {:?} after the cut; s3 acquired {:?} after it",
+        ts1 - t2,
+        te1 - t2,
+        ts3 - t2
+    ));
+    assert!(te1 < ts3, "s3 acquired before s1's stream ended");
+    assert!(
+        ts3 - t2 <= T + Duration::from_secs(1),
+        "s3 only {:?} after the cut",
+        ts3 - t2
+    );
+    assert_no_silence(&s1, t2);
+    tokio::time::sleep_until((t2 + T + Duration::from_secs(1)).into()).await;
+    s.fault("heal g1's ZooKeeper link");
+    cut.pass();
+    assert!(g1.wait_serving(T * 3).await, "g1 serves again");
+
+    // (3) g2 (m2, s2, s3 hold) frozen past T; g1's waiters take over after its expiry.
+    let m4 = s.acquire(&u1, "g1", m, "m4", 1).await;
+    let s4 = s.acquire(&u1, "g1", sem, "s4", 2).await;
+    let s5 = s.acquire(&u1, "g1", sem, "s5", 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t3 = s.fault("SIGSTOP g2");
+    g2.freeze();
+    for c in [&m4, &s4, &s5] {
+        let (tg, _) = c
+            .wait_granted(T * 3)
+            .await
+            .unwrap_or_else(|| panic!("{} after g2's session expired", c.name));
+        s.say(&format!(
+            "{} acquired {:?} after the freeze",
+            c.name,
+            tg - t3
+        ));
+        assert!(
+            tg - t3 <= T + Duration::from_secs(1),
+            "{} only {:?} after the freeze",
+            c.name,
+            tg - t3
+        );
+    }
+    s.expect_leader(m, t3, T + Duration::from_secs(1), "g2 frozen");
+    tokio::time::sleep_until((t3 + T + Duration::from_millis(1500)).into()).await;
+    let tc = s.fault("SIGCONT g2");
+    g2.thaw();
+    for c in [&m2, &s2, &s3] {
+        let (te, code) = c.wait_end(STEP).await.expect("g2's old streams end");
+        s.say(&format!(
+            "{} ended {:?} after SIGCONT: {code:?}",
+            c.name,
+            te - tc
+        ));
+        assert_eq!(code, Some(Code::Aborted), "{} must end ABORTED", c.name);
+        assert!(
+            !c.log()
+                .events
+                .iter()
+                .any(|(t, e)| *t >= tc && matches!(e, Ev::Heartbeat | Ev::Resumed)),
+            "{} heard from the thawed gateway as if it still held",
+            c.name
+        );
+    }
+    s.finish(
+        vec![m1, m2, m3, m4, s1, s2, s3, s4, s5],
+        &zk,
+        Duration::from_secs(3),
+    )
+    .await;
+    drop((g1, g2, cut));
 }

@@ -130,6 +130,8 @@ pub struct Hold {
     /// `None` while open.
     pub end: Option<Instant>,
     pub why: HoldEnd,
+    /// Started by `resumed` (the same grant going on after a suspension), not by the grant.
+    pub resumed: bool,
 }
 
 impl Hold {
@@ -203,6 +205,8 @@ pub fn holds_of(log: &StreamLog, now: Instant, notes: &mut Vec<String>) -> Vec<H
     let mut suspended = false;
     let mut ended = false;
     let mut late_messages = 0usize;
+    // Whether the current hold began with `resumed`; read when it is closed.
+    let resumed = std::cell::Cell::new(false);
     let close = |start: Instant, end: Option<Instant>, why: HoldEnd, token: u64| Hold {
         stream: log.id,
         client: log.client.clone(),
@@ -212,6 +216,7 @@ pub fn holds_of(log: &StreamLog, now: Instant, notes: &mut Vec<String>) -> Vec<H
         start,
         end,
         why,
+        resumed: resumed.get(),
     };
     for (t, ev) in &log.events {
         let t = *t;
@@ -255,6 +260,7 @@ pub fn holds_of(log: &StreamLog, now: Instant, notes: &mut Vec<String>) -> Vec<H
                 token = Some(*tk);
                 silence = Some(*silence_limit);
                 current = Some(t);
+                resumed.set(false);
             }
             Ev::Suspended { .. } => {
                 suspended = true;
@@ -272,6 +278,7 @@ pub fn holds_of(log: &StreamLog, now: Instant, notes: &mut Vec<String>) -> Vec<H
                 suspended = false;
                 if token.is_some() && !silenced && current.is_none() {
                     current = Some(t);
+                    resumed.set(true);
                 }
             }
             Ev::Proclaimed { .. } | Ev::Heartbeat => {}
@@ -373,9 +380,14 @@ pub fn check(logs: &[StreamLog], capacity: impl Fn(&str) -> usize, epoch: Instan
             }
         }
         // Fencing: every hold that ended before another stream's hold started has a smaller
-        // token. Reported once per pair of streams.
+        // token. Reported once per pair of streams. With several permits a holder suspended
+        // and resumed keeps its (older) token while others come and go on the other permits,
+        // so there only grants are ordered: a hold started by `resumed` is not compared.
         let mut seen = std::collections::HashSet::new();
         for h in hs {
+            if cap > 1 && h.resumed {
+                continue;
+            }
             for g in hs {
                 if g.stream != h.stream
                     && g.end.is_some_and(|e| e <= h.start)
@@ -632,5 +644,35 @@ mod tests {
             .collect();
         assert!(check(&logs, |_| 3, epoch).violations.is_empty());
         assert_eq!(check(&logs, |_| 2, epoch).violations.len(), 1);
+    }
+
+    /// With two permits, a holder suspended and resumed keeps its older token while another
+    /// stream comes and goes on the other permit: not a fencing violation. With one permit
+    /// (an election, a mutex) the same history is one.
+    #[test]
+    fn resumed_holds_are_not_fenced_against_other_permits() {
+        let epoch = Instant::now();
+        let q = Ev::Queued { position: 0 };
+        let suspended = Ev::Suspended {
+            stop_within: Duration::from_secs(1),
+        };
+        let a = log(
+            1,
+            vec![
+                (0, q.clone()),
+                (10, granted(5)),
+                (40, suspended),
+                (45, Ev::Heartbeat),
+                (80, Ev::Resumed),
+                (120, end()),
+            ],
+            epoch,
+        );
+        let b = log(2, vec![(0, q), (50, granted(9)), (70, end())], epoch);
+        let logs = [a, b];
+        assert!(check(&logs, |_| 2, epoch).violations.is_empty());
+        let r = check(&logs, |_| 1, epoch);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+        assert_eq!(r.violations[0].kind, "fencing");
     }
 }

@@ -1,5 +1,7 @@
-//! A recording Campaign client: one stream on its own connection, every event logged with the
-//! instant it arrived, for the [`checker`](super::checker).
+//! A recording client: one Campaign or Acquire stream on its own connection, every event
+//! logged with the instant it arrived, for the [`checker`](super::checker). Both services map
+//! onto the same events (`elected` and `acquired` are both `Granted`), so scenarios and the
+//! checker treat elections and locks alike.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -9,24 +11,71 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
 use zkgate::proto as pb;
+use zkgate::proto::acquire_request::Request as LockReq;
+use zkgate::proto::acquire_response::Event as LockEvent;
 use zkgate::proto::campaign_request::Request as Req;
 use zkgate::proto::campaign_response::Event;
 use zkgate::proto::election_client::ElectionClient;
+use zkgate::proto::lock_client::LockClient;
 
 use super::checker::{Ev, StreamLog};
 
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 
-/// One candidate: a Campaign stream over a connection of its own (so cutting its link cuts
-/// nobody else's).
+/// The request side of the stream: `resign{}` or `release{}` ends it.
 #[derive(Debug)]
-pub struct CampaignClient {
+enum Requests {
+    Campaign(mpsc::Sender<pb::CampaignRequest>),
+    Acquire(mpsc::Sender<pb::AcquireRequest>),
+}
+
+impl Requests {
+    fn try_leave(&self) -> bool {
+        match self {
+            Requests::Campaign(tx) => tx
+                .try_send(pb::CampaignRequest {
+                    request: Some(Req::Resign(pb::ResignCandidacy {})),
+                })
+                .is_ok(),
+            Requests::Acquire(tx) => tx
+                .try_send(pb::AcquireRequest {
+                    request: Some(LockReq::Release(pb::ReleaseLock {})),
+                })
+                .is_ok(),
+        }
+    }
+
+    async fn leave(&self) {
+        match self {
+            Requests::Campaign(tx) => {
+                let _ = tx
+                    .send(pb::CampaignRequest {
+                        request: Some(Req::Resign(pb::ResignCandidacy {})),
+                    })
+                    .await;
+            }
+            Requests::Acquire(tx) => {
+                let _ = tx
+                    .send(pb::AcquireRequest {
+                        request: Some(LockReq::Release(pb::ReleaseLock {})),
+                    })
+                    .await;
+            }
+        }
+    }
+}
+
+/// One candidate (Campaign) or lock requester (Acquire): a stream over a connection of its own
+/// (so cutting its link cuts nobody else's).
+#[derive(Debug)]
+pub struct StreamClient {
     pub id: u64,
     pub name: String,
+    /// The election or lock name.
     pub election: String,
     pub lease: String,
     log: watch::Sender<StreamLog>,
-    requests: Option<mpsc::Sender<pb::CampaignRequest>>,
+    requests: Option<Requests>,
     task: JoinHandle<()>,
 }
 
@@ -35,7 +84,164 @@ fn to_duration(d: Option<prost_types::Duration>) -> Duration {
         .unwrap_or_default()
 }
 
-impl CampaignClient {
+async fn connect(url: &str) -> Result<tonic::transport::Channel, String> {
+    let channel = Endpoint::from_shared(url.to_owned())
+        .map_err(|e| e.to_string())?
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true);
+    tokio::time::timeout(Duration::from_secs(5), channel.connect())
+        .await
+        .map_err(|_| format!("connecting to {url} timed out"))?
+        .map_err(|e| format!("connecting to {url}: {e}"))
+}
+
+fn new_log(id: u64, name: &str, resource: &str, via: &str) -> watch::Sender<StreamLog> {
+    watch::channel(StreamLog {
+        id,
+        client: name.into(),
+        resource: resource.into(),
+        via: via.into(),
+        events: Vec::new(),
+    })
+    .0
+}
+
+/// Records the stream's messages (already mapped by `map`) until it ends.
+fn record<M: Send + 'static>(
+    mut stream: tonic::Streaming<M>,
+    writer: watch::Sender<StreamLog>,
+    map: fn(M) -> Option<Ev>,
+    keep: impl Send + 'static,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let _keep = keep; // the client, which keeps the connection
+        loop {
+            let ev = match stream.message().await {
+                Ok(Some(m)) => match map(m) {
+                    Some(ev) => ev,
+                    None => continue,
+                },
+                Ok(None) => Ev::Ended {
+                    code: None,
+                    message: String::new(),
+                },
+                Err(s) => Ev::Ended {
+                    code: Some(s.code()),
+                    message: s.message().to_owned(),
+                },
+            };
+            let end = ev.is_end();
+            writer.send_modify(|l| l.events.push((Instant::now(), ev)));
+            if end {
+                return;
+            }
+        }
+    })
+}
+
+fn campaign_event(m: pb::CampaignResponse) -> Option<Ev> {
+    Some(match m.event? {
+        Event::Queued(q) => Ev::Queued {
+            position: q.position,
+        },
+        Event::Elected(e) => Ev::Granted {
+            token: e.leader.map_or(0, |l| l.fencing_token),
+            silence_limit: to_duration(e.silence_limit),
+        },
+        Event::Suspended(s) => Ev::Suspended {
+            stop_within: to_duration(s.stop_within),
+        },
+        Event::Resumed(_) => Ev::Resumed,
+        Event::Proclaimed(p) => Ev::Proclaimed {
+            token: p.leader.map_or(0, |l| l.fencing_token),
+        },
+        Event::Heartbeat(_) => Ev::Heartbeat,
+    })
+}
+
+fn acquire_event(m: pb::AcquireResponse) -> Option<Ev> {
+    Some(match m.event? {
+        LockEvent::Queued(q) => Ev::Queued {
+            position: q.position,
+        },
+        LockEvent::Acquired(a) => Ev::Granted {
+            token: a.fencing_token,
+            silence_limit: to_duration(a.silence_limit),
+        },
+        LockEvent::Suspended(s) => Ev::Suspended {
+            stop_within: to_duration(s.stop_within),
+        },
+        LockEvent::Resumed(_) => Ev::Resumed,
+        LockEvent::Heartbeat(_) => Ev::Heartbeat,
+    })
+}
+
+impl StreamClient {
+    /// Connects to `url`, asks for `permits` of lock `lock` (1 = a mutex, waiting as long as it
+    /// takes, no ttl) and waits for `queued`. `via` names the path for reports.
+    ///
+    /// # Errors
+    /// A sentence saying what failed (connect, the call, or the first event).
+    pub async fn acquire(
+        url: &str,
+        lock: &str,
+        name: &str,
+        permits: u32,
+        via: &str,
+    ) -> Result<Self, String> {
+        let mut client = LockClient::new(connect(url).await?);
+        let (tx, rx) = mpsc::channel(16);
+        tx.send(pb::AcquireRequest {
+            request: Some(LockReq::Acquire(pb::AcquireLock {
+                name: lock.into(),
+                owner: name.into(),
+                permits,
+                ..Default::default()
+            })),
+        })
+        .await
+        .map_err(|_| "request channel closed".to_owned())?;
+        let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        let log = new_log(id, name, lock, via);
+        let mut stream = tokio::time::timeout(
+            Duration::from_secs(10),
+            client.acquire(ReceiverStream::new(rx)),
+        )
+        .await
+        .map_err(|_| format!("Acquire on {url} timed out"))?
+        .map_err(|s| format!("Acquire on {url}: {s}"))?
+        .into_inner();
+        let first = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .map_err(|_| format!("no queued from {url} in time"))?;
+        let lease = match first {
+            Ok(Some(pb::AcquireResponse {
+                event: Some(LockEvent::Queued(q)),
+            })) => {
+                log.send_modify(|l| {
+                    l.events.push((
+                        Instant::now(),
+                        Ev::Queued {
+                            position: q.position,
+                        },
+                    ))
+                });
+                q.lease
+            }
+            other => return Err(format!("first event from {url} was {other:?}, not queued")),
+        };
+        let task = record(stream, log.clone(), acquire_event, client);
+        Ok(StreamClient {
+            id,
+            name: name.into(),
+            election: lock.into(),
+            lease,
+            log,
+            requests: Some(Requests::Acquire(tx)),
+            task,
+        })
+    }
+
     /// Connects to `url` (a gateway, or a link cutter in front of one), joins `election` and
     /// waits for `queued`. `via` names the path for reports.
     ///
@@ -45,11 +251,11 @@ impl CampaignClient {
         Self::join_within(url, election, name, via, Duration::from_secs(10)).await
     }
 
-    /// [`CampaignClient::join`], giving up (cancelling the RPC) if the gateway has not answered
+    /// [`StreamClient::join`], giving up (cancelling the RPC) if the gateway has not answered
     /// the call within `within`.
     ///
     /// # Errors
-    /// As [`CampaignClient::join`].
+    /// As [`StreamClient::join`].
     pub async fn join_within(
         url: &str,
         election: &str,
@@ -57,15 +263,7 @@ impl CampaignClient {
         via: &str,
         within: Duration,
     ) -> Result<Self, String> {
-        let channel = Endpoint::from_shared(url.to_owned())
-            .map_err(|e| e.to_string())?
-            .connect_timeout(Duration::from_secs(2))
-            .tcp_nodelay(true);
-        let channel = tokio::time::timeout(Duration::from_secs(5), channel.connect())
-            .await
-            .map_err(|_| format!("connecting to {url} timed out"))?
-            .map_err(|e| format!("connecting to {url}: {e}"))?;
-        let mut client = ElectionClient::new(channel);
+        let mut client = ElectionClient::new(connect(url).await?);
         let (tx, rx) = mpsc::channel(16);
         tx.send(pb::CampaignRequest {
             request: Some(Req::Join(pb::Join {
@@ -77,13 +275,7 @@ impl CampaignClient {
         .await
         .map_err(|_| "request channel closed".to_owned())?;
         let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
-        let (log, _) = watch::channel(StreamLog {
-            id,
-            client: name.into(),
-            resource: election.into(),
-            via: via.into(),
-            events: Vec::new(),
-        });
+        let log = new_log(id, name, election, via);
         let mut stream = tokio::time::timeout(within, client.campaign(ReceiverStream::new(rx)))
             .await
             .map_err(|_| format!("Campaign on {url} timed out"))?
@@ -109,52 +301,14 @@ impl CampaignClient {
             }
             other => return Err(format!("first event from {url} was {other:?}, not queued")),
         };
-        let writer = log.clone();
-        let task = tokio::spawn(async move {
-            let _client = client; // keeps the connection
-            loop {
-                let ev = match stream.message().await {
-                    Ok(Some(m)) => match m.event {
-                        Some(Event::Queued(q)) => Ev::Queued {
-                            position: q.position,
-                        },
-                        Some(Event::Elected(e)) => Ev::Granted {
-                            token: e.leader.map_or(0, |l| l.fencing_token),
-                            silence_limit: to_duration(e.silence_limit),
-                        },
-                        Some(Event::Suspended(s)) => Ev::Suspended {
-                            stop_within: to_duration(s.stop_within),
-                        },
-                        Some(Event::Resumed(_)) => Ev::Resumed,
-                        Some(Event::Proclaimed(p)) => Ev::Proclaimed {
-                            token: p.leader.map_or(0, |l| l.fencing_token),
-                        },
-                        Some(Event::Heartbeat(_)) => Ev::Heartbeat,
-                        None => continue,
-                    },
-                    Ok(None) => Ev::Ended {
-                        code: None,
-                        message: String::new(),
-                    },
-                    Err(s) => Ev::Ended {
-                        code: Some(s.code()),
-                        message: s.message().to_owned(),
-                    },
-                };
-                let end = ev.is_end();
-                writer.send_modify(|l| l.events.push((Instant::now(), ev)));
-                if end {
-                    return;
-                }
-            }
-        });
-        Ok(CampaignClient {
+        let task = record(stream, log.clone(), campaign_event, client);
+        Ok(StreamClient {
             id,
             name: name.into(),
             election: election.into(),
             lease,
             log,
-            requests: Some(tx),
+            requests: Some(Requests::Campaign(tx)),
             task,
         })
     }
@@ -185,16 +339,12 @@ impl CampaignClient {
         self.requests = None;
     }
 
-    /// Sends `resign{}` on the stream.
+    /// Sends `resign{}` (Campaign) or `release{}` (Acquire) on the stream.
     pub async fn resign(&self) {
         self.log
             .send_modify(|l| l.events.push((Instant::now(), Ev::Resigning)));
-        if let Some(tx) = &self.requests {
-            let _ = tx
-                .send(pb::CampaignRequest {
-                    request: Some(Req::Resign(pb::ResignCandidacy {})),
-                })
-                .await;
+        if let Some(r) = &self.requests {
+            r.leave().await;
         }
     }
 
@@ -202,12 +352,7 @@ impl CampaignClient {
     pub fn try_resign(&self) -> bool {
         self.log
             .send_modify(|l| l.events.push((Instant::now(), Ev::Resigning)));
-        self.requests.as_ref().is_some_and(|tx| {
-            tx.try_send(pb::CampaignRequest {
-                request: Some(Req::Resign(pb::ResignCandidacy {})),
-            })
-            .is_ok()
-        })
+        self.requests.as_ref().is_some_and(Requests::try_leave)
     }
 
     /// The first event at or after `since` (any time when `None`) matching `pred`, waiting up
@@ -260,7 +405,7 @@ impl CampaignClient {
     }
 }
 
-impl Drop for CampaignClient {
+impl Drop for StreamClient {
     fn drop(&mut self) {
         self.task.abort();
     }
