@@ -7,7 +7,8 @@
 //! Starts a 3-node ZooKeeper ensemble, a few gateways as child processes (this binary in
 //! `gateway` mode: the same `serve` code as `zkgate serve`, but examples do not get the
 //! binary's path), each reaching ZooKeeper through link cutters, and client slots that keep
-//! campaigning in a few elections through link cutters of their own, leaving by resign or by
+//! campaigning in a few elections (and asking for permits of a few semaphores: `--locks`,
+//! `--permits`) through link cutters of their own, leaving by resign/release or by
 //! being killed now and then. One fault at a time is injected, at random, from the list of
 //! `tests/faults.rs`: a client killed or reset, a client's link blackholed, a gateway SIGKILLed
 //! (then restarted) or SIGSTOPped past the session timeout (then SIGCONTed), the ZooKeeper
@@ -52,9 +53,15 @@ struct Args {
     /// Elections.
     #[arg(long, default_value_t = 3)]
     elections: usize,
-    /// Client slots per election.
+    /// Client slots per election (and per lock).
     #[arg(long, default_value_t = 4)]
     clients: usize,
+    /// Locks (semaphores of `--permits` permits), served like the elections.
+    #[arg(long, default_value_t = 1)]
+    locks: usize,
+    /// Permits of each lock (1 = a mutex).
+    #[arg(long, default_value_t = 2)]
+    permits: u32,
     /// Gateways' session timeout (ZooKeeper's tickTime is 250 ms: at most 5 s).
     #[arg(long, default_value = "4s", value_parser = humantime::parse_duration)]
     session_timeout: Duration,
@@ -183,7 +190,10 @@ struct Active {
 }
 
 struct ClientSlot {
+    /// The election or lock name.
     election: String,
+    /// `Some(permits)` for a lock slot (Acquire), `None` for an election slot (Campaign).
+    permits: Option<u32>,
     name: String,
     index: usize,
     current: Mutex<Option<Active>>,
@@ -263,8 +273,8 @@ async fn soak(args: Args) -> std::process::ExitCode {
     let t = args.session_timeout;
     let epoch = Instant::now();
     println!(
-        "soak: {} min, seed {seed}, {} gateways, {} elections x {} clients, session timeout {t:?}",
-        args.minutes, args.gateways, args.elections, args.clients
+        "soak: {} min, seed {seed}, {} gateways, {} elections and {} locks ({} permits) x {} clients, session timeout {t:?}",
+        args.minutes, args.gateways, args.elections, args.locks, args.permits, args.clients
     );
     let mut zk = match LocalZk::start_ensemble(3, LocalZkOptions::default()).await {
         Ok(zk) => zk,
@@ -308,12 +318,32 @@ async fn soak(args: Args) -> std::process::ExitCode {
         for c in 0..args.clients {
             slots.push(ClientSlot {
                 election: format!("soak-{e}"),
+                permits: None,
                 name: format!("e{e}c{c}"),
                 index: c,
                 current: Mutex::new(None),
             });
         }
     }
+    for l in 0..args.locks {
+        for c in 0..args.clients {
+            slots.push(ClientSlot {
+                election: format!("soak-lock-{l}"),
+                permits: Some(args.permits),
+                name: format!("l{l}c{c}"),
+                index: c,
+                current: Mutex::new(None),
+            });
+        }
+    }
+    let permits = args.permits.max(1) as usize;
+    let capacity = move |r: &str| {
+        if r.starts_with("soak-lock-") {
+            permits
+        } else {
+            1
+        }
+    };
     let world = Arc::new(World {
         t,
         epoch,
@@ -343,7 +373,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
         if Instant::now() >= next_report {
             next_report += Duration::from_secs(60);
             let logs = world.logs();
-            let r = checker::check(&logs, |_| 1, epoch);
+            let r = checker::check(&logs, capacity, epoch);
             world.say(&format!(
                 "progress: {} faults, {} streams, {} holds, {} violations so far",
                 injected.len(),
@@ -357,7 +387,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
     tokio::time::sleep(t * 2).await;
     // Check before the clients leave (their departure is no fault).
     let logs = world.logs();
-    let report = checker::check(&logs, |_| 1, epoch);
+    let report = checker::check(&logs, capacity, epoch);
     world.stop.cancel();
     for task in tasks {
         let _ = task.await;
@@ -365,7 +395,11 @@ async fn soak(args: Args) -> std::process::ExitCode {
     let znodes = support::wait_no_members(&connect, &root, t + Duration::from_secs(5)).await;
 
     // Recovery: for each fault and election, the time until it had a holder again.
-    let elections: Vec<String> = (0..args.elections).map(|e| format!("soak-{e}")).collect();
+    // Elections and locks: for a lock, "held again" means at least one permit held.
+    let elections: Vec<String> = (0..args.elections)
+        .map(|e| format!("soak-{e}"))
+        .chain((0..args.locks).map(|l| format!("soak-lock-{l}")))
+        .collect();
     let mut by_kind: BTreeMap<Fault, (usize, Duration, Duration)> = BTreeMap::new();
     let mut slow = Vec::new();
     let mut longest: Option<(Duration, String)> = None;
@@ -416,7 +450,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
         } else {
             Duration::ZERO
         };
-        println!("  {kind:?}: {n} (recovery max {max:?}, mean over elections {mean:?})");
+        println!("  {kind:?}: {n} (recovery max {max:?}, mean over elections and locks {mean:?})");
     }
     println!(
         "streams: {}, holds checked: {}, violations: {}",
@@ -538,10 +572,14 @@ async fn run_slot(world: Arc<World>, i: usize) {
             continue;
         };
         let via = format!("{}+cut", world.gateways[g].name);
-        let joined = tokio::time::timeout(
-            Duration::from_secs(5),
-            StreamClient::join(&cut.url(), &slot.election, &slot.name, &via),
-        )
+        let joined = tokio::time::timeout(Duration::from_secs(5), async {
+            match slot.permits {
+                None => StreamClient::join(&cut.url(), &slot.election, &slot.name, &via).await,
+                Some(p) => {
+                    StreamClient::acquire(&cut.url(), &slot.election, &slot.name, p, &via).await
+                }
+            }
+        })
         .await;
         let client = match joined {
             Ok(Ok(c)) => c,
