@@ -480,7 +480,10 @@ async fn follow_session(
             r = async { probe.as_mut().expect("guarded").1.as_mut().await }, if probe.is_some() => {
                 let (sent, _) = probe.take().expect("guarded");
                 match r {
-                    Ok(()) => {
+                    // A refusal is an answer too (say, a chroot whose root is gone): the server
+                    // heard the session. Lost requests, an expired session or a closed client
+                    // are not.
+                    Ok(()) | Err(zkc::Error::NoNode | zkc::Error::NoAuth) => {
                         last_answered = last_answered.max(sent);
                         *session.last_answered.lock().unwrap_or_else(|p| p.into_inner()) = last_answered;
                     }
