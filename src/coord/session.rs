@@ -13,6 +13,12 @@
 //! tick), so the last server contact was no earlier than `disconnected_at - connection_timeout
 //! - tick`. Streams are told `suspended{stop_within}` at once, and are ended `ABORTED` at
 //! `last_contact + negotiated_timeout - margin` unless the same session is back.
+//!
+//! The library only notices a link on which it *receives* nothing, so each session also runs
+//! a liveness probe (`follow_session`): an unanswered probe suspends streams even while
+//! notifications keep arriving (a one-way partition), and the send time of the newest answered
+//! probe is a second lower bound on the last contact, the one that stays true when the gateway
+//! itself was frozen.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
