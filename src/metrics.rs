@@ -14,6 +14,8 @@ pub const LEADER_CHANGES: &str = "zkgate_leader_changes_total";
 pub const LEADER_TENURE: &str = "zkgate_leader_tenure_seconds";
 pub const FAILOVER: &str = "zkgate_failover_seconds";
 pub const CAMPAIGNS_ACTIVE: &str = "zkgate_campaigns_active";
+pub const ELECTION_CANDIDATES: &str = "zkgate_election_candidates";
+pub const ELECTION_LEADERS: &str = "zkgate_election_leaders";
 pub const OBSERVERS_ACTIVE: &str = "zkgate_observers_active";
 pub const LOCKS_HELD: &str = "zkgate_locks_held";
 pub const LOCK_WAIT: &str = "zkgate_lock_wait_seconds";
@@ -83,6 +85,14 @@ fn describe() {
     describe_gauge!(
         CAMPAIGNS_ACTIVE,
         "Open Campaign streams (candidates and leaders)."
+    );
+    describe_gauge!(
+        ELECTION_CANDIDATES,
+        "Open Campaign candidacies (leader included) on this gateway, by election."
+    );
+    describe_gauge!(
+        ELECTION_LEADERS,
+        "1 while a Campaign stream on this gateway leads the election, else 0."
     );
     describe_gauge!(OBSERVERS_ACTIVE, "Open Observe streams.");
     describe_gauge!(
@@ -225,4 +235,44 @@ impl Drop for GaugeGuard {
     fn drop(&mut self) {
         (self.0)(-1.0)
     }
+}
+
+/// Keeps one labelled series of a gauge raised by one while alive, like [`GaugeGuard`]: the
+/// series is lowered again when the guard is dropped, however its owner ends. It holds the label
+/// value it was raised with (already capped by [`name_label`]), so it lowers the same series.
+#[derive(Debug)]
+pub struct LabelledGaugeGuard {
+    name: &'static str,
+    key: &'static str,
+    value: String,
+}
+
+impl LabelledGaugeGuard {
+    pub fn raise(name: &'static str, key: &'static str, value: String) -> Self {
+        gauge!(name, key => value.clone()).increment(1.0);
+        Self { name, key, value }
+    }
+
+    /// The label value this guard raised.
+    pub fn label(&self) -> &str {
+        &self.value
+    }
+}
+
+impl Drop for LabelledGaugeGuard {
+    fn drop(&mut self) {
+        gauge!(self.name, self.key => self.value.clone()).decrement(1.0);
+    }
+}
+
+/// One open candidacy in `zkgate_election_candidates{election}`; `label` comes from
+/// [`name_label`].
+pub fn election_candidate(label: String) -> LabelledGaugeGuard {
+    LabelledGaugeGuard::raise(ELECTION_CANDIDATES, "election", label)
+}
+
+/// One leadership in office in `zkgate_election_leaders{election}`: held from `elected` until
+/// the leadership ends; `label` comes from [`name_label`].
+pub fn election_leader(label: String) -> LabelledGaugeGuard {
+    LabelledGaugeGuard::raise(ELECTION_LEADERS, "election", label)
 }

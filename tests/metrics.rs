@@ -8,8 +8,9 @@
 //!   another's);
 //! - every gateway here is started by [`MeteredGateway::start`], with [`NAME_CAP`]: the cap is
 //!   fixed by whichever gateway installs the recorder first, so all of them ask for the same.
-//! - only one test elects leaders, so the order in which election names claim the capped label
-//!   values is the order of that test's steps.
+//! - only one test campaigns in elections other than [`ELECTION`], so the order in which
+//!   election names claim the capped label values (when first campaigned in) is the order of
+//!   that test's steps.
 
 mod common;
 
@@ -37,8 +38,8 @@ use zkgate::server::{self, ServeConfig};
 /// The election-label cap of every gateway in this binary (see the module docs).
 const NAME_CAP: usize = 3;
 
-/// The one election name that tests other than the scripted one may elect leaders in: the
-/// scripted test expects it to be the first (or only) name to have claimed a label.
+/// The one election name that tests other than the scripted one may campaign in: the scripted
+/// test expects it to be the first (or only) name to have claimed a label.
 const ELECTION: &str = "failover-e";
 
 /// How long a metric may take to reach its expected value: stream ends are seen by the server
@@ -312,6 +313,16 @@ impl Scrape {
     fn leader_changes(&self, election: &str) -> f64 {
         self.get(m::LEADER_CHANGES, &[("election", election)])
     }
+
+    /// `zkgate_election_candidates{election}` (0 when the series does not exist yet).
+    fn candidates(&self, election: &str) -> f64 {
+        self.get(m::ELECTION_CANDIDATES, &[("election", election)])
+    }
+
+    /// `zkgate_election_leaders{election}` (0 when the series does not exist yet).
+    fn leaders(&self, election: &str) -> f64 {
+        self.get(m::ELECTION_LEADERS, &[("election", election)])
+    }
 }
 
 fn parse_sample(line: &str) -> Result<Sample, String> {
@@ -510,6 +521,9 @@ const SPEC_METRICS: &[&str] = &[
     m::GRPC_STREAMS_ACTIVE,
 ];
 
+/// The per-election gauges (not named by SPEC §4; they make the per-election alert possible).
+const ELECTION_GAUGES: &[&str] = &[m::ELECTION_CANDIDATES, m::ELECTION_LEADERS];
+
 const HISTOGRAMS: &[&str] = &[
     m::LEADER_TENURE,
     m::FAILOVER,
@@ -546,6 +560,14 @@ async fn scripted_campaign_failover_lock_handover_and_label_cap() {
     // The gauge counts the process's connected sessions: two gateways of one session each run
     // in this test process (a real process is one gateway).
     assert_eq!(before.get(m::ZK_CONNECTED, &[]), 2.0, "connected sessions");
+    // Every earlier test ended its candidacies: nobody leads anything, and the per-election
+    // candidates add up to the unlabelled campaigns gauge (the same candidacies).
+    assert_eq!(
+        before.sum(m::ELECTION_LEADERS, &[]),
+        0.0,
+        "no leadership in office before the script"
+    );
+    candidates_add_up(&gw1).await;
 
     // --- Leader on an empty election: NOT_FOUND, counted by code.
     let err = e1
@@ -583,7 +605,18 @@ async fn scripted_campaign_failover_lock_handover_and_label_cap() {
 
     // --- Campaign: A leads on gw1, B waits on gw2.
     let mut a = Campaign::join(&mut e1, ELECTION, "a", b"A").await;
+    // The candidacy's guard is raised before `queued` is sent (A may already lead by now: it is
+    // alone), the leadership's before `elected`.
+    let s = gw1.scrape().await;
+    assert_eq!(
+        s.candidates(ELECTION),
+        before.candidates(ELECTION) + 1.0,
+        "A's candidacy"
+    );
     a.elected().await;
+    let s = gw1.scrape().await;
+    assert_eq!(s.leaders(ELECTION), 1.0, "A leads from `elected` on");
+    assert_eq!(s.candidates(ELECTION), before.candidates(ELECTION) + 1.0);
     let b = Campaign::join(&mut e2, ELECTION, "b", b"B").await;
     assert_eq!(b.position, 1);
     assert_eq!(
@@ -613,6 +646,17 @@ async fn scripted_campaign_failover_lock_handover_and_label_cap() {
         before.count(m::FAILOVER),
         "a first leader is not a failover"
     );
+    // (Settled, not read from the same scrape: a candidacy raises and lowers its two guards one
+    // after the other, and a scrape can fall in between.)
+    let s = gw1
+        .settle(
+            "A and B, on two gateways, are both candidates of the election",
+            before.candidates(ELECTION) + 2.0,
+            |s| s.candidates(ELECTION),
+        )
+        .await;
+    assert_eq!(s.leaders(ELECTION), 1.0, "B waits: still one leader");
+    candidates_add_up(&gw1).await;
 
     // --- Failover: A's stream is cancelled; B (on the other gateway) takes over.
     drop(a);
@@ -638,6 +682,18 @@ async fn scripted_campaign_failover_lock_handover_and_label_cap() {
         |s| s.count(m::LEADER_TENURE),
     )
     .await;
+    // A's leadership ended with its stream (its guard fell before its znode was deleted, so
+    // before B could be elected) and B's began on gw2: exactly one in office, never two.
+    gw1.settle("one leader after failover", 1.0, |s| s.leaders(ELECTION))
+        .await;
+    let s = gw1
+        .settle(
+            "A's candidacy gone, B's left",
+            before.candidates(ELECTION) + 1.0,
+            |s| s.candidates(ELECTION),
+        )
+        .await;
+    assert_eq!(s.leaders(ELECTION), 1.0, "B leads");
     gw1.settle(
         "A's Campaign CANCELLED",
         before.requests(CAMPAIGN, "CANCELLED") + 1.0,
@@ -675,6 +731,18 @@ async fn scripted_campaign_failover_lock_handover_and_label_cap() {
         "one count per leader, on the new leader's gateway only"
     );
     assert_eq!(s.count(m::FAILOVER), before.count(m::FAILOVER) + 1.0);
+    assert_eq!(
+        s.leaders(ELECTION),
+        0.0,
+        "B's leadership ended with its resign"
+    );
+    gw1.settle(
+        "election candidates back to their start",
+        before.candidates(ELECTION),
+        |s| s.candidates(ELECTION),
+    )
+    .await;
+    candidates_add_up(&gw1).await;
 
     // --- The observer leaves.
     drop(observer);
@@ -758,8 +826,9 @@ async fn scripted_campaign_failover_lock_handover_and_label_cap() {
         before.get(m::ZK_SESSION_EXPIRATIONS, &[])
     );
 
-    // --- The exposition: a HELP line for every SPEC §4 metric, real histograms.
-    for name in SPEC_METRICS {
+    // --- The exposition: a HELP line for every SPEC §4 metric (and the per-election gauges),
+    // real histograms.
+    for name in SPEC_METRICS.iter().chain(ELECTION_GAUGES) {
         assert!(
             s.help.get(*name).is_some_and(|h| !h.is_empty()),
             "no HELP line for {name}"
@@ -797,6 +866,8 @@ async fn scripted_campaign_failover_lock_handover_and_label_cap() {
         (m::LOCKS_HELD, "gauge"),
         (m::ZK_CONNECTED, "gauge"),
         (m::GRPC_STREAMS_ACTIVE, "gauge"),
+        (m::ELECTION_CANDIDATES, "gauge"),
+        (m::ELECTION_LEADERS, "gauge"),
     ] {
         assert_eq!(s.types.get(name).map(String::as_str), Some(kind), "{name}");
     }
@@ -808,6 +879,13 @@ async fn scripted_campaign_failover_lock_handover_and_label_cap() {
         vec![ELECTION.to_owned()],
         "no other election has had a leader in this process yet"
     );
+    for gauge in ELECTION_GAUGES {
+        assert_eq!(
+            s.label_values(gauge, "election"),
+            vec![ELECTION.to_owned()],
+            "{gauge}: no other election has been campaigned in this process yet"
+        );
+    }
     for name in ["cap-2", "cap-3", "cap-4", "cap-5"] {
         lead_alone(&mut e1, name).await;
     }
@@ -826,6 +904,19 @@ async fn scripted_campaign_failover_lock_handover_and_label_cap() {
     assert_eq!(s.leader_changes("cap-2"), 1.0);
     assert_eq!(s.leader_changes("cap-3"), 1.0);
     assert_eq!(s.leader_changes(m::OTHER), 2.0, "cap-4 and cap-5");
+    for gauge in ELECTION_GAUGES {
+        assert_eq!(
+            s.label_values(gauge, "election"),
+            vec!["cap-2", "cap-3", ELECTION, m::OTHER],
+            "{gauge}: names beyond the cap of {NAME_CAP} share `other`"
+        );
+        gw1.settle(
+            &format!("{gauge}: every capped candidacy ended"),
+            before.sum(gauge, &[]),
+            |s| s.sum(gauge, &[]),
+        )
+        .await;
+    }
     // A name that got its label keeps it.
     lead_alone(&mut e1, ELECTION).await;
     gw1.settle(
@@ -835,8 +926,97 @@ async fn scripted_campaign_failover_lock_handover_and_label_cap() {
     )
     .await;
 
+    // An over-cap election's open candidacy and leadership count under `other`, on the gateway
+    // that serves them, and only while they last.
+    let other_before = gw1.scrape().await;
+    let mut six = Campaign::join(&mut e2, "cap-6", "six", b"").await;
+    six.elected().await;
+    let s = gw1.scrape().await;
+    assert_eq!(
+        s.candidates(m::OTHER),
+        other_before.candidates(m::OTHER) + 1.0
+    );
+    assert_eq!(s.leaders(m::OTHER), 1.0, "cap-6 leads, as `other`");
+    for gauge in ELECTION_GAUGES {
+        assert!(
+            s.find(gauge, &[("election", "cap-6")]).is_none(),
+            "{gauge}: an over-cap name gets no series of its own"
+        );
+    }
+    drop(six);
+    gw1.settle("`other` leadership cancelled", 0.0, |s| s.leaders(m::OTHER))
+        .await;
+    gw1.settle(
+        "`other` candidacy cancelled",
+        other_before.candidates(m::OTHER),
+        |s| s.candidates(m::OTHER),
+    )
+    .await;
+
+    // --- The other ways a leadership ends (gw2 serves the leader, gw1 scrapes: one recorder).
+    // Stream cancelled with nobody waiting: no successor, so the gauge must reach 0 by itself.
+    let mut c = Campaign::join(&mut e2, ELECTION, "c", b"").await;
+    c.elected().await;
+    assert_eq!(gw1.scrape().await.leaders(ELECTION), 1.0, "C leads");
+    drop(c);
+    gw1.settle("C's leadership cancelled", 0.0, |s| s.leaders(ELECTION))
+        .await;
+    gw1.settle(
+        "C's candidacy cancelled",
+        before.candidates(ELECTION),
+        |s| s.candidates(ELECTION),
+    )
+    .await;
+    // Resigned by lease through the other gateway: the leader's stream sees its znode go.
+    let mut d = Campaign::join(&mut e2, ELECTION, "d", b"").await;
+    d.elected().await;
+    assert_eq!(gw1.scrape().await.leaders(ELECTION), 1.0, "D leads");
+    e1.resign(pb::ResignRequest {
+        lease: d.lease.clone(),
+    })
+    .await
+    .expect("resign by lease");
+    d.expect_end(None).await;
+    gw1.settle("D resigned by lease", 0.0, |s| s.leaders(ELECTION))
+        .await;
+    gw1.settle("D's candidacy resigned", before.candidates(ELECTION), |s| {
+        s.candidates(ELECTION)
+    })
+    .await;
+    // The leader's gateway drains.
+    let mut e = Campaign::join(&mut e2, ELECTION, "e", b"").await;
+    e.elected().await;
+    assert_eq!(gw1.scrape().await.leaders(ELECTION), 1.0, "E leads");
     gw2.stop().await;
+    gw1.settle("E's gateway drained", 0.0, |s| s.leaders(ELECTION))
+        .await;
+    let s = gw1
+        .settle(
+            "E's candidacy ended with the drain",
+            before.candidates(ELECTION),
+            |s| s.candidates(ELECTION),
+        )
+        .await;
+    assert_eq!(
+        s.sum(m::ELECTION_LEADERS, &[]),
+        0.0,
+        "nobody leads anything"
+    );
+    candidates_add_up(&gw1).await;
+    drop(e);
+
     gw1.stop().await;
+}
+
+/// The per-election candidates gauge counts the same candidacies as the unlabelled
+/// `zkgate_campaigns_active`, split by election (settled: see the note in the scripted test).
+async fn candidates_add_up(gw: &MeteredGateway) {
+    gw.settle(
+        "zkgate_election_candidates sums to zkgate_campaigns_active",
+        0.0,
+        |s| s.sum(m::ELECTION_CANDIDATES, &[]) - s.get(m::CAMPAIGNS_ACTIVE, &[]),
+    )
+    .await;
 }
 
 /// `/healthz` is the process; `/readyz` is the ZooKeeper session.

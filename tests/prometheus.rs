@@ -38,6 +38,9 @@ const SPEC_METRICS: &[&str] = &[
     m::GRPC_STREAMS_ACTIVE,
 ];
 
+/// The per-election gauges the gateway exports beyond SPEC §4 (for the per-election alert).
+const ELECTION_GAUGES: &[&str] = &[m::ELECTION_CANDIDATES, m::ELECTION_LEADERS];
+
 const HISTOGRAMS: &[&str] = &[
     m::LEADER_TENURE,
     m::FAILOVER,
@@ -128,7 +131,7 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 fn assert_known_metrics(file: &str, names: &BTreeSet<String>) {
     let unknown: Vec<&String> = names
         .iter()
-        .filter(|n| !SPEC_METRICS.contains(&n.as_str()))
+        .filter(|n| !SPEC_METRICS.contains(&n.as_str()) && !ELECTION_GAUGES.contains(&n.as_str()))
         .collect();
     assert!(
         unknown.is_empty(),
@@ -144,7 +147,8 @@ fn alert_rules_use_only_exported_metrics() {
     for needed in [
         m::LEADER_CHANGES,
         m::LEADER_TENURE,
-        m::CAMPAIGNS_ACTIVE,
+        m::ELECTION_CANDIDATES,
+        m::ELECTION_LEADERS,
         m::ZK_CONNECTED,
         m::ZK_SESSION_EXPIRATIONS,
         m::FAILOVER,
@@ -153,7 +157,8 @@ fn alert_rules_use_only_exported_metrics() {
     }
     for alert in [
         "ZkgateLeaderFlapping",
-        "ZkgateNoLeader",
+        "ZkgateElectionLeaderless",
+        "ZkgateElectionLabelCapReached",
         "ZkgateZooKeeperDisconnected",
         "ZkgateSessionExpired",
         "ZkgateFailoverSlow",
@@ -234,6 +239,8 @@ fn grafana_dashboard_is_well_formed_and_queries_exported_metrics() {
         m::LEADER_TENURE,
         m::FAILOVER,
         m::CAMPAIGNS_ACTIVE,
+        m::ELECTION_CANDIDATES,
+        m::ELECTION_LEADERS,
         m::LOCK_WAIT,
         m::ZK_REQUEST_DURATION,
         m::ZK_CONNECTED,
@@ -319,7 +326,7 @@ async fn promtool_accepts_the_metrics_exposition() {
         .await;
     let (status, body) = http_get(gw.http, "/metrics").await;
     assert_eq!(status, 200);
-    for name in SPEC_METRICS {
+    for name in SPEC_METRICS.iter().chain(ELECTION_GAUGES) {
         assert!(
             body.contains(&format!("# HELP {name} ")),
             "no HELP for {name}"
@@ -555,6 +562,13 @@ async fn a_real_prometheus_sees_churn_failover_and_evaluates_rules_and_dashboard
     // The recording rule: B is the one leader in office (2 elected, 1 tenure ended).
     prom.wait_for(in_office, 1.0).await;
     prom.wait_for(campaigns, campaigns_before + 1.0).await;
+    // Per election: B is the one candidate left and leads.
+    let election_candidates =
+        format!(r#"sum(zkgate_election_candidates{{job="zkgate",election="{ELECTION}"}})"#);
+    let election_leaders =
+        format!(r#"sum(zkgate_election_leaders{{job="zkgate",election="{ELECTION}"}})"#);
+    prom.wait_for(&election_candidates, 1.0).await;
+    prom.wait_for(&election_leaders, 1.0).await;
 
     // Every rule evaluates without error against real series, and nothing fires on a healthy
     // gateway (2 leaders in a minute is no flapping; B leads).
@@ -606,6 +620,10 @@ async fn a_real_prometheus_sees_churn_failover_and_evaluates_rules_and_dashboard
         if title == "Leaders in office" && expr.contains("leader_changes") {
             assert_eq!(got, vec![1.0], "{title}: {expr}");
         }
+        // Every election of this test process with candidates has its leader.
+        if title == "Elections without a leader" {
+            assert_eq!(got, Vec::<f64>::new(), "{title}: {expr}");
+        }
     }
 
     // B resigns: nobody leads, nobody campaigns.
@@ -617,6 +635,8 @@ async fn a_real_prometheus_sees_churn_failover_and_evaluates_rules_and_dashboard
     prom.wait_for(in_office, 0.0).await;
     prom.wait_for(campaigns, campaigns_before).await;
     prom.wait_for(&churn, 2.0).await;
+    prom.wait_for(&election_candidates, 0.0).await;
+    prom.wait_for(&election_leaders, 0.0).await;
 
     drop(prom);
     gw.stop().await;

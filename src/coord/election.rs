@@ -159,13 +159,17 @@ pub struct Candidacy {
     record: NodeRecord,
     signals: mpsc::UnboundedReceiver<MemberSignal>,
     link: LinkFollower,
-    elected: Option<(LeaderInfo, Instant)>,
+    /// The leadership in office: what was announced, since when, and its
+    /// `zkgate_election_leaders` guard, so the gauge falls exactly when the leadership is taken.
+    elected: Option<(LeaderInfo, Instant, m::LabelledGaugeGuard)>,
     /// The znode is known gone (resigned): nothing to delete on drop.
     released: bool,
     /// The queue reported the znode gone (`Some(actor_stopped)`) and the cause is still being
     /// decided: kept here so `next_event` stays cancellation safe.
     pending_gone: Option<bool>,
     _gauge: m::GaugeGuard,
+    /// `zkgate_election_candidates{election}`; also holds the election's capped label.
+    candidates: m::LabelledGaugeGuard,
     _stream: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
@@ -197,6 +201,7 @@ impl Coordinator {
                 "the candidate znode vanished right after creation".into(),
             ));
         };
+        let label = m::name_label(join.election.as_str());
         let lease = Lease {
             kind: QueueKind::Election,
             queue: join.election,
@@ -216,6 +221,7 @@ impl Coordinator {
             released: false,
             pending_gone: None,
             _gauge: m::GaugeGuard::raise(m::campaigns_active),
+            candidates: m::election_candidate(label),
             _stream: stream,
         })
     }
@@ -266,11 +272,12 @@ impl Candidacy {
                         election = %leader.election, candidate = %leader.candidate,
                         fencing_token = leader.fencing_token.0, "leader elected"
                     );
-                    self.elected = Some((leader.clone(), Instant::now()));
+                    let leading = m::election_leader(self.candidates.label().to_owned());
+                    self.elected = Some((leader.clone(), Instant::now(), leading));
                     CandidacyEvent::Elected(leader)
                 }
                 Some(MemberSignal::Proclaimed(leader)) => {
-                    if let Some((l, _)) = self.elected.as_mut() {
+                    if let Some((l, _, _)) = self.elected.as_mut() {
                         *l = leader.clone();
                     }
                     CandidacyEvent::Proclaimed(leader)
@@ -302,8 +309,9 @@ impl Candidacy {
     }
 
     fn end(&mut self, why: CandidacyEnd) -> CandidacyEvent {
-        if let Some((leader, at)) = self.elected.take() {
+        if let Some((leader, at, leading)) = self.elected.take() {
             m::leader_tenure(at.elapsed());
+            drop(leading);
             tracing::info!(election = %leader.election, candidate = %leader.candidate, fencing_token = leader.fencing_token.0, ?why, "leadership ended");
         }
         CandidacyEvent::Ended(why)
@@ -315,7 +323,7 @@ impl Candidacy {
     /// # Errors
     /// `FailedPrecondition` unless elected; ZooKeeper errors.
     pub async fn proclaim(&mut self, value: Value) -> Result<(), CoordError> {
-        let Some((leader, _)) = &self.elected else {
+        let Some((leader, _, _)) = &self.elected else {
             return Err(CoordError::FailedPrecondition(
                 "proclaim refused: this candidate is not the leader".into(),
             ));
@@ -346,8 +354,9 @@ impl Candidacy {
             .zk
             .delete_until_gone(&self.path, self.session.timing.negotiated)
             .await?;
-        if let Some((_, at)) = self.elected.take() {
+        if let Some((_, at, leading)) = self.elected.take() {
             m::leader_tenure(at.elapsed());
+            drop(leading);
         }
         Ok(())
     }
@@ -355,8 +364,9 @@ impl Candidacy {
 
 impl Drop for Candidacy {
     fn drop(&mut self) {
-        if let Some((_, at)) = self.elected.take() {
+        if let Some((_, at, leading)) = self.elected.take() {
             m::leader_tenure(at.elapsed());
+            drop(leading);
         }
         if self.released {
             return;
