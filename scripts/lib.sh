@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Shared by scripts/dev.sh and scripts/test.sh: install what zkgate's tools and tests need on a
 # Debian/Ubuntu machine, each only if it is missing, so a second run costs about a second.
-# Everything comes from Debian's archive or PyPI; nothing is downloaded from anywhere else.
+# Everything comes from Debian's archive, PyPI or the npm registry; nothing is downloaded from
+# anywhere else.
 
 ZKGATE_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -102,6 +103,24 @@ for line in open(sys.argv[1]):
 PY
     then
         pip_install -r "$req"
+    fi
+}
+
+# Node.js and npm (from Debian if `node` is missing), and clients/node's pinned packages: `npm ci`
+# only when clients/node/node_modules is missing or older than package-lock.json (npm writes
+# node_modules/.package-lock.json at the end of an install: that file dates the install).
+ensure_node_client() {
+    if ! command -v node >/dev/null 2>&1; then
+        apt_install nodejs npm
+    elif ! command -v npm >/dev/null 2>&1; then
+        apt_install npm
+    fi
+    local dir="$ZKGATE_REPO/clients/node"
+    local stamp="$dir/node_modules/.package-lock.json"
+    if [ ! -f "$stamp" ] || [ "$stamp" -ot "$dir/package-lock.json" ]; then
+        say "npm ci in clients/node"
+        (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+        touch "$stamp"
     fi
 }
 

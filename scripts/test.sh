@@ -14,6 +14,7 @@ ensure_zookeeper
 ensure_promtool
 ensure_grpcurl
 ensure_python_client_deps
+ensure_node_client
 say "tools ready in $(($(date +%s) - start)) s: $(java -version 2>&1 | head -1); $(grpcurl -version 2>&1); python3 $(python3 -c 'import grpc; print("grpcio", grpc.__version__)')"
 
 say "cargo fmt --check"
