@@ -106,6 +106,29 @@ fn new_log(id: u64, name: &str, resource: &str, via: &str) -> watch::Sender<Stre
     .0
 }
 
+/// Reads the stream's first message, which must be `queued` (`queued` gives its position and
+/// lease), logs it and returns the lease; later messages are read by [`record`].
+async fn read_queued<M: std::fmt::Debug>(
+    stream: &mut tonic::Streaming<M>,
+    url: &str,
+    log: &watch::Sender<StreamLog>,
+    queued: fn(&M) -> Option<(u32, String)>,
+) -> Result<String, String> {
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .map_err(|_| format!("no queued from {url} in time"))?;
+    match first {
+        Ok(Some(m)) => match queued(&m) {
+            Some((position, lease)) => {
+                log.send_modify(|l| l.events.push((Instant::now(), Ev::Queued { position })));
+                Ok(lease)
+            }
+            None => Err(format!("first event from {url} was {m:?}, not queued")),
+        },
+        other => Err(format!("first event from {url} was {other:?}, not queued")),
+    }
+}
+
 /// Records the stream's messages (already mapped by `map`) until it ends.
 fn record<M: Send + 'static>(
     mut stream: tonic::Streaming<M>,
@@ -211,25 +234,11 @@ impl StreamClient {
         .map_err(|_| format!("Acquire on {url} timed out"))?
         .map_err(|s| format!("Acquire on {url}: {s}"))?
         .into_inner();
-        let first = tokio::time::timeout(Duration::from_secs(10), stream.message())
-            .await
-            .map_err(|_| format!("no queued from {url} in time"))?;
-        let lease = match first {
-            Ok(Some(pb::AcquireResponse {
-                event: Some(LockEvent::Queued(q)),
-            })) => {
-                log.send_modify(|l| {
-                    l.events.push((
-                        Instant::now(),
-                        Ev::Queued {
-                            position: q.position,
-                        },
-                    ))
-                });
-                q.lease
-            }
-            other => return Err(format!("first event from {url} was {other:?}, not queued")),
-        };
+        let lease = read_queued(&mut stream, url, &log, |m| match &m.event {
+            Some(LockEvent::Queued(q)) => Some((q.position, q.lease.clone())),
+            _ => None,
+        })
+        .await?;
         let task = record(stream, log.clone(), acquire_event, client);
         Ok(StreamClient {
             id,
@@ -281,26 +290,11 @@ impl StreamClient {
             .map_err(|_| format!("Campaign on {url} timed out"))?
             .map_err(|s| format!("Campaign on {url}: {s}"))?
             .into_inner();
-        // The first message is read here so the lease is known; later ones by the task.
-        let first = tokio::time::timeout(Duration::from_secs(10), stream.message())
-            .await
-            .map_err(|_| format!("no queued from {url} in time"))?;
-        let lease = match first {
-            Ok(Some(pb::CampaignResponse {
-                event: Some(Event::Queued(q)),
-            })) => {
-                log.send_modify(|l| {
-                    l.events.push((
-                        Instant::now(),
-                        Ev::Queued {
-                            position: q.position,
-                        },
-                    ))
-                });
-                q.lease
-            }
-            other => return Err(format!("first event from {url} was {other:?}, not queued")),
-        };
+        let lease = read_queued(&mut stream, url, &log, |m| match &m.event {
+            Some(Event::Queued(q)) => Some((q.position, q.lease.clone())),
+            _ => None,
+        })
+        .await?;
         let task = record(stream, log.clone(), campaign_event, client);
         Ok(StreamClient {
             id,
