@@ -205,6 +205,8 @@ pub fn holds_of(log: &StreamLog, now: Instant, notes: &mut Vec<String>) -> Vec<H
     let mut suspended = false;
     let mut ended = false;
     let mut late_messages = 0usize;
+    // The client resigned: what still arrives before the end crossed its resign, not late.
+    let mut resigning = false;
     // Whether the current hold began with `resumed`; read when it is closed.
     let resumed = std::cell::Cell::new(false);
     let close = |start: Instant, end: Option<Instant>, why: HoldEnd, token: u64| Hold {
@@ -237,7 +239,7 @@ pub fn holds_of(log: &StreamLog, now: Instant, notes: &mut Vec<String>) -> Vec<H
             }
         }
         if ev.is_message() {
-            if silenced && !matches!(ev, Ev::Ended { .. }) {
+            if silenced && !resigning && !matches!(ev, Ev::Ended { .. }) {
                 late_messages += 1;
             }
             last_msg = Some(t);
@@ -297,6 +299,7 @@ pub fn holds_of(log: &StreamLog, now: Instant, notes: &mut Vec<String>) -> Vec<H
             Ev::Resigning => {
                 // No longer leading, whatever arrives before the stream's end.
                 silenced = true;
+                resigning = true;
                 if let (Some(start), Some(tok)) = (current.take(), token) {
                     out.push(close(start, Some(t), HoldEnd::Resigned, tok));
                 }
