@@ -10,6 +10,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
+use super::holder_stream::{self, HolderStream, Step};
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
 use crate::coord::session::LossReason;
 use crate::coord::types::{FencingToken, QueueKind};
@@ -37,91 +38,88 @@ impl ElectionApi {
     }
 }
 
-fn event(e: Event) -> Result<pb::CampaignResponse, Status> {
-    Ok(pb::CampaignResponse { event: Some(e) })
+fn event(e: Event) -> pb::CampaignResponse {
+    pb::CampaignResponse { event: Some(e) }
 }
 
-/// Drives one Campaign stream until it ends. The candidacy lives in this task: when the task
-/// ends for any reason the candidacy is dropped and its znode deleted (G3).
-async fn drive_campaign(
-    mut candidacy: Candidacy,
-    mut inbound: Streaming<pb::CampaignRequest>,
-    tx: mpsc::Sender<Result<pb::CampaignResponse, Status>>,
-    coord: Arc<Coordinator>,
-) {
-    let draining = coord.draining();
-    let max_value = coord.cfg.max_value_bytes;
-    let silence = candidacy.silence_limit();
-    let queued = pb::Queued {
-        lease: candidacy.lease().encode(),
-        position: candidacy.position(),
-    };
-    if tx.send(event(Event::Queued(queued))).await.is_err() {
-        return;
+/// A Campaign stream's own part of the shared holder-stream loop.
+struct CampaignStream {
+    candidacy: Candidacy,
+    max_value: usize,
+}
+
+#[tonic::async_trait]
+impl HolderStream for CampaignStream {
+    type Request = pb::CampaignRequest;
+    type Response = pb::CampaignResponse;
+
+    fn queued(&self) -> pb::CampaignResponse {
+        event(Event::Queued(pb::Queued {
+            lease: self.candidacy.lease().encode(),
+            position: self.candidacy.position(),
+        }))
     }
-    let mut heartbeat = tokio::time::interval((silence / 3).max(Duration::from_millis(50)));
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut inbound_open = true;
-    loop {
-        let out = tokio::select! {
-            biased;
-            _ = draining.cancelled() => {
-                Some(Err(Status::from(CoordError::Draining)))
+
+    fn heartbeat() -> pb::CampaignResponse {
+        event(Event::Heartbeat(pb::Heartbeat {}))
+    }
+
+    fn silence_limit(&self) -> Duration {
+        self.candidacy.silence_limit()
+    }
+
+    fn holds(&self) -> bool {
+        self.candidacy.is_elected()
+    }
+
+    fn may_heartbeat(&self) -> bool {
+        self.candidacy.may_heartbeat()
+    }
+
+    async fn next_event(&mut self) -> Step<pb::CampaignResponse> {
+        match self.candidacy.next_event().await {
+            CandidacyEvent::Elected(l) => Step::Granted(event(Event::Elected(pb::Elected {
+                leader: Some(convert::leader(l)),
+                silence_limit: Some(convert::duration(self.candidacy.silence_limit())),
+            }))),
+            CandidacyEvent::Proclaimed(l) => Step::Send(event(Event::Proclaimed(pb::Proclaimed {
+                leader: Some(convert::leader(l)),
+            }))),
+            CandidacyEvent::Suspended { stop_within } => {
+                Step::Send(event(Event::Suspended(pb::Suspended {
+                    stop_within: Some(convert::duration(stop_within)),
+                })))
             }
-            _ = tx.closed() => return,
-            ev = candidacy.next_event() => match ev {
-                CandidacyEvent::Elected(l) => {
-                    heartbeat.reset();
-                    Some(event(Event::Elected(pb::Elected {
-                        leader: Some(convert::leader(l)),
-                        silence_limit: Some(convert::duration(silence)),
-                    })))
-                }
-                CandidacyEvent::Proclaimed(l) => Some(event(Event::Proclaimed(pb::Proclaimed { leader: Some(convert::leader(l)) }))),
-                CandidacyEvent::Suspended { stop_within } => {
-                    Some(event(Event::Suspended(pb::Suspended { stop_within: Some(convert::duration(stop_within)) })))
-                }
-                CandidacyEvent::Resumed => Some(event(Event::Resumed(pb::Resumed {}))),
-                CandidacyEvent::Ended(CandidacyEnd::Resigned) => return,
-                CandidacyEvent::Ended(CandidacyEnd::Lost(reason)) => Some(Err(Status::from(CoordError::SessionLost(reason)))),
-            },
-            msg = inbound.message(), if inbound_open => match msg {
-                Ok(Some(pb::CampaignRequest { request: Some(CampaignMsg::Proclaim(p)) })) => {
-                    match convert::value(p.value, max_value) {
-                        Err(status) => Some(Err(status)),
-                        // The change comes back as `proclaimed` through the queue's watch.
-                        Ok(v) => candidacy.proclaim(v).await.err().map(|e| Err(Status::from(e))),
-                    }
-                }
-                Ok(Some(pb::CampaignRequest { request: Some(CampaignMsg::Resign(_)) })) => {
-                    if let Err(e) = candidacy.resign().await {
-                        let _ = tx.send(Err(Status::from(e))).await;
-                    }
-                    return;
-                }
-                Ok(Some(pb::CampaignRequest { request: Some(CampaignMsg::Join(_)) })) => {
-                    Some(Err(Status::invalid_argument("join may only be the first message of a Campaign stream")))
-                }
-                Ok(Some(pb::CampaignRequest { request: None })) => {
-                    Some(Err(Status::invalid_argument("empty CampaignRequest: set proclaim or resign")))
-                }
-                // Half-close (grpcurl -d does this): the candidacy stays.
-                Ok(None) => {
-                    inbound_open = false;
-                    None
-                }
-                // Cancelled or broken: stream loss is release.
-                Err(_) => return,
-            },
-            // No heartbeat on a stale view of the link (see `ZkSession::may_heartbeat`).
-            _ = heartbeat.tick(), if candidacy.is_elected() => candidacy.may_heartbeat().then(|| event(Event::Heartbeat(pb::Heartbeat {}))),
-        };
-        if let Some(out) = out {
-            let end = out.is_err();
-            if tx.send(out).await.is_err() || end {
-                return;
+            CandidacyEvent::Resumed => Step::Send(event(Event::Resumed(pb::Resumed {}))),
+            CandidacyEvent::Ended(CandidacyEnd::Resigned) => Step::Done,
+            CandidacyEvent::Ended(CandidacyEnd::Lost(reason)) => {
+                Step::Fail(Status::from(CoordError::SessionLost(reason)))
             }
         }
+    }
+
+    async fn on_request(&mut self, request: pb::CampaignRequest) -> Step<pb::CampaignResponse> {
+        match request.request {
+            Some(CampaignMsg::Proclaim(p)) => match convert::value(p.value, self.max_value) {
+                Err(status) => Step::Fail(status),
+                // The change comes back as `proclaimed` through the queue's watch.
+                Ok(v) => match self.candidacy.proclaim(v).await {
+                    Ok(()) => Step::Quiet,
+                    Err(e) => Step::Fail(Status::from(e)),
+                },
+            },
+            Some(CampaignMsg::Resign(_)) => Step::Leave,
+            Some(CampaignMsg::Join(_)) => Step::Fail(Status::invalid_argument(
+                "join may only be the first message of a Campaign stream",
+            )),
+            None => Step::Fail(Status::invalid_argument(
+                "empty CampaignRequest: set proclaim or resign",
+            )),
+        }
+    }
+
+    async fn leave(self) -> Result<(), CoordError> {
+        self.candidacy.resign().await
     }
 }
 
@@ -154,7 +152,16 @@ impl Election for ElectionApi {
             .await
             .map_err(|e| Status::internal(format!("campaign task failed: {e}")))??;
         let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(drive_campaign(candidacy, inbound, tx, self.coord.clone()));
+        let stream = CampaignStream {
+            candidacy,
+            max_value: self.max_value(),
+        };
+        tokio::spawn(holder_stream::drive(
+            stream,
+            inbound,
+            tx,
+            self.coord.draining(),
+        ));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 

@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
 use super::error::invalid;
+use super::holder_stream::{self, HolderStream, Step};
 use crate::coord::lock::{AcquireSpec, LockEnd, LockEvent, LockHold, LockMode};
 use crate::coord::types::{FencingToken, MemberInfo, Participant, QueueKind};
 use crate::coord::{CoordError, Coordinator};
@@ -85,111 +86,93 @@ fn holder(h: MemberInfo) -> pb::Holder {
     }
 }
 
-fn event(e: Event) -> Result<pb::AcquireResponse, Status> {
-    Ok(pb::AcquireResponse { event: Some(e) })
+fn event(e: Event) -> pb::AcquireResponse {
+    pb::AcquireResponse { event: Some(e) }
 }
 
-/// Gives up a hold whose stream must end with `status`: the znode is gone before the client
-/// hears it.
-async fn release_then(hold: LockHold, status: Status) -> Result<pb::AcquireResponse, Status> {
-    if let Err(e) = hold.release().await {
-        tracing::debug!(error = %e, "releasing an expired lock request failed; the session's end will remove it");
-    }
-    Err(status)
+/// An Acquire stream's own part of the shared holder-stream loop.
+struct AcquireStream {
+    hold: LockHold,
+    /// The encoded lease, sent in `queued` and again in `acquired`.
+    lease: String,
 }
 
-/// Drives one Acquire stream until it ends. The hold lives in this task: when the task ends
-/// for any reason the hold is dropped and its znode deleted (G3).
-async fn drive_acquire(
-    mut hold: LockHold,
-    mut inbound: Streaming<pb::AcquireRequest>,
-    tx: mpsc::Sender<Result<pb::AcquireResponse, Status>>,
-    coord: Arc<Coordinator>,
-) {
-    let draining = coord.draining();
-    let silence = hold.silence_limit();
-    let lease = hold.lease().encode();
-    let queued = pb::Queued {
-        lease: lease.clone(),
-        position: hold.position(),
-    };
-    if tx.send(event(Event::Queued(queued))).await.is_err() {
-        return;
+#[tonic::async_trait]
+impl HolderStream for AcquireStream {
+    type Request = pb::AcquireRequest;
+    type Response = pb::AcquireResponse;
+
+    fn queued(&self) -> pb::AcquireResponse {
+        event(Event::Queued(pb::Queued {
+            lease: self.lease.clone(),
+            position: self.hold.position(),
+        }))
     }
-    let mut heartbeat = tokio::time::interval((silence / 3).max(Duration::from_millis(50)));
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut inbound_open = true;
-    loop {
-        let out = tokio::select! {
-            biased;
-            _ = draining.cancelled() => Some(Err(Status::from(CoordError::Draining))),
-            _ = tx.closed() => return,
-            ev = hold.next_event() => match ev {
-                LockEvent::Acquired(a) => {
-                    heartbeat.reset();
-                    Some(event(Event::Acquired(pb::Acquired {
-                        lease: lease.clone(),
-                        fencing_token: a.fencing_token.0,
-                        silence_limit: Some(convert::duration(silence)),
-                    })))
-                }
-                LockEvent::Suspended { stop_within } => Some(event(Event::Suspended(pb::Suspended {
+
+    fn heartbeat() -> pb::AcquireResponse {
+        event(Event::Heartbeat(pb::Heartbeat {}))
+    }
+
+    fn silence_limit(&self) -> Duration {
+        self.hold.silence_limit()
+    }
+
+    fn holds(&self) -> bool {
+        self.hold.is_held()
+    }
+
+    fn may_heartbeat(&self) -> bool {
+        self.hold.may_heartbeat()
+    }
+
+    async fn next_event(&mut self) -> Step<pb::AcquireResponse> {
+        match self.hold.next_event().await {
+            LockEvent::Acquired(a) => Step::Granted(event(Event::Acquired(pb::Acquired {
+                lease: self.lease.clone(),
+                fencing_token: a.fencing_token.0,
+                silence_limit: Some(convert::duration(self.hold.silence_limit())),
+            }))),
+            LockEvent::Suspended { stop_within } => {
+                Step::Send(event(Event::Suspended(pb::Suspended {
                     stop_within: Some(convert::duration(stop_within)),
-                }))),
-                LockEvent::Resumed => Some(event(Event::Resumed(pb::Resumed {}))),
-                LockEvent::WaitExpired(wait) => {
-                    let status = Status::from(CoordError::DeadlineExceeded(format!(
-                        "lock {:?} was not acquired within wait_timeout {wait:?}; the request was withdrawn",
-                        hold.name().as_str()
-                    )));
-                    let _ = tx.send(release_then(hold, status).await).await;
-                    return;
-                }
-                LockEvent::LeaseExpired(ttl) => {
-                    let status = Status::aborted(format!(
-                        "lease expired: no keep_alive within ttl {ttl:?}; lock {:?} was released",
-                        hold.name().as_str()
-                    ));
-                    let _ = tx.send(release_then(hold, status).await).await;
-                    return;
-                }
-                LockEvent::Ended(LockEnd::Released) => return,
-                LockEvent::Ended(LockEnd::Lost(reason)) => Some(Err(Status::from(CoordError::SessionLost(reason)))),
-            },
-            msg = inbound.message(), if inbound_open => match msg {
-                Ok(Some(pb::AcquireRequest { request: Some(AcquireMsg::KeepAlive(_)) })) => {
-                    hold.keep_alive();
-                    None
-                }
-                Ok(Some(pb::AcquireRequest { request: Some(AcquireMsg::Release(_)) })) => {
-                    if let Err(e) = hold.release().await {
-                        let _ = tx.send(Err(Status::from(e))).await;
-                    }
-                    return;
-                }
-                Ok(Some(pb::AcquireRequest { request: Some(AcquireMsg::Acquire(_)) })) => {
-                    Some(Err(Status::invalid_argument("acquire may only be the first message of an Acquire stream")))
-                }
-                Ok(Some(pb::AcquireRequest { request: None })) => {
-                    Some(Err(Status::invalid_argument("empty AcquireRequest: set keep_alive or release")))
-                }
-                // Half-close (grpcurl -d does this): the hold stays (a ttl then runs out).
-                Ok(None) => {
-                    inbound_open = false;
-                    None
-                }
-                // Cancelled or broken: stream loss is release.
-                Err(_) => return,
-            },
-            // No heartbeat on a stale view of the link (see `ZkSession::may_heartbeat`).
-            _ = heartbeat.tick(), if hold.is_held() => hold.may_heartbeat().then(|| event(Event::Heartbeat(pb::Heartbeat {}))),
-        };
-        if let Some(out) = out {
-            let end = out.is_err();
-            if tx.send(out).await.is_err() || end {
-                return;
+                })))
+            }
+            LockEvent::Resumed => Step::Send(event(Event::Resumed(pb::Resumed {}))),
+            LockEvent::WaitExpired(wait) => {
+                Step::Expire(Status::from(CoordError::DeadlineExceeded(format!(
+                    "lock {:?} was not acquired within wait_timeout {wait:?}; the request was withdrawn",
+                    self.hold.name().as_str()
+                ))))
+            }
+            LockEvent::LeaseExpired(ttl) => Step::Expire(Status::aborted(format!(
+                "lease expired: no keep_alive within ttl {ttl:?}; lock {:?} was released",
+                self.hold.name().as_str()
+            ))),
+            LockEvent::Ended(LockEnd::Released) => Step::Done,
+            LockEvent::Ended(LockEnd::Lost(reason)) => {
+                Step::Fail(Status::from(CoordError::SessionLost(reason)))
             }
         }
+    }
+
+    async fn on_request(&mut self, request: pb::AcquireRequest) -> Step<pb::AcquireResponse> {
+        match request.request {
+            Some(AcquireMsg::KeepAlive(_)) => {
+                self.hold.keep_alive();
+                Step::Quiet
+            }
+            Some(AcquireMsg::Release(_)) => Step::Leave,
+            Some(AcquireMsg::Acquire(_)) => Step::Fail(Status::invalid_argument(
+                "acquire may only be the first message of an Acquire stream",
+            )),
+            None => Step::Fail(Status::invalid_argument(
+                "empty AcquireRequest: set keep_alive or release",
+            )),
+        }
+    }
+
+    async fn leave(self) -> Result<(), CoordError> {
+        self.hold.release().await
     }
 }
 
@@ -223,7 +206,9 @@ impl Lock for LockApi {
             match coord.acquire(spec).await {
                 Ok(hold) => {
                     let _ = started_tx.send(Ok(()));
-                    drive_acquire(hold, inbound, tx, coord).await;
+                    let lease = hold.lease().encode();
+                    let stream = AcquireStream { hold, lease };
+                    holder_stream::drive(stream, inbound, tx, coord.draining()).await;
                 }
                 Err(e) => {
                     let _ = started_tx.send(Err(Status::from(e)));

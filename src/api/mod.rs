@@ -4,6 +4,7 @@
 pub mod convert;
 pub mod election;
 pub mod error;
+mod holder_stream;
 pub mod lock;
 
 pub use election::ElectionApi;

@@ -1,0 +1,139 @@
+//! The loop shared by the two holder streams, `Election.Campaign` and `Lock.Acquire`.
+//!
+//! Both are the same contract seen from the client (SPEC §1, G3, G3b): `queued` first; then
+//! the coordination layer's events in order; a heartbeat at least every `silence_limit / 3`
+//! while the client holds, but only on a current view of the ZooKeeper link; the stream ends
+//! `UNAVAILABLE` on drain, with the holder's status when the candidacy or hold is lost, `OK`
+//! after an in-stream resign/release; a half-close keeps the hold; a cancelled or broken
+//! inbound side is release. Keeping that loop in one place keeps the two services from
+//! drifting apart in exactly the rules the fault suite checks. Each service supplies only what
+//! differs: how its events and requests map to messages ([`HolderStream`]).
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tonic::{Status, Streaming};
+
+use crate::coord::CoordError;
+
+/// What the loop does next, as decided by one service's event or request.
+pub(super) enum Step<T> {
+    /// Tell the client.
+    Send(T),
+    /// Tell the client it holds now: also restarts the heartbeat clock.
+    Granted(T),
+    /// Nothing to tell.
+    Quiet,
+    /// End the stream with this status (the hold is dropped, releasing what is left).
+    Fail(Status),
+    /// The client asked to resign/release in-stream: give up, then end (OK, or the error).
+    Leave,
+    /// Give up, then end with this status (a lock's wait or ttl ran out: the znode is gone
+    /// before the client hears it).
+    Expire(Status),
+    /// The hold ended by itself (resigned or released by lease elsewhere): end OK.
+    Done,
+}
+
+/// One holder stream's own part: its messages, its events and its requests.
+#[tonic::async_trait]
+pub(super) trait HolderStream: Send + Sized + 'static {
+    type Request: Send + 'static;
+    type Response: Send + 'static;
+
+    /// `queued{lease, position}`: always the first message.
+    fn queued(&self) -> Self::Response;
+
+    fn heartbeat() -> Self::Response;
+
+    fn silence_limit(&self) -> Duration;
+
+    /// Whether the client holds now (leader, or lock acquired).
+    fn holds(&self) -> bool;
+
+    /// Whether the gateway's view of the link is current enough to vouch for the hold with a
+    /// heartbeat (`ZkSession::may_heartbeat`).
+    fn may_heartbeat(&self) -> bool;
+
+    /// The next event of the candidacy or hold, as a step. Must be cancellation safe: it sits
+    /// in a `select!` with the inbound side.
+    async fn next_event(&mut self) -> Step<Self::Response>;
+
+    /// A request after the first one (the first was the join/acquire that made the hold).
+    async fn on_request(&mut self, request: Self::Request) -> Step<Self::Response>;
+
+    /// Resign or release: the znode is deleted (retried) before this returns.
+    async fn leave(self) -> Result<(), CoordError>;
+}
+
+/// Drives one holder stream until it ends. The holder lives in this task: when the task ends
+/// for any reason the holder is dropped and its znode deleted (G3).
+pub(super) async fn drive<H: HolderStream>(
+    mut holder: H,
+    mut inbound: Streaming<H::Request>,
+    tx: mpsc::Sender<Result<H::Response, Status>>,
+    draining: CancellationToken,
+) {
+    if tx.send(Ok(holder.queued())).await.is_err() {
+        return;
+    }
+    let period = (holder.silence_limit() / 3).max(Duration::from_millis(50));
+    let mut heartbeat = tokio::time::interval(period);
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut inbound_open = true;
+    loop {
+        let step = tokio::select! {
+            biased;
+            _ = draining.cancelled() => Step::Fail(Status::from(CoordError::Draining)),
+            _ = tx.closed() => return,
+            step = holder.next_event() => step,
+            msg = inbound.message(), if inbound_open => match msg {
+                Ok(Some(request)) => holder.on_request(request).await,
+                // Half-close (grpcurl -d does this): the hold stays.
+                Ok(None) => {
+                    inbound_open = false;
+                    Step::Quiet
+                }
+                // Cancelled or broken: stream loss is release.
+                Err(_) => return,
+            },
+            _ = heartbeat.tick(), if holder.holds() => {
+                // No heartbeat on a stale view of the link (after a freeze the timer fires
+                // before the session supervisor has judged the link).
+                if holder.may_heartbeat() {
+                    Step::Send(H::heartbeat())
+                } else {
+                    Step::Quiet
+                }
+            }
+        };
+        let out = match step {
+            Step::Send(msg) => Ok(msg),
+            Step::Granted(msg) => {
+                heartbeat.reset();
+                Ok(msg)
+            }
+            Step::Quiet => continue,
+            Step::Fail(status) => Err(status),
+            Step::Leave => {
+                if let Err(e) = holder.leave().await {
+                    let _ = tx.send(Err(Status::from(e))).await;
+                }
+                return;
+            }
+            Step::Expire(status) => {
+                if let Err(e) = holder.leave().await {
+                    tracing::debug!(error = %e, "giving up an expired hold failed; the session's end will remove it");
+                }
+                let _ = tx.send(Err(status)).await;
+                return;
+            }
+            Step::Done => return,
+        };
+        let end = out.is_err();
+        if tx.send(out).await.is_err() || end {
+            return;
+        }
+    }
+}
