@@ -1,5 +1,6 @@
 //! The Python client (`clients/python`): its pytest suite against a real `zkgate dev`
-//! (ordering, failover, the context manager, the watchdog on a frozen gateway), and its
+//! (elections and locks: ordering, failover, semaphores, try-lock, ttl keep-alive, the context
+//! managers, the watchdog on a frozen gateway), and its
 //! checked-in stubs against a fresh `regen.sh` run.
 
 mod dev_process;
@@ -33,7 +34,7 @@ fn python_deps(modules: &[&str]) -> bool {
 }
 
 #[test]
-fn python_helper_elects_fails_over_and_watches_silence() {
+fn python_helpers_elect_lock_fail_over_and_watch_silence() {
     if !python_deps(&["grpc", "google.protobuf", "pytest"]) || !DevGateway::available() {
         return;
     }

@@ -1,0 +1,241 @@
+"""The part of the client's contract that elections and locks share.
+
+A Campaign (``Election/Campaign``) and a Lock (``Lock/Acquire``) are the same kind of stream:
+``queued`` first, then a grant (``elected`` / ``acquired``) carrying ``silence_limit``, then
+``suspended``/``resumed``/``heartbeat``, until the stream ends. The holder must stop acting as
+holder when the stream ends, when the gateway says ``suspended``, and when nothing at all arrived
+for ``silence_limit`` while holding. :class:`HolderStream` reads the stream on a thread, keeps
+that watchdog, and cancels the stream once the hold is lost (which releases the znode, so the
+next in line gets it): like Curator's recipes, it gives the hold up rather than waiting for a
+suspension to resolve. Subclasses say which messages they send and what a grant carries.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable, Iterator, Optional, Union
+
+import grpc
+
+Target = Union[str, grpc.Channel]
+
+
+class _End:
+    """The stream finished: its gRPC status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str):
+        self.code = code
+        self.details = details
+
+
+def seconds(d) -> float:
+    """A ``google.protobuf.Duration`` in seconds."""
+    return d.seconds + d.nanos / 1e9
+
+
+def channel_for(target: Target) -> tuple[grpc.Channel, bool]:
+    """A channel for ``target`` and whether we own (and must close) it."""
+    if isinstance(target, str):
+        return grpc.insecure_channel(target), True
+    return target, False
+
+
+class HolderStream:
+    """One open holder stream. Subclasses call :meth:`_open` from their constructor.
+
+    Attributes set from the stream (read them from any thread): ``lease`` (the capability to
+    resign/release from anywhere: secret, do not log), ``position`` (how many were ahead when it
+    joined), ``silence_limit`` (seconds), the :class:`threading.Event` s ``queued``, ``lost``
+    (and the subclass's grant event), ``lost_reason``, and ``end_code``/``end_details`` once
+    the stream ended.
+    """
+
+    #: The exception :meth:`check` and the waits raise when the hold is lost.
+    lost_error: type = Exception
+    #: How an OK end reads in ``lost_reason``.
+    ok_end_reason = "ended"
+
+    def _open(
+        self,
+        target: Target,
+        open_call: Callable[[grpc.Channel, Iterator[Any]], Any],
+        first_request: Any,
+        thread_name: str,
+        on_lost: Optional[Callable[[str], None]],
+    ) -> None:
+        self.lease: Optional[str] = None
+        self.position: Optional[int] = None
+        self.silence_limit: Optional[float] = None
+        self.queued = threading.Event()
+        self._granted = threading.Event()
+        self.lost = threading.Event()
+        self.lost_reason: Optional[str] = None
+        self.end_code: Optional[grpc.StatusCode] = None
+        self.end_details: Optional[str] = None
+        self._on_lost = on_lost
+        self._closing = False
+        self._done = threading.Event()
+        self._state = threading.Condition()
+        self._channel, self._own_channel = channel_for(target)
+        self._outbox: "queue.Queue[Any]" = queue.Queue()
+        self._inbox: "queue.Queue[Any]" = queue.Queue()
+        self._outbox.put(first_request)
+        self._call = open_call(self._channel, self._requests())
+        threading.Thread(target=self._read, name=f"zkgate-read-{thread_name}", daemon=True).start()
+        threading.Thread(target=self._watch, name=f"zkgate-watch-{thread_name}", daemon=True).start()
+
+    # ----------------------------------------------------------------------------- hooks
+
+    def _leave_request(self) -> Any:
+        """The in-stream message that gives the hold up (resign / release)."""
+        raise NotImplementedError
+
+    def _on_message(self, kind: str, response: Any) -> bool:
+        """Records a message other than ``queued``; called with the state lock held. Returns
+        whether it is the grant (``elected``/``acquired``)."""
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------------------- queries
+
+    @property
+    def _holding(self) -> bool:
+        return self._granted.is_set() and not self.lost.is_set()
+
+    def check(self) -> None:
+        """Raises :attr:`lost_error` unless the hold is current."""
+        if not self._holding:
+            raise self.lost_error(self.lost_reason or "not granted (yet)")
+
+    def wait_queued(self, timeout: Optional[float] = None) -> int:
+        """Waits for ``queued``; returns the position. Raises :attr:`lost_error` if the stream
+        ended first (e.g. a refused request), :class:`TimeoutError` after ``timeout`` seconds."""
+        self._wait_for(self.queued, timeout, "queued")
+        assert self.position is not None
+        return self.position
+
+    def _wait_for(self, event: threading.Event, timeout: Optional[float], what: str) -> None:
+        with self._state:
+            ok = self._state.wait_for(lambda: event.is_set() or self.lost.is_set(), timeout)
+        if not ok:
+            raise TimeoutError(f"not {what} within {timeout} s")
+        if self.lost.is_set() and not (event is self.queued and event.is_set()):
+            raise self.lost_error(self.lost_reason or "stream ended")
+
+    # ----------------------------------------------------------------------------- actions
+
+    def _leave(self, timeout: float) -> None:
+        """Gives the hold up in-stream and waits until the gateway deleted the znode (the
+        stream then ends OK); falls back to cancelling after ``timeout`` seconds."""
+        with self._state:
+            self._closing = True
+        if not self._done.is_set():
+            self._outbox.put(self._leave_request())
+            if not self._done.wait(timeout):
+                self.cancel()
+                self._done.wait(timeout)
+
+    def _send(self, request: Any) -> None:
+        if not self._done.is_set():
+            self._outbox.put(request)
+
+    def cancel(self) -> None:
+        """Drops the stream at once; the gateway deletes the znode within milliseconds."""
+        with self._state:
+            self._closing = True
+        self._call.cancel()
+
+    def close(self) -> None:
+        """Gives the hold up (if still open) and releases the channel if this object made it."""
+        try:
+            self._leave(5.0)
+        finally:
+            self._outbox.put(None)  # ends the request iterator
+            if self._own_channel:
+                self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------------- internals
+
+    def _requests(self) -> Iterator[Any]:
+        # Never half-close on our own: the gateway would keep the hold, but keeping the request
+        # side open lets the resign/release message still reach it.
+        while True:
+            msg = self._outbox.get()
+            if msg is None:
+                return
+            yield msg
+
+    def _read(self) -> None:
+        try:
+            for response in self._call:
+                self._inbox.put(response)
+            self._inbox.put(_End(grpc.StatusCode.OK, ""))
+        except grpc.RpcError as e:
+            self._inbox.put(_End(e.code(), e.details() or ""))
+
+    def _watch(self) -> None:
+        while True:
+            silence = self.silence_limit if self._holding else None
+            try:
+                item = self._inbox.get(timeout=silence)
+            except queue.Empty:
+                self._lose(
+                    f"no message from the gateway for the silence limit ({silence:.3f} s): "
+                    "it may be frozen or cut off"
+                )
+                self._call.cancel()
+                continue
+            if isinstance(item, _End):
+                self._finish(item)
+                return
+            self._handle(item)
+
+    def _handle(self, response: Any) -> None:
+        kind = response.WhichOneof("event")
+        with self._state:
+            if kind == "queued":
+                self.lease = response.queued.lease
+                self.position = response.queued.position
+                self.queued.set()
+            elif self._on_message(kind, response):
+                grant = getattr(response, kind)
+                if grant.HasField("silence_limit"):
+                    self.silence_limit = seconds(grant.silence_limit)
+                if not self.lost.is_set():
+                    self._granted.set()
+            self._state.notify_all()
+        if kind == "suspended" and self._holding:
+            stop = seconds(response.suspended.stop_within)
+            self._lose(
+                "suspended: the gateway lost its ZooKeeper connection "
+                f"(someone else may be granted it after {stop:.3f} s)"
+            )
+            self._call.cancel()
+
+    def _lose(self, reason: str) -> None:
+        with self._state:
+            if self.lost.is_set():
+                return
+            was_holding = self._granted.is_set()
+            requested = self._closing
+            self.lost_reason = reason
+            self.lost.set()
+            self._state.notify_all()
+        if was_holding and not requested and self._on_lost is not None:
+            self._on_lost(reason)
+
+    def _finish(self, end: _End) -> None:
+        self.end_code, self.end_details = end.code, end.details
+        if end.code == grpc.StatusCode.OK:
+            reason = self.ok_end_reason
+        else:
+            reason = f"stream ended {end.code.name}: {end.details}"
+        self._lose(reason)
+        self._outbox.put(None)
+        self._done.set()
