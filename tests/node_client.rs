@@ -36,7 +36,7 @@ fn tap_count(tap: &str, name: &str) -> Option<u64> {
 }
 
 #[test]
-fn node_helper_elects_fails_over_and_watches_silence() {
+fn node_helpers_elect_lock_fail_over_and_watch_silence() {
     if !node_deps() || !DevGateway::available() {
         return;
     }
@@ -55,7 +55,8 @@ fn node_helper_elects_fails_over_and_watches_silence() {
     let gw = DevGateway::start(&["--session-timeout", "3s"]);
     let started = Instant::now();
     let out = Command::new("node")
-        .args(["--test", "--test-reporter=tap"])
+        // One file at a time: the election and lock files each freeze the shared gateway.
+        .args(["--test", "--test-concurrency=1", "--test-reporter=tap"])
         .args(&files)
         .current_dir(&dir)
         .env("ZKGATE_ADDR", gw.grpc.to_string())

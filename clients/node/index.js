@@ -1,4 +1,5 @@
-// Leader election through a zkgate gateway, with the client-side watchdog the API asks for.
+// Leader election and locks through a zkgate gateway, with the client-side watchdog the API asks
+// for (a LockHold follows the same rules as the Campaign described here).
 //
 // A Campaign is one open `zkgate.v1.Election/Campaign` stream: one candidate in one election,
 // holding one ZooKeeper znode at the gateway for as long as the stream is open. It decides when
@@ -178,44 +179,26 @@ function settle(item) {
 }
 
 /**
- * One candidacy in `election`: joins on construction (use `Client.campaign`), leaves on
- * `resign()`/`cancel()`/`close()`.
- *
- * State (read it any time): `lease` (the capability for Resign/Proclaim from anywhere: secret, do
- * not log), `position`, `leader` (the Leader once elected, updated by proclaims), `fencingToken`
- * (BigInt), `silenceLimitMs`, `queued`, `elected`, `isLeader`, `lost`, `lostReason`, `endCode`
- * and `endDetails` (the stream's final gRPC status once it ended).
- *
- * `signal` is an AbortSignal aborted (reason: a LeadershipLost) as soon as the campaign is over or
- * its leadership can no longer be trusted: pass it to leader-only work.
- *
- * Events (EventEmitter): `queued` {lease, position}, `elected` {leader, fencingToken,
- * silenceLimitMs}, `suspended` {stopWithinMs}, `resumed` {}, `proclaimed` {leader},
- * `heartbeat` {}, `lost` {reason, wasLeader, requested}, `end` {code, details}.
- * The same events, each as `{type, ...}`, come out of `for await (const ev of campaign)`: `lost`
- * once, and `end` last, after which the iteration finishes. An iterator sees the events from its
- * creation on (iterate right after `campaign()` to see them all).
- * Messages that arrive after leadership was declared lost are ignored.
- *
- * `onLost(reason)` (an option of `campaign`) is called when leadership ends other than by this
- * object's own `resign()`/`cancel()`/`close()`.
+ * What a Campaign and a LockHold share: one holder stream (`queued` first, then a grant —
+ * `elected` / `acquired` — carrying `silence_limit`, then `suspended`/`resumed`/`heartbeat`
+ * until the end), read with the watchdog, and given up (stream cancelled, `signal` aborted) as
+ * soon as the hold can no longer be trusted. Subclasses say what the grant carries
+ * (`_onMessage`) and which message gives the hold up (`_leaveMessage`).
  */
-export class Campaign extends EventEmitter {
-  constructor(stub, election, candidate, value, { onLost } = {}) {
+export class HolderStream extends EventEmitter {
+  constructor(call, firstRequest, { onLost, lostError, okReason }) {
     super();
-    this.election = election;
-    this.candidate = candidate;
     this.lease = null;
     this.position = null;
-    this.leader = null;
     this.silenceLimitMs = null;
     this.queued = false;
-    this.elected = false;
     this.lost = false;
     this.lostReason = null;
     this.endCode = null;
     this.endDetails = null;
-    this._stub = stub;
+    this._granted = false;
+    this._lostError = lostError;
+    this._okReason = okReason;
     this._onLost = onLost;
     this._closing = false;
     this._done = false;
@@ -227,7 +210,7 @@ export class Campaign extends EventEmitter {
     this._doneWaiters = [];
     this._stateWatchers = new Set();
 
-    this._call = stub.Campaign();
+    this._call = call;
     this._call.on('data', (response) => this._handle(response));
     this._call.on('error', () => {}); // the status event below carries the same information
     this._call.on('end', () => {
@@ -244,24 +227,19 @@ export class Campaign extends EventEmitter {
       }, 1000).unref();
       this._maybeFinish();
     });
-    // Never half-close on our own: a half-closed candidate stays, but keeping the request side
-    // open lets resign() still reach the gateway.
-    this._call.write({ join: { election, candidate, value: toBytes(value) } });
+    // Never half-close on our own: a half-closed holder stays, but keeping the request side
+    // open lets resign/release still reach the gateway.
+    this._call.write(firstRequest);
   }
 
-  /** Aborted as soon as this campaign must not (or no longer) act as leader. */
+  /** Aborted as soon as this hold must not (or no longer) be acted on. */
   get signal() {
     return this._abort.signal;
   }
 
-  /** Elected, and nothing since says otherwise. */
-  get isLeader() {
-    return this.elected && !this.lost;
-  }
-
-  /** This leader's fencing token (a BigInt): pass it to services that fence writes. */
-  get fencingToken() {
-    return this.leader ? this.leader.fencingToken : null;
+  /** Granted, and nothing since says otherwise. */
+  get isHolding() {
+    return this._granted && !this.lost;
   }
 
   /** Whether the stream has ended. */
@@ -269,23 +247,16 @@ export class Campaign extends EventEmitter {
     return this._done;
   }
 
-  /** Throws LeadershipLost unless this campaign currently leads. */
+  /** Throws the subclass's loss error unless the hold is current. */
   check() {
-    if (!this.isLeader) throw new LeadershipLost(this.lostReason ?? 'not elected (yet)');
+    if (!this.isHolding) throw new this._lostError(this.lostReason ?? 'not granted (yet)');
   }
 
-  /** Resolves with the position once queued; rejects with LeadershipLost if the stream ended
-   *  first (e.g. a refused join), with a TimeoutError after `timeoutMs`. */
+  /** Resolves with the position once queued; rejects with the loss error if the stream ended
+   *  first (e.g. a refused request), with a TimeoutError after `timeoutMs`. */
   async waitQueued({ timeoutMs } = {}) {
     await this._waitFor(() => this.queued, timeoutMs, 'queued', true);
     return this.position;
-  }
-
-  /** Resolves with the Leader once this campaign leads; rejects with LeadershipLost if it ended
-   *  first, with a TimeoutError after `timeoutMs` (the campaign goes on: close() to give up). */
-  async waitElected({ timeoutMs } = {}) {
-    await this._waitFor(() => this.elected, timeoutMs, 'elected', false);
-    return this.leader;
   }
 
   /** Resolves once the stream has ended. */
@@ -299,7 +270,7 @@ export class Campaign extends EventEmitter {
       let timer = null;
       const check = () => {
         if (pred() && (okAfterLoss || !this.lost)) return settle(resolve);
-        if (this.lost) return settle(() => reject(new LeadershipLost(this.lostReason ?? 'campaign ended')));
+        if (this.lost) return settle(() => reject(new this._lostError(this.lostReason ?? 'stream ended')));
         return false;
       };
       const settle = (fn) => {
@@ -319,24 +290,12 @@ export class Campaign extends EventEmitter {
     });
   }
 
-  /**
-   * Replaces the leader's value with the unary Proclaim by lease, so that a refusal
-   * (FAILED_PRECONDITION when not leading) does not end the campaign. Resolves with the Leader.
-   */
-  async proclaim(value, { timeoutMs = 10000 } = {}) {
-    if (this.lease == null) await this.waitQueued({ timeoutMs });
-    const response = await unary(this._stub, 'Proclaim', { lease: this.lease, value: toBytes(value) }, timeoutMs);
-    return toLeader(response.leader);
-  }
-
-  /**
-   * Leaves the election in-stream and waits until the gateway has deleted the znode (the stream
-   * then ends OK). Falls back to cancelling the stream after `timeoutMs`.
-   */
-  async resign({ timeoutMs = 5000 } = {}) {
+  /** Gives the hold up in-stream and waits until the gateway deleted the znode (the stream then
+   *  ends OK). Falls back to cancelling the stream after `timeoutMs`. */
+  async _leave(timeoutMs) {
     this._closing = true;
     if (this._done) return;
-    this._call.write({ resign: {} });
+    this._call.write(this._leaveMessage());
     if (!(await this._doneWithin(timeoutMs))) {
       this.cancel();
       await this._doneWithin(timeoutMs);
@@ -349,10 +308,10 @@ export class Campaign extends EventEmitter {
     this._call.cancel();
   }
 
-  /** Resigns if still campaigning, then closes the request side. */
+  /** Gives the hold up if still open, then closes the request side. */
   async close() {
     try {
-      await this.resign();
+      await this._leave(5000);
     } finally {
       if (!this._call.writableEnded) this._call.end();
     }
@@ -385,7 +344,7 @@ export class Campaign extends EventEmitter {
   }
 
   _handle(response) {
-    if (this.lost || this._done) return; // too late: leadership was already given up
+    if (this.lost || this._done) return; // too late: the hold was already given up
     this._heard();
     switch (response.event) {
       case 'queued':
@@ -394,26 +353,13 @@ export class Campaign extends EventEmitter {
         this.queued = true;
         this._emitEvent('queued', { lease: this.lease, position: this.position });
         break;
-      case 'elected': {
-        const e = response.elected;
-        this.leader = toLeader(e.leader);
-        this.silenceLimitMs = durationMs(e.silenceLimit) ?? null;
-        this.elected = true;
-        this._armWatchdog();
-        this._emitEvent('elected', {
-          leader: this.leader,
-          fencingToken: this.leader.fencingToken,
-          silenceLimitMs: this.silenceLimitMs,
-        });
-        break;
-      }
       case 'suspended': {
         const stopWithinMs = durationMs(response.suspended.stopWithin) ?? 0;
         const announce = () => this._emitEvent('suspended', { stopWithinMs });
-        if (this.isLeader) {
+        if (this.isHolding) {
           this._lose(
             'suspended: the gateway lost its ZooKeeper connection ' +
-              `(a successor may be elected after ${(stopWithinMs / 1000).toFixed(3)} s)`,
+              `(someone else may be granted it after ${(stopWithinMs / 1000).toFixed(3)} s)`,
             { cancel: true, announce },
           );
         } else {
@@ -424,15 +370,20 @@ export class Campaign extends EventEmitter {
       case 'resumed':
         this._emitEvent('resumed', {});
         break;
-      case 'proclaimed':
-        this.leader = toLeader(response.proclaimed.leader);
-        this._emitEvent('proclaimed', { leader: this.leader });
-        break;
       case 'heartbeat':
         this._emitEvent('heartbeat', {});
         break;
-      default:
-        break; // an event this helper does not know: it still counts as hearing from the gateway
+      default: {
+        // The subclass's messages; an event nobody knows still counts as hearing from the gateway.
+        const grant = this._onMessage(response.event, response);
+        if (grant) {
+          this.silenceLimitMs = durationMs(grant.silenceLimit) ?? null;
+          this._granted = true;
+          this._armWatchdog();
+          this._emitEvent(response.event, { ...grant.fields, silenceLimitMs: this.silenceLimitMs });
+        }
+        break;
+      }
     }
     this._notify();
   }
@@ -451,7 +402,7 @@ export class Campaign extends EventEmitter {
     const limit = this.silenceLimitMs;
     this._watchdog = setTimeout(() => {
       this._watchdog = null;
-      if (!this.isLeader) return;
+      if (!this.isHolding) return;
       this._lose(
         `no message from the gateway for the silence limit (${(limit / 1000).toFixed(3)} s): ` +
           'it may be frozen or cut off',
@@ -465,22 +416,22 @@ export class Campaign extends EventEmitter {
     this._watchdog = null;
   }
 
-  /** Leadership is over or untrustworthy: record it and cancel the stream if asked (giving the
+  /** The hold is over or untrustworthy: record it and cancel the stream if asked (giving the
    *  znode up) before any application code runs; then `announce()` the event that caused it,
    *  and the loss itself. */
   _lose(reason, { cancel = false, announce } = {}) {
     if (this.lost) return;
     this._disarmWatchdog();
-    const wasLeader = this.elected;
+    const wasHolding = this._granted;
     const requested = this._closing;
     this.lost = true;
     this.lostReason = reason;
     if (cancel) this._call.cancel();
-    this._abort.abort(new LeadershipLost(reason)); // EventTarget: listener errors do not reach us
+    this._abort.abort(new this._lostError(reason)); // EventTarget: listener errors do not reach us
     this._notify();
     announce?.();
-    this._emitEvent('lost', { reason, wasLeader, requested });
-    if (wasLeader && !requested && this._onLost) userCode(() => this._onLost(reason));
+    this._emitEvent('lost', { reason, wasLeader: wasHolding, wasHolding, requested });
+    if (wasHolding && !requested && this._onLost) userCode(() => this._onLost(reason));
   }
 
   _maybeFinish() {
@@ -488,7 +439,7 @@ export class Campaign extends EventEmitter {
     const { code, details } = this._status;
     this.endCode = code;
     this.endDetails = details ?? '';
-    this._lose(code === Status.OK ? 'resigned' : `stream ended ${statusName(code)}: ${this.endDetails}`);
+    this._lose(code === Status.OK ? this._okReason : `stream ended ${statusName(code)}: ${this.endDetails}`);
     this._done = true;
     if (!this._call.writableEnded) this._call.end();
     this._emitEvent('end', { code, details: this.endDetails });
@@ -496,14 +447,211 @@ export class Campaign extends EventEmitter {
     this._iterators.clear();
     for (const w of this._doneWaiters.splice(0)) w();
     this._notify();
+    this._finished?.();
   }
 }
 
-// `await using c = client.campaign(...)` where the runtime has explicit resource management.
+// `await using h = client.campaign(...)` where the runtime has explicit resource management.
 if (Symbol.asyncDispose) {
-  Campaign.prototype[Symbol.asyncDispose] = function dispose() {
+  HolderStream.prototype[Symbol.asyncDispose] = function dispose() {
     return this.close();
   };
+}
+
+/**
+ * One candidacy in `election`: joins on construction (use `Client.campaign`), leaves on
+ * `resign()`/`cancel()`/`close()`.
+ *
+ * State (read it any time): `lease` (the capability for Resign/Proclaim from anywhere: secret, do
+ * not log), `position`, `leader` (the Leader once elected, updated by proclaims), `fencingToken`
+ * (BigInt), `silenceLimitMs`, `queued`, `elected`, `isLeader`, `lost`, `lostReason`, `endCode`
+ * and `endDetails` (the stream's final gRPC status once it ended).
+ *
+ * `signal` is an AbortSignal aborted (reason: a LeadershipLost) as soon as the campaign is over or
+ * its leadership can no longer be trusted: pass it to leader-only work.
+ *
+ * Events (EventEmitter): `queued` {lease, position}, `elected` {leader, fencingToken,
+ * silenceLimitMs}, `suspended` {stopWithinMs}, `resumed` {}, `proclaimed` {leader},
+ * `heartbeat` {}, `lost` {reason, wasLeader, requested}, `end` {code, details}.
+ * The same events, each as `{type, ...}`, come out of `for await (const ev of campaign)`: `lost`
+ * once, and `end` last, after which the iteration finishes. An iterator sees the events from its
+ * creation on (iterate right after `campaign()` to see them all).
+ * Messages that arrive after leadership was declared lost are ignored.
+ *
+ * `onLost(reason)` (an option of `campaign`) is called when leadership ends other than by this
+ * object's own `resign()`/`cancel()`/`close()`.
+ */
+export class Campaign extends HolderStream {
+  constructor(stub, election, candidate, value, { onLost } = {}) {
+    super(stub.Campaign(), { join: { election, candidate, value: toBytes(value) } }, {
+      onLost,
+      lostError: LeadershipLost,
+      okReason: 'resigned',
+    });
+    this.election = election;
+    this.candidate = candidate;
+    this.leader = null;
+    this._stub = stub;
+  }
+
+  /** Whether `elected` arrived (see `isLeader` for "and still leads"). */
+  get elected() {
+    return this._granted;
+  }
+
+  /** Elected, and nothing since says otherwise. */
+  get isLeader() {
+    return this.isHolding;
+  }
+
+  /** This leader's fencing token (a BigInt): pass it to services that fence writes. */
+  get fencingToken() {
+    return this.leader ? this.leader.fencingToken : null;
+  }
+
+  /** Resolves with the Leader once this campaign leads; rejects with LeadershipLost if it ended
+   *  first, with a TimeoutError after `timeoutMs` (the campaign goes on: close() to give up). */
+  async waitElected({ timeoutMs } = {}) {
+    await this._waitFor(() => this.elected, timeoutMs, 'elected', false);
+    return this.leader;
+  }
+
+  /**
+   * Replaces the leader's value with the unary Proclaim by lease, so that a refusal
+   * (FAILED_PRECONDITION when not leading) does not end the campaign. Resolves with the Leader.
+   */
+  async proclaim(value, { timeoutMs = 10000 } = {}) {
+    if (this.lease == null) await this.waitQueued({ timeoutMs });
+    const response = await unary(this._stub, 'Proclaim', { lease: this.lease, value: toBytes(value) }, timeoutMs);
+    return toLeader(response.leader);
+  }
+
+  /**
+   * Leaves the election in-stream and waits until the gateway has deleted the znode (the stream
+   * then ends OK). Falls back to cancelling the stream after `timeoutMs`.
+   */
+  async resign({ timeoutMs = 5000 } = {}) {
+    await this._leave(timeoutMs);
+  }
+
+  _leaveMessage() {
+    return { resign: {} };
+  }
+
+  _onMessage(kind, response) {
+    if (kind === 'elected') {
+      const e = response.elected;
+      this.leader = toLeader(e.leader);
+      return { silenceLimit: e.silenceLimit, fields: { leader: this.leader, fencingToken: this.leader.fencingToken } };
+    }
+    if (kind === 'proclaimed') {
+      this.leader = toLeader(response.proclaimed.leader);
+      this._emitEvent('proclaimed', { leader: this.leader });
+    }
+    return null;
+  }
+}
+
+/** This lock request does not (or no longer) hold the lock; `reason` says why. */
+export class LockLost extends Error {
+  constructor(reason) {
+    super(reason);
+    this.name = 'LockLost';
+    this.reason = reason;
+  }
+}
+
+/** `waitTimeoutMs` ran out (0: the lock was taken): the gateway withdrew the request. */
+export class NotAcquired extends LockLost {
+  constructor(reason) {
+    super(reason);
+    this.name = 'NotAcquired';
+  }
+}
+
+function durationOf(ms) {
+  if (ms == null) return undefined;
+  const whole = Math.floor(ms / 1000);
+  return { seconds: String(whole), nanos: Math.round((ms - whole * 1000) * 1e6) };
+}
+
+const LOCK_MODES = { write: 'LOCK_MODE_WRITE', read: 'LOCK_MODE_READ' };
+
+/**
+ * One request for `permits` of lock `name` (1: a mutex; N: a semaphore), made with
+ * `Client.acquire`; released by `release()`/`cancel()`/`close()`. The same loss rules as a
+ * Campaign: `signal` is aborted (reason: a LockLost) on stream end, on `suspended` while held,
+ * and after `silence_limit` without a message while held; the stream is then cancelled so the
+ * next waiter gets the lock. With `ttlMs`, `keep_alive` is sent every `ttlMs / 3`.
+ *
+ * State: `lease` (secret), `position`, `fencingToken` (BigInt, once acquired), `acquired`,
+ * `isHeld`, `silenceLimitMs`, `lost`, `lostReason`, `endCode`, `endDetails`. Events as for a
+ * Campaign, with `acquired` {fencingToken, silenceLimitMs} in place of `elected`.
+ */
+export class LockHold extends HolderStream {
+  constructor(stub, name, { owner, permits = 1, mode = 'write', waitTimeoutMs, ttlMs, onLost } = {}) {
+    if (!(mode in LOCK_MODES)) throw new TypeError(`mode must be 'write' or 'read', not ${mode}`);
+    super(
+      stub.Acquire(),
+      {
+        acquire: {
+          name,
+          owner: owner ?? '',
+          permits,
+          mode: LOCK_MODES[mode],
+          waitTimeout: durationOf(waitTimeoutMs),
+          ttl: durationOf(ttlMs),
+        },
+      },
+      { onLost, lostError: LockLost, okReason: 'released' },
+    );
+    this.name = name;
+    this.fencingToken = null;
+    if (ttlMs != null) {
+      const timer = setInterval(() => {
+        if (!this._done && !this._call.writableEnded) this._call.write({ keepAlive: {} });
+      }, ttlMs / 3);
+      this._finished = () => clearInterval(timer);
+    }
+  }
+
+  /** Whether `acquired` arrived (see `isHeld` for "and still held"). */
+  get acquired() {
+    return this._granted;
+  }
+
+  /** Acquired, and nothing since says otherwise. */
+  get isHeld() {
+    return this.isHolding;
+  }
+
+  /** Resolves with the fencing token once held. Rejects with NotAcquired when `waitTimeoutMs` ran
+   *  out, LockLost if the stream ended otherwise, a TimeoutError after `timeoutMs`. */
+  async waitAcquired({ timeoutMs } = {}) {
+    try {
+      await this._waitFor(() => this.acquired, timeoutMs, 'acquired', false);
+    } catch (e) {
+      if (e instanceof LockLost && this.endCode === Status.DEADLINE_EXCEEDED) throw new NotAcquired(e.reason);
+      throw e;
+    }
+    return this.fencingToken;
+  }
+
+  /** Releases (or withdraws) in-stream and waits until the gateway deleted the znode (the stream
+   *  then ends OK). Falls back to cancelling the stream after `timeoutMs`. */
+  async release({ timeoutMs = 5000 } = {}) {
+    await this._leave(timeoutMs);
+  }
+
+  _leaveMessage() {
+    return { release: {} };
+  }
+
+  _onMessage(kind, response) {
+    if (kind !== 'acquired') return null;
+    this.fencingToken = BigInt(response.acquired.fencingToken ?? 0);
+    return { silenceLimit: response.acquired.silenceLimit, fields: { fencingToken: this.fencingToken } };
+  }
 }
 
 function unary(stub, method, request, timeoutMs) {
@@ -522,6 +670,55 @@ export class Client {
     const pkg = loadPackage(protoDir);
     /** The grpc-js `zkgate.v1.Election` client, for the RPCs this helper does not wrap. */
     this.stub = new pkg.Election(target, credentials ?? grpc.credentials.createInsecure(), channelOptions);
+    /** The grpc-js `zkgate.v1.Lock` client (same channel options). */
+    this.lockStub = new pkg.Lock(target, credentials ?? grpc.credentials.createInsecure(), channelOptions);
+  }
+
+  /**
+   * Asks for `permits` (default 1) of lock `name` as `owner`; returns the LockHold at once.
+   * Options: `mode` ('write' | 'read'), `waitTimeoutMs` (0: try once; unset: wait), `ttlMs`
+   * (keep-alives are then sent by the helper), `onLost`.
+   */
+  acquire(name, options = {}) {
+    return new LockHold(this.lockStub, name, options);
+  }
+
+  /** Acquires and resolves with the LockHold once held; on failure closes it and rejects
+   *  (NotAcquired for a try-lock on a taken lock). `release()` it when done. */
+  async lock(name, { timeoutMs, ...options } = {}) {
+    const h = this.acquire(name, options);
+    try {
+      await h.waitAcquired({ timeoutMs });
+      return h;
+    } catch (e) {
+      await h.close();
+      throw e;
+    }
+  }
+
+  /** The lock's holders ({owner, fencingToken (BigInt), since, mode}; no leases) and waiters. */
+  async holders(name, { timeoutMs = 10000 } = {}) {
+    const r = await unary(this.lockStub, 'Holders', { name }, timeoutMs);
+    return {
+      holders: (r.holders ?? []).map((h) => ({
+        owner: h.owner ?? '',
+        fencingToken: BigInt(h.fencingToken ?? 0),
+        since: timestampDate(h.since),
+        mode: h.mode ?? 'LOCK_MODE_WRITE',
+      })),
+      waiting: Number(r.waiting ?? 0),
+    };
+  }
+
+  /** Releases the hold (or withdraws the request) named by `lease`, from any gateway. */
+  async releaseLock(lease, { timeoutMs = 10000 } = {}) {
+    await unary(this.lockStub, 'Release', { lease }, timeoutMs);
+  }
+
+  /** Is `fencingToken` a current holder's of lock `name`? */
+  async validateLock(name, fencingToken, { timeoutMs = 10000 } = {}) {
+    const r = await unary(this.lockStub, 'Validate', { name, fencingToken: String(fencingToken) }, timeoutMs);
+    return Boolean(r.current);
   }
 
   /** Joins `election` as `candidate` with `value` (Buffer or string); returns the Campaign. */
@@ -597,6 +794,7 @@ export class Client {
   /** Closes the channel: new calls fail. Close (or cancel) open campaigns and observers first. */
   close() {
     this.stub.close();
+    this.lockStub.close();
   }
 }
 
