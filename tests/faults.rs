@@ -994,7 +994,9 @@ async fn requests_in_flight_when_the_link_dies_leave_no_orphans() {
     // A create whose reply is lost: ZooKeeper applies it, g1 never hears back.
     let t = s.fault("hold back ZooKeeper's replies to g1; x joins on g1");
     cut.set(support::linkcut::LinkMode::BlackholeFromTarget);
-    let x = StreamClient::join_within(&g1.url(), e, "x", "g1", T).await;
+    // g1 answers when it presumes the session lost, ≈ 0.88 T after the cut: give it room on
+    // a loaded machine (the heal below waits for this answer).
+    let x = StreamClient::join_within(&g1.url(), e, "x", "g1", T * 2).await;
     s.say(&format!("x's Campaign: {:?}", x.as_ref().map(|c| &c.name)));
     if let Err(status) = &x {
         if !status.to_lowercase().contains("unavailable") {
