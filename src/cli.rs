@@ -76,9 +76,10 @@ pub async fn dev(args: DevArgs) -> ExitCode {
         }
     };
     eprintln!("zkgate dev: starting ZooKeeper…");
+    let opts_tick = Duration::from_millis(500);
     let opts = LocalZkOptions {
         // ZooKeeper grants session timeouts of 2–20 ticks: 1 s to 10 s here.
-        tick_time: Duration::from_millis(500),
+        tick_time: opts_tick,
         ..Default::default()
     };
     let zk = match LocalZk::start_standalone(opts).await {
@@ -90,6 +91,7 @@ pub async fn dev(args: DevArgs) -> ExitCode {
     };
     let mut coord_cfg = CoordConfig::new(zk.connect_string());
     coord_cfg.session_timeout = args.session_timeout;
+    coord_cfg.zk_tick_time = Some(opts_tick);
     let cfg = ServeConfig::new(coord_cfg.clone());
     if let Err(e) = cfg.check_timing() {
         eprintln!("zkgate dev: refusing to start: {e}");

@@ -81,6 +81,10 @@ pub struct ServeArgs {
     /// A leader hearing nothing for this long must assume it lost [default: 35% of the session timeout]
     #[arg(long, env = "ZKGATE_SILENCE_LIMIT", value_parser = humantime::parse_duration)]
     pub silence_limit: Option<Duration>,
+    /// The ZooKeeper ensemble's tickTime: the G2 deadline allows half a tick for the ensemble's
+    /// leader to hear of a session held by a follower [default: 2s, ZooKeeper's default]
+    #[arg(long, env = "ZKGATE_ZK_TICK_TIME", value_parser = humantime::parse_duration)]
+    pub zk_tick_time: Option<Duration>,
     /// HTTP/2 keepalive ping interval [default: 20% of the session timeout]
     #[arg(long, env = "ZKGATE_KEEPALIVE_INTERVAL", value_parser = humantime::parse_duration)]
     pub keepalive_interval: Option<Duration>,
@@ -120,6 +124,8 @@ struct FileConfig {
     stop_margin: Option<Duration>,
     #[serde(with = "humantime_serde")]
     silence_limit: Option<Duration>,
+    #[serde(with = "humantime_serde")]
+    zk_tick_time: Option<Duration>,
     #[serde(with = "humantime_serde")]
     keepalive_interval: Option<Duration>,
     #[serde(with = "humantime_serde")]
@@ -183,6 +189,7 @@ impl ServeArgs {
         }
         coord.stop_margin = self.stop_margin.or(file.stop_margin);
         coord.silence_limit = self.silence_limit.or(file.silence_limit);
+        coord.zk_tick_time = self.zk_tick_time.or(file.zk_tick_time);
         coord.zk_digest = self.zk_digest.or(file.zk_digest);
         let mut serve = ServeConfig::new(coord);
         serve.keepalive_interval = self.keepalive_interval.or(file.keepalive_interval);

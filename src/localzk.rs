@@ -209,6 +209,16 @@ pub struct LocalZkOptions {
     /// connects from 127.0.0.1, so the default is 0 (unlimited) rather than
     /// ZooKeeper's 60.
     pub max_client_cnxns: u32,
+    /// `maxSessionTimeout`, when set: the server grants no longer session (tests of a
+    /// gateway whose requested timeout is cut down). `None`: ZooKeeper's 20 ticks.
+    pub max_session_timeout: Option<Duration>,
+    /// `syncLimit` of an ensemble, in ticks (default 5): how long a follower cut off from its
+    /// leader keeps serving its clients by itself.
+    pub sync_limit: u32,
+    /// How server `from` reaches the quorum and election ports of server `to` in an ensemble
+    /// (default: directly). A test puts a link cutter on each peer link with this, to cut one
+    /// server off from the others while its clients still reach it.
+    pub peer_route: Option<PeerRoute>,
     /// Where to put configuration, data and logs (one `zkN` directory per
     /// server).  `None` (the default) uses a fresh temporary directory that is
     /// deleted when the [`LocalZk`] is dropped; a given directory is kept, and
@@ -216,10 +226,34 @@ pub struct LocalZkOptions {
     pub base_dir: Option<PathBuf>,
 }
 
+/// One direction of one peer link of an ensemble (0-based server indexes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerLink {
+    pub from: usize,
+    pub to: usize,
+    /// The leader-election port rather than the quorum port.
+    pub election: bool,
+}
+
+/// Maps a peer link and the real address of its target port to the address server `from`
+/// should use instead (see [`LocalZkOptions::peer_route`]). Called again for every start
+/// attempt, since ports are picked afresh each time.
+#[derive(Clone)]
+pub struct PeerRoute(pub std::sync::Arc<dyn Fn(PeerLink, SocketAddr) -> SocketAddr + Send + Sync>);
+
+impl std::fmt::Debug for PeerRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PeerRoute(..)")
+    }
+}
+
 impl Default for LocalZkOptions {
     fn default() -> Self {
         Self {
             tick_time: Duration::from_millis(250),
+            max_session_timeout: None,
+            sync_limit: 5,
+            peer_route: None,
             max_client_cnxns: 0,
             base_dir: None,
         }
@@ -276,6 +310,9 @@ pub struct LocalZk {
     install: Install,
     tick_time: Duration,
     max_client_cnxns: u32,
+    max_session_timeout: Option<Duration>,
+    sync_limit: u32,
+    peer_route: Option<PeerRoute>,
     /// `false` for [`LocalZk::start_standalone`]: no `server.N` lines.
     ensemble: bool,
     base: PathBuf,
@@ -384,6 +421,9 @@ impl LocalZk {
             install,
             tick_time: opts.tick_time,
             max_client_cnxns: opts.max_client_cnxns,
+            max_session_timeout: opts.max_session_timeout,
+            sync_limit: opts.sync_limit,
+            peer_route: opts.peer_route,
             ensemble,
             base,
             servers,
@@ -675,13 +715,37 @@ impl LocalZk {
             server.client_port,
             self.max_client_cnxns,
         );
+        if let Some(max) = self.max_session_timeout {
+            let _ = writeln!(cfg, "maxSessionTimeout={}", max.as_millis());
+        }
         if self.ensemble {
-            cfg.push_str("initLimit=10\nsyncLimit=5\n");
-            for s in &self.servers {
+            let _ = writeln!(cfg, "initLimit=10\nsyncLimit={}", self.sync_limit);
+            for (j, s) in self.servers.iter().enumerate() {
+                let local = |port| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+                let (peer, election) = match &self.peer_route {
+                    // A server binds its own line's ports: only the others' go through routes.
+                    Some(route) if j != i => {
+                        let via = |election, port| {
+                            (route.0)(
+                                PeerLink {
+                                    from: i,
+                                    to: j,
+                                    election,
+                                },
+                                local(port),
+                            )
+                        };
+                        (via(false, s.peer_port), via(true, s.election_port))
+                    }
+                    _ => (local(s.peer_port), local(s.election_port)),
+                };
                 let _ = writeln!(
                     cfg,
-                    "server.{}=127.0.0.1:{}:{}",
-                    s.id, s.peer_port, s.election_port
+                    "server.{}={}:{}:{}",
+                    s.id,
+                    peer.ip(),
+                    peer.port(),
+                    election.port()
                 );
             }
             let myid = data_dir.join("myid");

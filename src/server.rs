@@ -11,7 +11,7 @@ use tonic::transport::Server;
 use tonic_health::ServingStatus;
 
 use crate::api::{ElectionApi, LockApi};
-use crate::coord::session::{default_margin, default_silence_limit};
+use crate::coord::session::{default_silence_limit, SessionTiming};
 use crate::coord::{CoordConfig, Coordinator};
 use crate::proto::election_server::ElectionServer;
 use crate::proto::lock_server::LockServer;
@@ -54,29 +54,31 @@ impl ServeConfig {
     }
 
     /// G3b: a leader must stop (silence limit) before the gateway could delete its znode for a
-    /// dead connection (keepalive timeout), and before the server could expire a frozen
-    /// gateway's session (session timeout minus connection timeout and margin).
+    /// dead connection (keepalive timeout), and before the quorum could expire a frozen
+    /// gateway's session ([`SessionTiming::silence_bound`], for the requested timeout; a
+    /// shorter negotiated one is checked again when the session is established).
     ///
     /// # Errors
     /// A sentence naming the settings that break the order.
     pub fn check_timing(&self) -> Result<(), String> {
         let t = self.coord.session_timeout;
-        let margin = self.coord.stop_margin.unwrap_or_else(|| default_margin(t));
+        let timing = SessionTiming::derive(&self.coord, t);
         let silence = self
             .coord
             .silence_limit
             .unwrap_or_else(|| default_silence_limit(t, t));
         let (_, ka_timeout) = self.keepalive();
-        let session_bound = t
-            .saturating_sub(self.coord.connection_timeout())
-            .saturating_sub(margin);
+        let session_bound = timing.silence_bound();
         if silence.is_zero() {
             return Err("silence limit must be positive".into());
         }
         if silence >= session_bound {
             return Err(format!(
-                "silence limit {silence:?} must be shorter than session timeout {t:?} minus connection timeout {:?} minus margin {margin:?} (= {session_bound:?})",
-                self.coord.connection_timeout()
+                "silence limit {silence:?} must be shorter than session timeout {t:?} minus the heartbeat freshness {:?}, the quorum lag {:?} (tickTime {:?} / 2 + probe interval) and the margin {:?} (= {session_bound:?})",
+                timing.heartbeat_fresh_within(),
+                timing.quorum_lag,
+                self.coord.assumed_tick(t),
+                timing.margin,
             ));
         }
         if silence >= ka_timeout {

@@ -1,5 +1,8 @@
 //! G5: a create whose reply was lost to a connection loss is found again by its protected id
-//! and adopted: no orphan znode, no ghost candidate ahead of everyone.
+//! and adopted: no orphan znode, no ghost candidate ahead of everyone. Every read on that path
+//! that fails on the link is tried again, and a release lost to the link is retried until the
+//! znode is gone, however long the link stays bad while the session lives (failpoints in
+//! `coord::zk::Zk` make each of these happen on demand).
 
 mod common;
 
@@ -35,4 +38,84 @@ async fn a_lost_create_reply_is_adopted_not_orphaned() {
     assert_eq!(b.elected().await.candidate, "b");
     drop(b);
     wait_no_members(&zkc, &gw.root, Duration::from_secs(5)).await;
+}
+
+/// After a lost create reply, the listing and the ownership read fail on the link too: the
+/// gateway looks again instead of giving up (which left the created znode an orphan) or
+/// creating a second znode with the same protected id.
+#[tokio::test]
+async fn failed_reads_after_a_lost_create_reply_look_again() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = gw.client().await;
+    let zkc = zk_client(&zk).await;
+    // The queue's actor is up before the failpoints are armed, so they hit the search.
+    let mut first = Campaign::join(&mut c, "lost-reads", "first", b"").await;
+    first.elected().await;
+
+    let zkg = gw.coord.session().unwrap().zk.clone();
+    zkg.lose_next_create_reply();
+    zkg.fail_next_unsent("get_children", 2);
+    zkg.fail_next_unsent("get_data", 2);
+    let mut a = Campaign::join(&mut c, "lost-reads", "a", b"").await;
+    assert_eq!(a.position, 1);
+    let members = member_znodes(&zkc, &gw.root).await;
+    assert_eq!(members.len(), 2, "first's and a's, no orphan: {members:?}");
+    drop(first);
+    assert_eq!(a.elected().await.candidate, "a");
+    drop(a);
+    wait_no_members(&zkc, &gw.root, Duration::from_secs(5)).await;
+}
+
+/// A resign (in-stream) or a stream's end whose deletes keep failing on the link for longer
+/// than the session timeout, while the session itself lives on: the delete is retried until
+/// the znode is gone, so the waiter behind is elected and nothing is left. (Giving up after
+/// the session timeout left the znode at the head of the queue until the session ended.)
+#[tokio::test]
+async fn releases_lost_to_the_link_are_retried_until_gone() {
+    let zk = shared_zk();
+    let t = Duration::from_secs(2);
+    let gw = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            session_timeout: t,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = gw.client().await;
+    let zkc = zk_client(&zk).await;
+    let zkg = gw.coord.session().unwrap().zk.clone();
+    // Retries are 50 ms apart: this many failures keep the delete failing for longer than T.
+    let failures = (t.as_millis() / 50 * 3 / 2) as u32;
+
+    for how in ["resign", "cancel"] {
+        let e = format!("lost-release-{how}");
+        let mut a = Campaign::join(&mut c, &e, "a", b"").await;
+        a.elected().await;
+        let mut b = Campaign::join(&mut c, &e, "b", b"").await;
+        zkg.fail_next_unsent("delete", failures);
+        let asked = std::time::Instant::now();
+        if how == "resign" {
+            a.send(zkgate::proto::campaign_request::Request::Resign(
+                zkgate::proto::ResignCandidacy {},
+            ))
+            .await;
+            a.expect_end(None).await;
+        } else {
+            drop(a);
+        }
+        let leader = tokio::time::timeout(t * 4, b.elected())
+            .await
+            .unwrap_or_else(|_| panic!("{how}: b never elected: a's znode was left behind"));
+        assert_eq!(leader.candidate, "b");
+        assert!(
+            asked.elapsed() > t,
+            "{how}: the failpoint kept the delete failing past T, yet b was elected after {:?}",
+            asked.elapsed()
+        );
+        drop(b);
+        // b's own delete must not share the next round's failures.
+        wait_no_members(&zkc, &gw.root, Duration::from_secs(5)).await;
+    }
 }

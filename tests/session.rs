@@ -10,6 +10,8 @@ use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
 use zkgate::localzk::{LocalZk, LocalZkOptions};
+use zkgate::proto as pb;
+use zkgate::proto::campaign_request::Request as Req;
 use zkgate::proto::campaign_response::Event;
 
 async fn zk_with_long_sessions() -> LocalZk {
@@ -48,6 +50,7 @@ async fn restart_within_session_timeout_suspends_then_resumes_keeping_places() {
         &zk.connect_string(),
         GatewayOpts {
             session_timeout: Duration::from_secs(8),
+            zk_tick_time: Some(Duration::from_millis(500)),
             ..Default::default()
         },
     )
@@ -114,6 +117,7 @@ async fn down_past_session_timeout_aborts_streams_then_new_campaigns_work() {
         &zk.connect_string(),
         GatewayOpts {
             session_timeout: Duration::from_secs(4),
+            zk_tick_time: Some(Duration::from_millis(500)),
             ..Default::default()
         },
     )
@@ -156,4 +160,107 @@ async fn down_past_session_timeout_aborts_streams_then_new_campaigns_work() {
         .await
         .expect("elected after the old session ended");
     assert_eq!(leader.candidate, "fresh");
+}
+
+/// G2 with a request in flight: an in-stream `proclaim{}` or `resign{}` sent while ZooKeeper is
+/// frozen never holds up the stream loop. The leader still hears `suspended` and the stream
+/// ends `ABORTED` within `stop_within`, although the request never got an answer.
+#[tokio::test]
+async fn in_stream_requests_during_a_frozen_zookeeper_still_suspend_then_abort() {
+    let mut zk = zk_with_long_sessions().await;
+    let t = Duration::from_secs(4);
+    let gw = Gateway::start_with(
+        &zk.connect_string(),
+        GatewayOpts {
+            session_timeout: t,
+            zk_tick_time: Some(Duration::from_millis(500)),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = gw.client().await;
+    let mut a = Campaign::join(&mut c, "frozen-proclaim", "a", b"").await;
+    a.elected().await;
+    let mut b = Campaign::join(&mut c, "frozen-resign", "b", b"").await;
+    b.elected().await;
+
+    zk.pause(0).await.unwrap();
+    let frozen = Instant::now();
+    a.send(Req::Proclaim(pb::ProclaimValue {
+        value: b"while frozen".to_vec(),
+    }))
+    .await;
+    b.send(Req::Resign(pb::ResignCandidacy {})).await;
+    for (name, cand) in [("a (proclaim)", &mut a), ("b (resign)", &mut b)] {
+        let stop_within = match cand.next().await {
+            Ok(Some(Event::Suspended(s))) => {
+                Duration::try_from(s.stop_within.expect("stop_within")).unwrap()
+            }
+            other => panic!("{name}: expected suspended, got {other:?}"),
+        };
+        let suspended = Instant::now();
+        cand.expect_end(Some(Code::Aborted)).await;
+        let ended = Instant::now();
+        assert!(
+            ended - suspended <= stop_within + Duration::from_millis(500),
+            "{name}: ABORTED {:?} after suspended, stop_within {stop_within:?}",
+            ended - suspended
+        );
+        assert!(
+            ended - frozen < t,
+            "{name}: ABORTED only {:?} after the freeze",
+            ended - frozen
+        );
+    }
+    zk.resume(0).await.unwrap();
+    // The old session's znodes go with it once ZooKeeper expires it.
+    wait_no_members(
+        &zk_client(&zk.connect_string()).await,
+        &gw.root,
+        Duration::from_secs(20),
+    )
+    .await;
+}
+
+/// G3b against a server that grants less than was asked: an explicit silence limit that the
+/// negotiated session timeout cannot honour is clamped (loudly, in the log) to the default for
+/// the granted timeout, so a frozen gateway's leaders still stop before the quorum can expire
+/// its session.
+#[tokio::test]
+async fn an_explicit_silence_limit_is_clamped_to_the_granted_session_timeout() {
+    let granted = Duration::from_millis(1500);
+    let zk = LocalZk::start_standalone(LocalZkOptions {
+        max_session_timeout: Some(granted),
+        ..Default::default()
+    })
+    .await
+    .expect("start ZooKeeper");
+    let configured = Duration::from_millis(1200);
+    let gw = Gateway::start_with(
+        &zk.connect_string(),
+        GatewayOpts {
+            session_timeout: Duration::from_secs(4),
+            silence_limit: Some(configured),
+            ..Default::default()
+        },
+    )
+    .await;
+    let session = gw.coord.session().unwrap();
+    assert_eq!(
+        session.timing.negotiated, granted,
+        "the server cut the timeout down"
+    );
+    let mut c = gw.client().await;
+    let mut a = Campaign::join(&mut c, "clamped", "a", b"").await;
+    let limit = match a.next().await {
+        Ok(Some(Event::Elected(e))) => Duration::try_from(e.silence_limit.unwrap()).unwrap(),
+        other => panic!("expected elected, got {other:?}"),
+    };
+    assert_eq!(
+        limit,
+        granted * 35 / 100,
+        "the default for the granted timeout"
+    );
+    assert!(limit < session.timing.silence_bound() && limit < configured);
+    assert_eq!(session.timing.clamped_silence_limit, Some(configured));
 }

@@ -10,7 +10,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
-use super::holder_stream::{self, HolderStream, Step};
+use super::holder_stream::{self, BoxFuture, HolderStream, Step};
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
 use crate::coord::session::LossReason;
 use crate::coord::types::{FencingToken, QueueKind};
@@ -98,14 +98,19 @@ impl HolderStream for CampaignStream {
         }
     }
 
-    async fn on_request(&mut self, request: pb::CampaignRequest) -> Step<pb::CampaignResponse> {
+    fn on_request(&mut self, request: pb::CampaignRequest) -> Step<pb::CampaignResponse> {
         match request.request {
             Some(CampaignMsg::Proclaim(p)) => match convert::value(p.value, self.max_value) {
                 Err(status) => Step::Fail(status),
-                // The change comes back as `proclaimed` through the queue's watch.
-                Ok(v) => match self.candidacy.proclaim(v).await {
-                    Ok(()) => Step::Quiet,
+                Ok(v) => match self.candidacy.start_proclaim(v) {
                     Err(e) => Step::Fail(Status::from(e)),
+                    // The change comes back as `proclaimed` through the queue's watch.
+                    Ok(write) => Step::Pending(Box::pin(async move {
+                        match write.await {
+                            Ok(()) => Step::Quiet,
+                            Err(e) => Step::Fail(Status::from(e)),
+                        }
+                    })),
                 },
             },
             Some(CampaignMsg::Resign(_)) => Step::Leave,
@@ -118,8 +123,8 @@ impl HolderStream for CampaignStream {
         }
     }
 
-    async fn leave(self) -> Result<(), CoordError> {
-        self.candidacy.resign().await
+    fn begin_leave(&mut self) -> BoxFuture<Result<(), CoordError>> {
+        Box::pin(self.candidacy.begin_resign())
     }
 }
 

@@ -34,7 +34,14 @@ pub(super) enum Step<T> {
     Expire(Status),
     /// The hold ended by itself (resigned or released by lease elsewhere): end OK.
     Done,
+    /// A ZooKeeper request made for an in-stream message (a proclaim): the loop keeps serving
+    /// events, link changes and heartbeats while it runs, reads no further message until it
+    /// is done (so requests stay in order), then takes its step.
+    Pending(BoxFuture<Step<T>>),
 }
+
+/// A request in flight that borrows nothing from the stream.
+pub(super) type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
 /// One holder stream's own part: its messages, its events and its requests.
 #[tonic::async_trait]
@@ -61,14 +68,21 @@ pub(super) trait HolderStream: Send + Sized + 'static {
     async fn next_event(&mut self) -> Step<Self::Response>;
 
     /// A request after the first one (the first was the join/acquire that made the hold).
-    async fn on_request(&mut self, request: Self::Request) -> Step<Self::Response>;
+    /// Never waits on ZooKeeper itself: a request that needs it returns [`Step::Pending`].
+    fn on_request(&mut self, request: Self::Request) -> Step<Self::Response>;
 
-    /// Resign or release: the znode is deleted (retried) before this returns.
-    async fn leave(self) -> Result<(), CoordError>;
+    /// Resign or release: starts the delete (a tracked task retried until the znode is gone or
+    /// the session is over) and returns its outcome. From then on `next_event` reports only
+    /// link changes and `holds` is false.
+    fn begin_leave(&mut self) -> BoxFuture<Result<(), CoordError>>;
 }
 
 /// Drives one holder stream until it ends. The holder lives in this task: when the task ends
 /// for any reason the holder is dropped and its znode deleted (G3).
+///
+/// Nothing in the loop waits on ZooKeeper inline: an in-stream request's ZooKeeper work
+/// (`pending`) and a resign/release (`leaving`) are futures polled beside the holder's events,
+/// so `suspended`, heartbeats and the `ABORTED` deadline are never held up by them (G2).
 pub(super) async fn drive<H: HolderStream>(
     mut holder: H,
     mut inbound: Streaming<H::Request>,
@@ -82,14 +96,34 @@ pub(super) async fn drive<H: HolderStream>(
     let mut heartbeat = tokio::time::interval(period);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut inbound_open = true;
+    let mut pending: Option<BoxFuture<Step<H::Response>>> = None;
+    // The delete in flight, and the status to end with once it is done (`None`: OK).
+    let mut leaving: Option<(BoxFuture<Result<(), CoordError>>, Option<Status>)> = None;
     loop {
         let step = tokio::select! {
             biased;
             _ = draining.cancelled() => Step::Fail(Status::from(CoordError::Draining)),
             _ = tx.closed() => return,
+            done = async { leaving.as_mut().expect("guarded").0.as_mut().await }, if leaving.is_some() => {
+                let (_, then) = leaving.take().expect("guarded");
+                match (done, then) {
+                    (_, Some(status)) => {
+                        let _ = tx.send(Err(status)).await;
+                    }
+                    (Ok(()), None) => {}
+                    (Err(e), None) => {
+                        let _ = tx.send(Err(Status::from(e))).await;
+                    }
+                }
+                return;
+            }
             step = holder.next_event() => step,
-            msg = inbound.message(), if inbound_open => match msg {
-                Ok(Some(request)) => holder.on_request(request).await,
+            step = async { pending.as_mut().expect("guarded").as_mut().await }, if pending.is_some() => {
+                pending = None;
+                step
+            }
+            msg = inbound.message(), if inbound_open && pending.is_none() && leaving.is_none() => match msg {
+                Ok(Some(request)) => holder.on_request(request),
                 // Half-close (grpcurl -d does this): the hold stays.
                 Ok(None) => {
                     inbound_open = false;
@@ -116,18 +150,22 @@ pub(super) async fn drive<H: HolderStream>(
             }
             Step::Quiet => continue,
             Step::Fail(status) => Err(status),
-            Step::Leave => {
-                if let Err(e) = holder.leave().await {
-                    let _ = tx.send(Err(Status::from(e))).await;
-                }
-                return;
+            Step::Pending(fut) => {
+                pending = Some(fut);
+                continue;
             }
-            Step::Expire(status) => {
-                if let Err(e) = holder.leave().await {
-                    tracing::debug!(error = %e, "giving up an expired hold failed; the session's end will remove it");
+            Step::Leave => {
+                if leaving.is_none() {
+                    leaving = Some((holder.begin_leave(), None));
                 }
-                let _ = tx.send(Err(status)).await;
-                return;
+                continue;
+            }
+            // A lock's wait or ttl ran out: the znode goes before the client hears it.
+            Step::Expire(status) => {
+                if leaving.is_none() {
+                    leaving = Some((holder.begin_leave(), Some(status)));
+                }
+                continue;
             }
             Step::Done => return,
         };

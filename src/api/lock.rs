@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
 use super::error::invalid;
-use super::holder_stream::{self, HolderStream, Step};
+use super::holder_stream::{self, BoxFuture, HolderStream, Step};
 use crate::coord::lock::{AcquireSpec, LockEnd, LockEvent, LockHold, LockMode};
 use crate::coord::types::{FencingToken, MemberInfo, Participant, QueueKind};
 use crate::coord::{CoordError, Coordinator};
@@ -155,7 +155,7 @@ impl HolderStream for AcquireStream {
         }
     }
 
-    async fn on_request(&mut self, request: pb::AcquireRequest) -> Step<pb::AcquireResponse> {
+    fn on_request(&mut self, request: pb::AcquireRequest) -> Step<pb::AcquireResponse> {
         match request.request {
             Some(AcquireMsg::KeepAlive(_)) => {
                 self.hold.keep_alive();
@@ -171,8 +171,8 @@ impl HolderStream for AcquireStream {
         }
     }
 
-    async fn leave(self) -> Result<(), CoordError> {
-        self.hold.release().await
+    fn begin_leave(&mut self) -> BoxFuture<Result<(), CoordError>> {
+        Box::pin(self.hold.begin_release())
     }
 }
 

@@ -94,57 +94,84 @@ pub(crate) async fn create_member(
     ))
 }
 
-/// Looks for our own znode by protected prefix after a lost create reply. Waits for the link to
-/// come back (bounded by the link's own deadline: a lost session ends the search).
+/// Looks for our own znode by protected prefix after a lost create reply (G5). Every read that
+/// fails on the link is tried again once the link is back, so a maybe-applied create is never
+/// taken for a failed one while the session lives; a lost session ends the search (the znode,
+/// if it was made, went with it).
 async fn find_protected(
     session: &ZkSession,
     queue_path: &str,
     prefix: &str,
 ) -> Result<Option<MemberName>, CoordError> {
     let mut link = session.link();
-    loop {
-        match &*link.borrow_and_update() {
-            Link::Connected => break,
-            // Never joined, so nothing was lost: the client may simply retry.
-            Link::Lost(r) => {
-                return Err(CoordError::Unavailable(format!(
+    'look: loop {
+        super::session::wait_usable(&mut link)
+            .await
+            .map_err(|e| match e {
+                // Never joined, so nothing was lost: the client may simply retry.
+                CoordError::SessionLost(r) => CoordError::Unavailable(format!(
                     "ZooKeeper session ended while joining ({}); retry",
                     r.describe()
-                )))
+                )),
+                e => e,
+            })?;
+        let children = match session.zk.list_children(queue_path).await {
+            Ok(c) => c,
+            Err(zkc::Error::NoNode) => return Ok(None),
+            Err(e) if super::zk::is_transport_failure(&e) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue 'look;
             }
-            Link::Suspended { .. } => {}
-        }
-        if link.changed().await.is_err() {
-            return Err(CoordError::Unavailable("ZooKeeper session closed".into()));
-        }
-    }
-    let children = match session.zk.list_children(queue_path).await {
-        Ok(c) => c,
-        Err(zkc::Error::NoNode) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    for child in children.iter().filter(|c| c.starts_with(prefix)) {
-        let path = format!("{queue_path}/{child}");
-        if let Ok((_, stat)) = session.zk.get_data(&path).await {
-            if stat.ephemeral_owner == session.session_id() {
-                return Ok(MemberName::parse(child));
+            Err(e) => return Err(e.into()),
+        };
+        for child in children.iter().filter(|c| c.starts_with(prefix)) {
+            let path = format!("{queue_path}/{child}");
+            match session.zk.get_data(&path).await {
+                Ok((_, stat)) if stat.ephemeral_owner == session.session_id() => {
+                    return Ok(MemberName::parse(child));
+                }
+                // Not ours (cannot happen with a 128-bit id, but never adopt a stranger's node),
+                // or deleted since the listing.
+                Ok(_) | Err(zkc::Error::NoNode) => {}
+                Err(e) if super::zk::is_transport_failure(&e) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue 'look;
+                }
+                Err(e) => return Err(e.into()),
             }
-            // Not ours (cannot happen with a 128-bit id, but never adopt a stranger's node).
         }
+        return Ok(None);
     }
-    Ok(None)
 }
 
 /// Deletes a member znode in the background, retried until gone or the session is over, and
-/// tracked so a drain waits for it.
-pub(crate) fn release_in_background(session: &Arc<ZkSession>, path: String) {
+/// tracked so a drain waits for it. The returned handle reports the outcome; dropping it does
+/// not stop the delete.
+pub(crate) fn release_in_background(
+    session: &Arc<ZkSession>,
+    path: String,
+) -> tokio::task::JoinHandle<Result<bool, CoordError>> {
     let s = session.clone();
-    let give_up = session.timing.negotiated;
     session.releases.spawn(async move {
-        if let Err(e) = s.zk.delete_until_gone(&path, give_up).await {
-            tracing::debug!(error = %e, "background release failed; the session's end will remove the znode");
+        let r = s.delete_until_gone(&path).await;
+        if let Err(e) = &r {
+            tracing::debug!(error = %e, "background release ended without a confirmed delete; the session's end removes the znode");
         }
-    });
+        r
+    })
+}
+
+/// Awaits a [`release_in_background`] for a client that asked to leave: `Ok` once the znode is
+/// gone (whoever deleted it).
+pub(crate) async fn release_outcome(
+    handle: tokio::task::JoinHandle<Result<bool, CoordError>>,
+) -> Result<(), CoordError> {
+    match handle.await {
+        Ok(r) => r.map(|_| ()),
+        Err(_) => Err(CoordError::Unavailable(
+            "the release task failed; the session's end removes the znode".into(),
+        )),
+    }
 }
 
 /// One open Campaign stream's candidacy. Dropping it (the stream ended for any reason) deletes
@@ -167,6 +194,9 @@ pub struct Candidacy {
     /// The queue reported the znode gone (`Some(actor_stopped)`) and the cause is still being
     /// decided: kept here so `next_event` stays cancellation safe.
     pending_gone: Option<bool>,
+    /// The client resigned in-stream: the delete runs in the background
+    /// ([`Candidacy::begin_resign`]) and only the link is followed until it is done.
+    leaving: bool,
     _gauge: m::GaugeGuard,
     /// `zkgate_election_candidates{election}`; also holds the election's capped label.
     candidates: m::LabelledGaugeGuard,
@@ -196,7 +226,7 @@ impl Coordinator {
         let (tx, rx) = mpsc::unbounded_channel();
         let Some(position) = queue.register(member.clone(), record.clone(), tx).await else {
             // Gone before we could register it: deleted by nobody we know of; clean up anyway.
-            release_in_background(&session, path);
+            drop(release_in_background(&session, path));
             return Err(CoordError::Unavailable(
                 "the candidate znode vanished right after creation".into(),
             ));
@@ -220,6 +250,7 @@ impl Coordinator {
             elected: None,
             released: false,
             pending_gone: None,
+            leaving: false,
             _gauge: m::GaugeGuard::raise(m::campaigns_active),
             candidates: m::election_candidate(label),
             _stream: stream,
@@ -246,8 +277,10 @@ impl Candidacy {
         self.session.may_heartbeat()
     }
 
+    /// Whether this candidate leads as far as the gateway knows: elected, and its znode not
+    /// reported gone (heartbeats stop as soon as it is, even while the cause is being decided).
     pub fn is_elected(&self) -> bool {
-        self.elected.is_some()
+        self.elected.is_some() && self.pending_gone.is_none() && !self.leaving
     }
 
     /// The next thing to tell the client. After `Ended` the candidacy is over.
@@ -257,6 +290,13 @@ impl Candidacy {
     pub async fn next_event(&mut self) -> CandidacyEvent {
         if let Some(actor_stopped) = self.pending_gone {
             return self.resolve_gone(actor_stopped).await;
+        }
+        if self.leaving {
+            return match self.link.next().await {
+                LinkChange::Lost(reason) => self.end(CandidacyEnd::Lost(reason)),
+                LinkChange::Suspended { stop_within } => CandidacyEvent::Suspended { stop_within },
+                LinkChange::Resumed => CandidacyEvent::Resumed,
+            };
         }
         tokio::select! {
             biased;
@@ -317,13 +357,26 @@ impl Candidacy {
         CandidacyEvent::Ended(why)
     }
 
-    /// Replaces the leader's value. The change reaches this stream (and observers) as
-    /// `proclaimed` through the queue's watch.
+    /// Starts replacing the leader's value and returns the write in flight, which borrows
+    /// nothing: the stream keeps serving link changes and heartbeats while it runs, so a
+    /// proclaim sent during an outage never holds up `suspended` or the `ABORTED` deadline
+    /// (G2). The change reaches this stream (and observers) as `proclaimed` through the
+    /// queue's watch.
+    ///
+    /// A write lost to the link is repeated once the link is back (it is idempotent); if the
+    /// session ends first, the future ends quietly and the stream ends `ABORTED` by its link.
     ///
     /// # Errors
-    /// `FailedPrecondition` unless elected; ZooKeeper errors.
-    pub async fn proclaim(&mut self, value: Value) -> Result<(), CoordError> {
-        let Some((leader, _, _)) = &self.elected else {
+    /// `FailedPrecondition` unless elected (at once); the write's ZooKeeper refusals (from the
+    /// returned future).
+    pub fn start_proclaim(
+        &self,
+        value: Value,
+    ) -> Result<
+        impl std::future::Future<Output = Result<(), CoordError>> + Send + 'static,
+        CoordError,
+    > {
+        let Some((leader, _, _)) = self.elected.as_ref().filter(|_| self.is_elected()) else {
             return Err(CoordError::FailedPrecondition(
                 "proclaim refused: this candidate is not the leader".into(),
             ));
@@ -335,30 +388,47 @@ impl Candidacy {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
-        self.session
-            .zk
-            .set_data(&self.path, &record.encode_to_vec(), None)
-            .await?;
-        self.record = record;
-        Ok(())
+        let session = self.session.clone();
+        let path = self.path.clone();
+        Ok(async move {
+            let data = record.encode_to_vec();
+            let mut link = session.link();
+            loop {
+                match session.zk.set_data(&path, &data, None).await {
+                    Ok(_) => return Ok(()),
+                    // Lost to the link: the same write again once it is back (idempotent). If
+                    // the session goes instead, the stream ends ABORTED through its link.
+                    Err(e) if super::zk::is_transport_failure(&e) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        if super::session::wait_usable(&mut link).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    // The znode is gone: the queue's signal tells the stream why.
+                    Err(zkc::Error::NoNode) => return Ok(()),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        })
     }
 
-    /// Leaves the election: deletes the znode and waits for it.
-    ///
-    /// # Errors
-    /// ZooKeeper errors other than connection losses (those are retried).
-    pub async fn resign(mut self) -> Result<(), CoordError> {
+    /// Starts leaving the election: the znode is deleted by a tracked background task that
+    /// retries until it is gone or the session is over (so dropping the stream meanwhile
+    /// cannot orphan it), and the returned future reports the outcome. From now on
+    /// `next_event` follows only the link, so the stream still hears `suspended` and ends
+    /// `ABORTED` in time if the session goes before the delete is confirmed.
+    pub fn begin_resign(
+        &mut self,
+    ) -> impl std::future::Future<Output = Result<(), CoordError>> + Send + 'static {
         self.queue.unregister(&self.lease.member.node_name());
+        self.leaving = true;
+        // The background task owns the delete now: nothing more for `Drop` to do.
         self.released = true;
-        self.session
-            .zk
-            .delete_until_gone(&self.path, self.session.timing.negotiated)
-            .await?;
         if let Some((_, at, leading)) = self.elected.take() {
             m::leader_tenure(at.elapsed());
             drop(leading);
         }
-        Ok(())
+        release_outcome(release_in_background(&self.session, self.path.clone()))
     }
 }
 
@@ -372,7 +442,10 @@ impl Drop for Candidacy {
             return;
         }
         self.queue.unregister(&self.lease.member.node_name());
-        release_in_background(&self.session, std::mem::take(&mut self.path));
+        drop(release_in_background(
+            &self.session,
+            std::mem::take(&mut self.path),
+        ));
     }
 }
 
@@ -492,35 +565,7 @@ impl Coordinator {
     /// # Errors
     /// `NotFound` when nobody leads; `Unavailable` without a session.
     pub async fn leader(&self, election: &QueueName) -> Result<LeaderInfo, CoordError> {
-        let session = self.session()?;
-        let path = session.queue_path(QueueKind::Election, election);
-        for _ in 0..5 {
-            let children = match session.zk.list_children(&path).await {
-                Ok(c) => c,
-                Err(zkc::Error::NoNode) => Vec::new(),
-                Err(e) => return Err(e.into()),
-            };
-            let Some(head) = children
-                .iter()
-                .filter_map(|c| MemberName::parse(c))
-                .min_by_key(|m| m.sequence)
-            else {
-                break;
-            };
-            match session
-                .zk
-                .get_data(&format!("{path}/{}", head.node_name()))
-                .await
-            {
-                Ok((data, stat)) => {
-                    return leader_of(election, &NodeRecord::decode_lossy(&data), &stat)
-                        .ok_or_else(|| no_leader(election));
-                }
-                Err(zkc::Error::NoNode) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(no_leader(election))
+        leader_on(&*self.session()?, election).await
     }
 
     /// The queue in order, for operators. Never reveals leases.
@@ -554,7 +599,14 @@ impl Coordinator {
         election: &QueueName,
         token: FencingToken,
     ) -> Result<(bool, Option<LeaderInfo>), CoordError> {
-        match self.leader(election).await {
+        // A CheckSequencer must not answer from a follower that lags behind the quorum: a
+        // `sync` first, on the session that then reads (one more round trip; see README).
+        let session = self.session()?;
+        session
+            .zk
+            .sync(&session.queue_path(QueueKind::Election, election))
+            .await?;
+        match leader_on(&session, election).await {
             Ok(l) => Ok((l.fencing_token == token, Some(l))),
             Err(CoordError::NotFound(_)) => Ok((false, None)),
             Err(e) => Err(e),
@@ -572,14 +624,16 @@ impl Coordinator {
             session.queue_path(lease.kind, &lease.queue),
             lease.member.node_name()
         );
-        match session
-            .zk
-            .delete_until_gone(&path, session.timing.negotiated)
-            .await
-        {
+        match session.delete_until_gone(&path).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(lease_not_found()),
-            Err(e) => Err(e.into()),
+            // This gateway's session went before the delete was confirmed: the candidate's
+            // znode (another session's) may still be there. A retry answers OK or NOT_FOUND.
+            Err(CoordError::SessionLost(r)) => Err(CoordError::Unavailable(format!(
+                "{}; retry the resign (NOT_FOUND then means it was done)",
+                r.describe()
+            ))),
+            Err(e) => Err(e),
         }
     }
 
@@ -626,6 +680,38 @@ impl Coordinator {
             "proclaim kept racing with concurrent writes; retry".into(),
         ))
     }
+}
+
+/// The current leader as `session`'s server sees it: the head of the queue, once confirmed.
+async fn leader_on(session: &ZkSession, election: &QueueName) -> Result<LeaderInfo, CoordError> {
+    let path = session.queue_path(QueueKind::Election, election);
+    for _ in 0..5 {
+        let children = match session.zk.list_children(&path).await {
+            Ok(c) => c,
+            Err(zkc::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        let Some(head) = children
+            .iter()
+            .filter_map(|c| MemberName::parse(c))
+            .min_by_key(|m| m.sequence)
+        else {
+            break;
+        };
+        match session
+            .zk
+            .get_data(&format!("{path}/{}", head.node_name()))
+            .await
+        {
+            Ok((data, stat)) => {
+                return leader_of(election, &NodeRecord::decode_lossy(&data), &stat)
+                    .ok_or_else(|| no_leader(election));
+            }
+            Err(zkc::Error::NoNode) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(no_leader(election))
 }
 
 fn no_leader(election: &QueueName) -> CoordError {

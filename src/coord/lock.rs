@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::election::{create_member, read_members, release_in_background};
+use super::election::{create_member, read_members, release_in_background, release_outcome};
 use super::queue::{MemberSignal, QueueHandle, Refusal};
 use super::record::NodeRecord;
 use super::session::{Link, LinkChange, LinkFollower, LossReason, ZkSession};
@@ -202,6 +202,9 @@ pub struct LockHold {
     /// The queue reported the znode gone (`Some(actor_stopped)`) and the cause is still being
     /// decided: kept here so `next_event` stays cancellation safe.
     pending_gone: Option<bool>,
+    /// The client released in-stream (or its wait or ttl ran out): the delete runs in the
+    /// background ([`LockHold::begin_release`]) and only the link is followed until it is done.
+    leaving: bool,
     _stream: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
@@ -233,11 +236,7 @@ impl Coordinator {
             Ok(e) => e,
             Err(refusal) => {
                 // Leave no znode behind (G8): delete it before answering.
-                if let Err(e) = session
-                    .zk
-                    .delete_until_gone(&path, session.timing.negotiated)
-                    .await
-                {
+                if let Err(e) = session.delete_until_gone(&path).await {
                     tracing::debug!(error = %e, "deleting a refused lock request failed; the session's end will remove it");
                 }
                 return Err(match refusal {
@@ -283,6 +282,7 @@ impl Coordinator {
             held: None,
             released: false,
             pending_gone: None,
+            leaving: false,
             _stream: stream,
         })
     }
@@ -337,8 +337,10 @@ impl LockHold {
         self.session.may_heartbeat()
     }
 
+    /// Held as far as the gateway knows: acquired, and the znode not reported gone (heartbeats
+    /// stop as soon as it is, even while the cause is being decided).
     pub fn is_held(&self) -> bool {
-        self.held.is_some()
+        self.held.is_some() && self.pending_gone.is_none() && !self.leaving
     }
 
     pub fn name(&self) -> &QueueName {
@@ -362,6 +364,13 @@ impl LockHold {
     pub async fn next_event(&mut self) -> LockEvent {
         if let Some(actor_stopped) = self.pending_gone {
             return self.resolve_gone(actor_stopped).await;
+        }
+        if self.leaving {
+            return match self.link.next().await {
+                LinkChange::Suspended { stop_within } => LockEvent::Suspended { stop_within },
+                LinkChange::Resumed => LockEvent::Resumed,
+                LinkChange::Lost(reason) => self.end(LockEnd::Lost(reason)),
+            };
         }
         loop {
             let deadline = if self.held.is_some() {
@@ -453,21 +462,20 @@ impl LockHold {
         }
     }
 
-    /// Gives the lock (or the place in its queue) up: deletes the znode and waits until it is
-    /// gone, retrying through connection losses.
-    ///
-    /// # Errors
-    /// ZooKeeper errors other than connection losses (those are retried until the session's
-    /// timeout; the session's end removes the znode anyway).
-    pub async fn release(mut self) -> Result<(), CoordError> {
+    /// Starts giving the lock (or the place in its queue) up: the znode is deleted by a tracked
+    /// background task that retries until it is gone or the session is over (dropping the
+    /// stream meanwhile cannot orphan it), and the returned future reports the outcome. From
+    /// now on `next_event` follows only the link, so the stream still hears `suspended` and
+    /// ends `ABORTED` in time if the session goes before the delete is confirmed.
+    pub fn begin_release(
+        &mut self,
+    ) -> impl std::future::Future<Output = Result<(), CoordError>> + Send + 'static {
         self.queue.unregister(&self.lease.member.node_name());
+        self.leaving = true;
+        // The background task owns the delete now: nothing more for `Drop` to do.
         self.released = true;
         self.log_release("released");
-        self.session
-            .zk
-            .delete_until_gone(&self.path, self.session.timing.negotiated)
-            .await?;
-        Ok(())
+        release_outcome(release_in_background(&self.session, self.path.clone()))
     }
 }
 
@@ -479,7 +487,10 @@ impl Drop for LockHold {
             return;
         }
         self.queue.unregister(&self.lease.member.node_name());
-        release_in_background(&self.session, std::mem::take(&mut self.path));
+        drop(release_in_background(
+            &self.session,
+            std::mem::take(&mut self.path),
+        ));
     }
 }
 
@@ -530,12 +541,17 @@ impl Coordinator {
         name: &QueueName,
         token: FencingToken,
     ) -> Result<bool, CoordError> {
-        Ok(self
-            .holders(name)
-            .await?
-            .holders
-            .iter()
-            .any(|h| h.fencing_token == token))
+        // As for elections: a `sync` first, on the session that then reads, so a lagging
+        // follower never vouches for a holder the quorum has already let go.
+        let session = self.session()?;
+        session
+            .zk
+            .sync(&session.queue_path(QueueKind::Lock, name))
+            .await?;
+        let members = read_members(&session, QueueKind::Lock, name).await?;
+        Ok(members.iter().any(|(_, record, stat)| {
+            record.elected_at().is_some() && FencingToken(stat.czxid as u64) == token
+        }))
     }
 
     /// Releases by lease, from any gateway: the same by-lease delete as `resign` (it is keyed by

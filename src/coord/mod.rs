@@ -26,6 +26,8 @@ use self::zk::RequestCounter;
 
 pub const DEFAULT_ROOT: &str = "/zkgate";
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// ZooKeeper's own default `tickTime` (and Debian's `zoo.cfg`): assumed unless configured.
+pub const DEFAULT_ZK_TICK_TIME: Duration = Duration::from_secs(2);
 
 /// Settings of the coordination layer (the `serve` flags that concern ZooKeeper).
 #[derive(Debug, Clone)]
@@ -45,6 +47,11 @@ pub struct CoordConfig {
     pub silence_limit: Option<Duration>,
     /// `user:password` for ZooKeeper digest auth; znodes then get a creator-only ACL (G9).
     pub zk_digest: Option<String>,
+    /// The ensemble's `tickTime` (default [`DEFAULT_ZK_TICK_TIME`]). The ensemble's leader hears
+    /// of a session held by a follower only through the follower's ping replies, every half
+    /// tick, so the G2 deadline allows for that lag (see `session::SessionTiming::quorum_lag`).
+    /// Overstating it only shortens `stop_within`; understating it weakens G2.
+    pub zk_tick_time: Option<Duration>,
 }
 
 impl CoordConfig {
@@ -58,6 +65,7 @@ impl CoordConfig {
             stop_margin: None,
             silence_limit: None,
             zk_digest: None,
+            zk_tick_time: None,
         }
     }
 
@@ -70,6 +78,12 @@ impl CoordConfig {
     /// leaders early and keeps `stop_within` long (see `session` module docs).
     pub fn connection_timeout(&self) -> Duration {
         self.session_timeout / 5
+    }
+
+    /// The tick assumed for a session of timeout `t`: the configured one, but never more than
+    /// `t / 2`, since ZooKeeper grants no session shorter than two ticks.
+    pub fn assumed_tick(&self, t: Duration) -> Duration {
+        self.zk_tick_time.unwrap_or(DEFAULT_ZK_TICK_TIME).min(t / 2)
     }
 }
 

@@ -15,10 +15,11 @@
 //! `last_contact + negotiated_timeout - margin` unless the same session is back.
 //!
 //! The library only notices a link on which it *receives* nothing, so each session also runs
-//! a liveness probe (`follow_session`): an unanswered probe suspends streams even while
-//! notifications keep arriving (a one-way partition), and the send time of the newest answered
-//! probe is a second lower bound on the last contact, the one that stays true when the gateway
-//! itself was frozen.
+//! a liveness probe (`follow_session`): a `sync`, which only the ensemble's quorum answers. An
+//! unanswered probe suspends streams even while notifications keep arriving (a one-way
+//! partition) or while a follower cut off from its quorum still answers reads and pings, and
+//! the send time of the newest answered probe, less the quorum lag, is a second lower bound on
+//! the quorum's last contact, the one that stays true when the gateway itself was frozen.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -32,8 +33,8 @@ use zookeeper_client::{Acls, SessionState};
 
 use super::queue::QueueHandle;
 use super::types::{QueueKind, QueueName};
-use super::zk::{RequestCounter, Zk};
-use super::CoordConfig;
+use super::zk::{is_transport_failure, RequestCounter, Zk};
+use super::{CoordConfig, CoordError};
 use crate::metrics as m;
 
 /// Where a session's link to ZooKeeper stands, as every stream on it sees it.
@@ -160,6 +161,20 @@ impl LinkFollower {
     }
 }
 
+/// Waits until the link is connected again; `SessionLost` if the session ends first.
+pub(crate) async fn wait_usable(link: &mut watch::Receiver<Link>) -> Result<(), CoordError> {
+    loop {
+        match &*link.borrow_and_update() {
+            Link::Connected => return Ok(()),
+            Link::Lost(reason) => return Err(CoordError::SessionLost(*reason)),
+            Link::Suspended { .. } => {}
+        }
+        if link.changed().await.is_err() {
+            return Err(CoordError::SessionLost(LossReason::Closed));
+        }
+    }
+}
+
 /// Timing derived from the negotiated session timeout (G2, G3b).
 #[derive(Debug, Clone, Copy)]
 pub struct SessionTiming {
@@ -170,12 +185,23 @@ pub struct SessionTiming {
     pub margin: Duration,
     /// A leader hearing nothing for this long must assume it lost.
     pub silence_limit: Duration,
+    /// How much earlier than the send time of the newest quorum-confirmed probe the ensemble's
+    /// leader may have last heard of the session (see [`SessionTiming::quorum_lag`]).
+    pub quorum_lag: Duration,
+    /// An explicit silence limit the negotiated timeout could not honour, if any: the limit in
+    /// force is then the default for the negotiated timeout.
+    pub clamped_silence_limit: Option<Duration>,
 }
 
 impl SessionTiming {
     /// Mirrors `zookeeper-client`'s own rule for its connection timeout (session/mod.rs
     /// `calc_tick_timeout`): the configured value unless it exceeds 3/5 of the session timeout,
     /// then 2/5 of it; the client checks it every 1/8 of that.
+    ///
+    /// An explicit silence limit that the *negotiated* timeout cannot honour (the server may
+    /// grant less than was asked, and the start-up check only saw the request) is clamped to
+    /// the default for the negotiated timeout, and `clamped_silence_limit` says so: refusing
+    /// the session would leave the gateway unusable, keeping the limit would break G3b.
     pub fn derive(cfg: &CoordConfig, negotiated: Duration) -> Self {
         let configured = cfg.connection_timeout();
         let connection_timeout = if configured > negotiated * 3 / 5 {
@@ -186,37 +212,87 @@ impl SessionTiming {
         let margin = cfg
             .stop_margin
             .unwrap_or_else(|| default_margin(negotiated));
-        let silence_limit = cfg
-            .silence_limit
-            .unwrap_or_else(|| default_silence_limit(negotiated, cfg.session_timeout));
-        Self {
+        let probe_interval = probe_interval(connection_timeout);
+        let mut timing = Self {
             negotiated,
             connection_timeout,
             margin,
-            silence_limit,
+            silence_limit: default_silence_limit(negotiated, cfg.session_timeout),
+            quorum_lag: cfg.assumed_tick(negotiated) / 2 + probe_interval,
+            clamped_silence_limit: None,
+        };
+        if let Some(explicit) = cfg.silence_limit {
+            if explicit < timing.silence_bound() {
+                timing.silence_limit = explicit;
+            } else {
+                timing.clamped_silence_limit = Some(explicit);
+            }
         }
+        timing
     }
 
     /// How often the session supervisor sends its liveness probe: a quarter of the connection
     /// timeout, so several probes fit in the time the library itself gives a silent link.
     pub fn probe_interval(&self) -> Duration {
-        (self.connection_timeout / 4).max(Duration::from_millis(10))
+        probe_interval(self.connection_timeout)
     }
 
-    /// A connected session whose newest answered probe was sent this long ago is treated as
-    /// disconnected: the library's own rule (nothing received for the connection timeout),
-    /// applied to answers instead of bytes, plus one probe interval.
+    /// A connected session whose newest quorum-confirmed probe was sent this long ago is
+    /// treated as disconnected: the library's own rule (nothing received for the connection
+    /// timeout), applied to answers instead of bytes, plus one probe interval.
     pub fn probe_stale_after(&self) -> Duration {
         self.connection_timeout + self.probe_interval()
     }
 
-    /// The latest safe moment for streams of a session that disconnected at `at`.
+    /// The G2 deadline of a session whose newest quorum-confirmed probe was sent at `sent`.
+    ///
+    /// A probe is a `sync`, which a follower answers only after the ensemble's leader has
+    /// answered it. The leader itself learns that a session held by a follower is alive from
+    /// the follower's replies to its pings, sent every `tickTime / 2`; so when the probe's
+    /// answer is the last thing that got through, the leader's newest touch of the session may
+    /// be from the ping round before it, which reported our touches up to one probe interval
+    /// older. Hence the bound: the leader heard the session no earlier than
+    /// `sent - quorum_lag` (`quorum_lag = tickTime / 2 + probe interval`), and cannot expire it
+    /// before that plus the negotiated timeout. Streams stop `margin` before that.
+    pub fn quorum_deadline(&self, sent: Instant) -> Instant {
+        let heard = sent.checked_sub(self.quorum_lag).unwrap_or(sent);
+        heard + self.negotiated.saturating_sub(self.margin)
+    }
+
+    /// The latest safe moment for streams of a session that disconnected at `at`, by the
+    /// library's view alone (the last byte from the server it was connected to). Never later
+    /// than [`SessionTiming::quorum_deadline`] of the same evidence; the supervisor takes the
+    /// earlier of the two.
     pub fn abort_deadline(&self, at: Instant) -> Instant {
         let last_contact = at
             .checked_sub(self.connection_timeout * 9 / 8)
             .unwrap_or(at);
-        last_contact + self.negotiated.saturating_sub(self.margin)
+        self.quorum_deadline(last_contact)
     }
+
+    /// A connected session vouches for its leaders with a heartbeat only while its newest
+    /// quorum-confirmed probe was sent less than this long ago (two probe intervals): tighter
+    /// than [`SessionTiming::probe_stale_after`], so the silence limit keeps room under the
+    /// session timeout even when `tickTime` is half of it. A probe answered late only delays
+    /// a heartbeat; past `probe_stale_after` the streams are suspended, and suspended leaders
+    /// get heartbeats again (they have already stopped leader-only work).
+    pub fn heartbeat_fresh_within(&self) -> Duration {
+        self.connection_timeout / 2
+    }
+
+    /// An explicit silence limit must stay below this (G3b): a frozen gateway's last heartbeat
+    /// goes out less than `heartbeat_fresh_within` after its newest confirmed probe was sent,
+    /// and its leaders must have stopped before the quorum could expire the session.
+    pub fn silence_bound(&self) -> Duration {
+        self.negotiated
+            .saturating_sub(self.heartbeat_fresh_within())
+            .saturating_sub(self.quorum_lag)
+            .saturating_sub(self.margin)
+    }
+}
+
+fn probe_interval(connection_timeout: Duration) -> Duration {
+    (connection_timeout / 4).max(Duration::from_millis(10))
 }
 
 /// Safety margin before the server's expiry: a tenth of the session timeout, at least 200 ms.
@@ -261,7 +337,8 @@ impl ZkSession {
 
     /// Whether a heartbeat may be sent to this session's leaders now. A heartbeat keeps a
     /// leader's silence watchdog from firing, so it must rest on a current view of the link:
-    /// connected with a probe answered recently, or suspended (the leader already stopped
+    /// connected with a quorum-confirmed probe sent within
+    /// [`SessionTiming::heartbeat_fresh_within`], or suspended (the leader already stopped
     /// leader-only work and waits for `resumed` or the end; heartbeats keep it from giving up
     /// a short blip). After a freeze the timers fire before the supervisor has judged the
     /// link, which then still reads `Connected` with a stale probe: no heartbeat.
@@ -270,7 +347,7 @@ impl ZkSession {
         let now = Instant::now();
         match *self.link.borrow() {
             Link::Connected => {
-                now.saturating_duration_since(last) < self.timing.probe_stale_after()
+                now.saturating_duration_since(last) < self.timing.heartbeat_fresh_within()
             }
             Link::Suspended { deadline } => now < deadline,
             Link::Lost(_) => false,
@@ -307,6 +384,36 @@ impl ZkSession {
         queues.retain(|_, w| w.strong_count() > 0);
         queues.insert(key, Arc::downgrade(&q));
         Ok(q)
+    }
+
+    /// Deletes `path`, retrying through connection losses until it is gone or this session is
+    /// over, with no time limit of its own (CURATOR-678: a release lost to a blip leaves a
+    /// holder behind while the session lives on; and a session that ends takes its ephemeral
+    /// znodes with it, so "until the session's end" is always bounded by the G2 deadline).
+    /// Returns whether this call (or an earlier attempt of it) removed the node.
+    ///
+    /// # Errors
+    /// `SessionLost` when the session ended first (the znode, if ephemeral, is gone with it);
+    /// ZooKeeper refusals other than `NoNode`.
+    ///
+    /// # Cancellation safety
+    /// Not cancellation safe: run it in a task of its own (`releases`) when it must finish.
+    pub async fn delete_until_gone(&self, path: &str) -> Result<bool, CoordError> {
+        let mut link = self.link();
+        let mut retried = false;
+        loop {
+            match self.zk.delete(path).await {
+                Ok(()) => return Ok(true),
+                // After a lost reply, NoNode may mean our own first attempt succeeded.
+                Err(zkc::Error::NoNode) => return Ok(retried),
+                Err(e) if is_transport_failure(&e) => {
+                    retried = true;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    wait_usable(&mut link).await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// `/<root>/<folder>/<queue>`.
@@ -368,8 +475,19 @@ pub async fn supervise_slot(
             session = format_args!("{:#x}", session.session_id()),
             negotiated_timeout = ?timing.negotiated,
             silence_limit = ?timing.silence_limit,
+            quorum_lag = ?timing.quorum_lag,
             "ZooKeeper session established"
         );
+        if let Some(explicit) = timing.clamped_silence_limit {
+            tracing::error!(
+                configured = ?explicit,
+                in_force = ?timing.silence_limit,
+                requested_timeout = ?cfg.session_timeout,
+                negotiated_timeout = ?timing.negotiated,
+                bound = ?timing.silence_bound(),
+                "ZooKeeper granted a shorter session timeout than requested, too short for the configured silence limit: using the default for the granted timeout instead (G3b); lower --silence-limit or raise the server's maxSessionTimeout"
+            );
+        }
         let mut connected = m::ZkConnected::default();
         connected.set(true);
         slot.send_replace(Some(session.clone()));
@@ -429,14 +547,17 @@ async fn connect(cfg: &CoordConfig) -> Result<zkc::Client, zkc::Error> {
 /// Two signals decide whether the link is usable:
 /// - the client library's state (`Disconnected` when nothing arrived for the connection
 ///   timeout, or the socket closed);
-/// - our own liveness probe: one cheap read every [`SessionTiming::probe_interval`], at most
-///   one in flight. The library only notices a link on which it *receives* nothing; a
-///   one-way partition (ZooKeeper's notifications still arrive, our requests and pings do not)
-///   keeps it "connected" until the server has already expired the session. An unanswered
-///   probe notices that within [`SessionTiming::probe_stale_after`].
+/// - our own liveness probe: one `sync` every [`SessionTiming::probe_interval`], at most one
+///   in flight. The library only notices a link on which it *receives* nothing; a one-way
+///   partition (ZooKeeper's notifications still arrive, our requests and pings do not) keeps
+///   it "connected" until the server has already expired the session, and so does a follower
+///   cut off from its quorum, which answers reads and pings by itself for up to `syncLimit ×
+///   tickTime`. A `sync` is answered only through the ensemble's leader, so an unanswered
+///   probe notices both within [`SessionTiming::probe_stale_after`].
 ///
-/// Both give a lower bound on when the server last heard from us, and the abort deadline is
-/// the earliest bound plus the negotiated timeout minus the margin. The probe's bound (the
+/// Both give a lower bound on when the quorum last heard from us, and the abort deadline is
+/// the earliest bound minus the quorum lag plus the negotiated timeout minus the margin
+/// ([`SessionTiming::quorum_deadline`]). The probe's bound (the
 /// send time of the newest answered probe) also stays right when the gateway itself was
 /// frozen: after SIGSTOP/SIGCONT the library reports the closed socket as a fresh disconnect,
 /// but the last answered probe is from before the freeze, so the deadline has already passed
@@ -505,7 +626,7 @@ async fn follow_session(
 
         // What the evidence says now: healthy, or suspended with a deadline.
         let now = Instant::now();
-        let probe_deadline = last_answered + timing.negotiated.saturating_sub(timing.margin);
+        let probe_deadline = timing.quorum_deadline(last_answered);
         let target = match disconnected_at {
             Some(at) => Some(timing.abort_deadline(at).min(probe_deadline)),
             None if now.saturating_duration_since(last_answered) >= stale_after => {

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use zookeeper_client as zkc;
 use zookeeper_client::{Acls, AddWatchMode, Client, CreateMode, PersistentWatcher, Stat};
@@ -40,6 +40,8 @@ pub struct Zk {
     acls: Acls<'static>,
     counter: Arc<RequestCounter>,
     lose_create_reply: Arc<std::sync::atomic::AtomicBool>,
+    /// Test seams: `op` → how many of its next requests fail with `ConnectionLoss` unsent.
+    fail_unsent: Arc<std::sync::Mutex<std::collections::HashMap<&'static str, u32>>>,
 }
 
 fn result_label<T>(r: &ZkResult<T>) -> &'static str {
@@ -62,6 +64,7 @@ impl Zk {
             acls,
             counter,
             lose_create_reply: Arc::default(),
+            fail_unsent: Arc::default(),
         }
     }
 
@@ -73,14 +76,20 @@ impl Zk {
         self.client.session_id().0
     }
 
-    async fn instrument<T>(
+    /// Sends the request that `send` makes (zookeeper-client sends when the future is made, not
+    /// when it is polled: hence a closure, so a failpoint can keep it unsent).
+    async fn instrument<T, F: std::future::Future<Output = ZkResult<T>>>(
         &self,
         op: &'static str,
-        fut: impl std::future::Future<Output = ZkResult<T>>,
+        send: impl FnOnce() -> F,
     ) -> ZkResult<T> {
         self.counter.0.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
-        let r = fut.await;
+        let r = if self.take_failure(op) {
+            Err(zkc::Error::ConnectionLoss)
+        } else {
+            send().await
+        };
         m::zk_request(op, result_label(&r), start.elapsed());
         r
     }
@@ -89,7 +98,7 @@ impl Zk {
     pub async fn create_member(&self, prefix_path: &str, data: &[u8]) -> ZkResult<(Stat, i64)> {
         let opts = CreateMode::EphemeralSequential.with_acls(self.acls);
         let r = self
-            .instrument("create", async {
+            .instrument("create", || async {
                 let (stat, seq) = self.client.create(prefix_path, data, &opts).await?;
                 Ok((stat, seq.into_i64()))
             })
@@ -108,6 +117,31 @@ impl Zk {
         self.lose_create_reply.store(true, Ordering::Relaxed);
     }
 
+    /// Test seam: the next `times` requests of kind `op` (`"get_data"`, `"get_children"`,
+    /// `"delete"`, `"exists"`, …, as in `zkgate_zk_requests_total{op}`) fail with
+    /// `ConnectionLoss` without being sent, as if the link had died just before them. Proves
+    /// that every path which may follow a lost reply looks again instead of giving up (G5).
+    #[doc(hidden)]
+    pub fn fail_next_unsent(&self, op: &'static str, times: u32) {
+        *self
+            .fail_unsent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(op)
+            .or_default() += times;
+    }
+
+    fn take_failure(&self, op: &'static str) -> bool {
+        let mut map = self.fail_unsent.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get_mut(op) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Makes the queue's parents: persistent root folders and a container node for the queue,
     /// so an emptied queue disappears by itself (SPEC §3).
     pub async fn ensure_queue(&self, root: &str, folder: &str, queue: &str) -> ZkResult<()> {
@@ -121,7 +155,7 @@ impl Zk {
             path.push('/');
             path.push_str(seg);
             match self
-                .instrument("create", self.client.create(&path, &[], &persistent))
+                .instrument("create", || self.client.create(&path, &[], &persistent))
                 .await
             {
                 Ok(_) | Err(zkc::Error::NodeExists) => {}
@@ -132,7 +166,7 @@ impl Zk {
         path.push_str(queue);
         let container = CreateMode::Container.with_acls(self.acls);
         match self
-            .instrument("create", self.client.create(&path, &[], &container))
+            .instrument("create", || self.client.create(&path, &[], &container))
             .await
         {
             Ok(_) | Err(zkc::Error::NodeExists) => Ok(()),
@@ -140,45 +174,52 @@ impl Zk {
         }
     }
 
-    /// One cheap round trip: succeeds only while the session is alive and reachable.
+    /// Proof that the session is alive *through the quorum*: a `sync`, which a follower
+    /// answers only once the ensemble's leader has answered it. A read or a ping would not do:
+    /// a follower cut off from its leader keeps answering those for up to `syncLimit ×
+    /// tickTime` while the quorum expires the session (G2).
     pub async fn probe(&self) -> ZkResult<()> {
-        self.instrument("exists", self.client.check_stat("/"))
-            .await
-            .map(|_| ())
+        self.instrument("sync", || self.client.sync("/")).await
     }
 
     /// The session supervisor's liveness probe (see `session::follow_session`): the same
-    /// round trip as [`Zk::probe`], timed under `op="probe"` but left out of the per-session
-    /// request counter, which measures what coordination itself costs (G4).
+    /// quorum round trip as [`Zk::probe`], timed under `op="probe"` but left out of the
+    /// per-session request counter, which measures what coordination itself costs (G4).
     pub fn liveness_probe(
         &self,
     ) -> impl std::future::Future<Output = ZkResult<()>> + Send + 'static {
         let client = self.client.clone();
         async move {
             let start = Instant::now();
-            let r = client.check_stat("/").await.map(|_| ());
+            let r = client.sync("/").await;
             m::zk_request("probe", result_label(&r), start.elapsed());
             r
         }
     }
 
+    /// Brings this session's server up to date with the quorum before a read whose answer
+    /// must be at least as new as the call (`Validate`, Chubby's CheckSequencer).
+    pub async fn sync(&self, path: &str) -> ZkResult<()> {
+        self.instrument("sync", || self.client.sync(path)).await
+    }
+
     pub async fn delete(&self, path: &str) -> ZkResult<()> {
-        self.instrument("delete", self.client.delete(path, None))
+        self.instrument("delete", || self.client.delete(path, None))
             .await
     }
 
     pub async fn get_data(&self, path: &str) -> ZkResult<(Vec<u8>, Stat)> {
-        self.instrument("get_data", self.client.get_data(path))
+        self.instrument("get_data", || self.client.get_data(path))
             .await
     }
 
     pub async fn set_data(&self, path: &str, data: &[u8], version: Option<i32>) -> ZkResult<Stat> {
-        self.instrument("set_data", self.client.set_data(path, data, version))
+        self.instrument("set_data", || self.client.set_data(path, data, version))
             .await
     }
 
     pub async fn list_children(&self, path: &str) -> ZkResult<Vec<String>> {
-        self.instrument("get_children", self.client.list_children(path))
+        self.instrument("get_children", || self.client.list_children(path))
             .await
     }
 
@@ -187,7 +228,7 @@ impl Zk {
         if paths.is_empty() {
             return Ok(Vec::new());
         }
-        self.instrument("multi_read", async {
+        self.instrument("multi_read", || async {
             let mut reader = self.client.new_multi_reader();
             for p in paths {
                 reader.add_get_data(p)?;
@@ -206,30 +247,9 @@ impl Zk {
 
     /// One persistent recursive watch per queue per session: the only watch zkgate places.
     pub async fn watch_queue(&self, path: &str) -> ZkResult<PersistentWatcher> {
-        self.instrument(
-            "add_watch",
-            self.client.watch(path, AddWatchMode::PersistentRecursive),
-        )
+        self.instrument("add_watch", || {
+            self.client.watch(path, AddWatchMode::PersistentRecursive)
+        })
         .await
-    }
-
-    /// Deletes `path`, retrying through connection losses until it is gone, the session is
-    /// over, or `give_up` passes (CURATOR-678: a release lost to a blip leaves a holder behind).
-    /// Returns whether this call (or an earlier attempt of it) removed the node.
-    pub async fn delete_until_gone(&self, path: &str, give_up: Duration) -> ZkResult<bool> {
-        let deadline = Instant::now() + give_up;
-        let mut retried = false;
-        loop {
-            match self.delete(path).await {
-                Ok(()) => return Ok(true),
-                // After a lost reply, NoNode may mean our own first attempt succeeded.
-                Err(zkc::Error::NoNode) => return Ok(retried),
-                Err(e) if is_transport_failure(&e) && Instant::now() < deadline => {
-                    retried = true;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
     }
 }

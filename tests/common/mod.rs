@@ -79,6 +79,9 @@ pub struct GatewayOpts {
     pub root: Option<String>,
     pub max_value_bytes: Option<usize>,
     pub zk_sessions: Option<usize>,
+    /// The ZooKeeper's tickTime (default: the harness's, `LocalZkOptions::default()`).
+    pub zk_tick_time: Option<Duration>,
+    pub silence_limit: Option<Duration>,
 }
 
 impl Default for GatewayOpts {
@@ -88,6 +91,8 @@ impl Default for GatewayOpts {
             root: None,
             max_value_bytes: None,
             zk_sessions: None,
+            zk_tick_time: None,
+            silence_limit: None,
         }
     }
 }
@@ -112,6 +117,11 @@ impl Gateway {
         let mut coord_cfg = CoordConfig::new(zk);
         coord_cfg.root = root.clone();
         coord_cfg.session_timeout = opts.session_timeout;
+        coord_cfg.zk_tick_time = Some(
+            opts.zk_tick_time
+                .unwrap_or(LocalZkOptions::default().tick_time),
+        );
+        coord_cfg.silence_limit = opts.silence_limit;
         if let Some(m) = opts.max_value_bytes {
             coord_cfg.max_value_bytes = m;
         }

@@ -100,6 +100,8 @@ impl GatewayProc {
         cmd.args(&spec.command);
         cmd.args(["--log-json", "--zk", &spec.zk, "--root", &spec.root]);
         cmd.args(["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"]);
+        // Every ZooKeeper of the suite runs with the harness's tick (LocalZkOptions::default).
+        cmd.args(["--zk-tick-time", "250ms"]);
         cmd.arg("--session-timeout")
             .arg(format!("{}ms", spec.session_timeout.as_millis()));
         cmd.args(&spec.extra);
