@@ -40,6 +40,9 @@ pub(super) enum Step<T> {
     Pending(BoxFuture<Step<T>>),
 }
 
+/// A resign/release in flight, and the status to end with once it is done (`None`: OK).
+type Leaving = (BoxFuture<Result<(), CoordError>>, Option<Status>);
+
 /// A request in flight that borrows nothing from the stream.
 pub(super) type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
@@ -97,8 +100,7 @@ pub(super) async fn drive<H: HolderStream>(
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut inbound_open = true;
     let mut pending: Option<BoxFuture<Step<H::Response>>> = None;
-    // The delete in flight, and the status to end with once it is done (`None`: OK).
-    let mut leaving: Option<(BoxFuture<Result<(), CoordError>>, Option<Status>)> = None;
+    let mut leaving: Option<Leaving> = None;
     loop {
         let step = tokio::select! {
             biased;
