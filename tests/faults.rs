@@ -20,7 +20,8 @@
 
 mod support;
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use support::checker::{self, Ev, StreamLog, Violation};
@@ -29,7 +30,7 @@ use support::procgw::{GatewayProc, GatewaySpec};
 use support::recorder::StreamClient;
 use tokio::sync::watch;
 use tonic::Code;
-use zkgate::localzk::{LocalZk, LocalZkOptions};
+use zkgate::localzk::{LocalZk, LocalZkOptions, PeerLink, PeerRoute};
 
 /// The gateways' session timeout in most scenarios (ZooKeeper's tickTime is 250 ms).
 const T: Duration = Duration::from_secs(3);
@@ -1186,4 +1187,134 @@ async fn locks_under_faults_keep_permits_and_fencing() {
     )
     .await;
     drop((g1, g2, cut));
+}
+
+/// A 3-server ensemble whose quorum and election links all pass through link cutters (one per
+/// direction and port), so one server can be cut off from the other two while its clients
+/// still reach it.
+async fn ensemble_with_peer_cutters(
+    sync_limit: u32,
+) -> (LocalZk, Arc<HashMap<PeerLink, LinkCutter>>) {
+    let unused: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let mut cutters = HashMap::new();
+    for from in 0..3 {
+        for to in (0..3).filter(|&to| to != from) {
+            for election in [false, true] {
+                let link = PeerLink { from, to, election };
+                cutters.insert(link, LinkCutter::start(unused).await.unwrap());
+            }
+        }
+    }
+    let cutters = Arc::new(cutters);
+    let routes = cutters.clone();
+    let peer_route = PeerRoute(Arc::new(move |link, real| {
+        let cutter = &routes[&link];
+        cutter.retarget(real);
+        cutter.addr()
+    }));
+    let zk = LocalZk::start_ensemble(
+        3,
+        LocalZkOptions {
+            sync_limit,
+            peer_route: Some(peer_route),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("start a ZooKeeper ensemble with cut-able peer links");
+    (zk, cutters)
+}
+
+/// G2 when the gateway's ZooKeeper server is a follower cut off from its quorum, the client
+/// link intact. The follower keeps answering reads and pings by itself for `syncLimit ×
+/// tickTime`, while the quorum stops hearing the gateway's session and expires it after T; a
+/// gateway that took those answers for proof of life would keep heartbeating a leader the
+/// quorum has already replaced. The liveness probe is a `sync`, answered only through the
+/// ensemble's leader: the leader is suspended ≈ 0.25 T after the cut and ends ABORTED before
+/// the waiter on another gateway (connected to the quorum side) is elected.
+async fn follower_partition(name: &'static str, t: Duration, sync_limit: u32) {
+    let _serial = serial().lock().await;
+    let (mut zk, cutters) = ensemble_with_peer_cutters(sync_limit).await;
+    let leader = zk.leader_index().await.expect("the ensemble has a leader");
+    let f = (0..3).find(|&i| i != leader).unwrap();
+    let quorum_side: Vec<String> = (0..3)
+        .filter(|&i| i != f)
+        .map(|i| zk.server_address(i).to_string())
+        .collect();
+    let mut s = Scenario::new(name, t);
+    s.say(&format!(
+        "ZooKeeper leader: server {leader}; g1 uses follower {f} only; syncLimit × tickTime = {:?}",
+        Duration::from_millis(250) * sync_limit
+    ));
+    let g1 = s.gateway("g1", &zk.server_address(f).to_string()).await;
+    let g2 = s.gateway("g2", &quorum_side.join(",")).await;
+    let e = "follower-cut";
+    let a = s.join(&g1.url(), "g1 (follower)", e, "a").await;
+    a.wait_granted(STEP).await.expect("a elected");
+    let b = s.join(&g2.url(), "g2 (quorum side)", e, "b").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let cut = s.fault(&format!(
+        "blackhole every peer link of follower {f} (its clients still reach it)"
+    ));
+    for (link, cutter) in cutters.iter() {
+        if link.from == f || link.to == f {
+            cutter.blackhole();
+        }
+    }
+    let (ts, ev) = a
+        .wait_for(Some(cut), t * 2, |e| {
+            matches!(e, Ev::Suspended { .. } | Ev::Ended { .. })
+        })
+        .await
+        .expect("a suspended or ended");
+    let (ta, code) = a.wait_end(t * 2).await.expect("a's stream ended");
+    let (tb, _) = b.wait_granted(t * 3).await.expect("b elected");
+    s.say(&format!(
+        "a saw {ev:?} {:?} after the cut, ended {code:?} {:?} after it; b elected {:?} after it",
+        ts - cut,
+        ta - cut,
+        tb - cut
+    ));
+    assert!(
+        matches!(ev, Ev::Suspended { .. }),
+        "a's first news was {ev:?}"
+    );
+    assert!(
+        ts - cut < t / 2,
+        "a suspended only {:?} after the cut (≈ 0.25 T expected)",
+        ts - cut
+    );
+    assert_eq!(code, Some(Code::Aborted));
+    assert!(ta < tb, "b was elected before a's stream ended");
+    s.expect_leader(e, cut, t + Duration::from_secs(2), "follower cut off");
+
+    let heal = s.fault("heal the follower's peer links");
+    for cutter in cutters.values() {
+        cutter.pass();
+    }
+    assert!(g1.wait_serving(STEP * 2).await, "g1 serves again");
+    s.say(&format!(
+        "g1 serving again {:?} after the heal",
+        heal.elapsed()
+    ));
+    let connect = zk.connect_string();
+    s.finish(vec![a, b], &connect, Duration::from_secs(5)).await;
+    drop((g1, g2));
+    zk.shutdown().await;
+}
+
+/// The session timeout below `syncLimit × tickTime` (4 s < 5 s): the follower still serves
+/// the gateway when the quorum expires its session, so only the quorum probe can tell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_cut_from_its_quorum_session_timeout_below_sync_limit() {
+    follower_partition("follower-cut-long-sync", Duration::from_secs(4), 20).await;
+}
+
+/// The session timeout above `syncLimit × tickTime` (3 s > 1.25 s): the follower drops its
+/// clients first, and the deadline must still count from the last quorum-confirmed probe, not
+/// from the follower's last answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_cut_from_its_quorum_session_timeout_above_sync_limit() {
+    follower_partition("follower-cut-short-sync", T, 5).await;
 }
