@@ -68,6 +68,18 @@ fn report(name: &str, mut v: Vec<Duration>) {
     );
 }
 
+async fn leader_token(c: &mut ElectionClient<tonic::transport::Channel>, election: &str) -> u64 {
+    c.leader(pb::LeaderRequest {
+        election: election.into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .leader
+    .unwrap()
+    .fencing_token
+}
+
 #[tokio::main]
 async fn main() {
     if let Ok(f) = std::env::var("ZKGATE_LOG") {
@@ -138,9 +150,36 @@ async fn main() {
         requests.push(coord.zk_requests() - before);
         leader = next;
     }
+    // Validate is a CheckSequencer: a `sync` before its reads (Leader has none), so the
+    // difference of the two is what answering from the quorum's state costs.
+    let token = leader_token(&mut c, "handoff").await;
+    let mut leader_rpc = Vec::new();
+    let mut validate_rpc = Vec::new();
+    for _ in 0..rounds {
+        let t = Instant::now();
+        c.leader(pb::LeaderRequest {
+            election: "handoff".into(),
+        })
+        .await
+        .unwrap();
+        leader_rpc.push(t.elapsed());
+        let t = Instant::now();
+        let v = c
+            .validate(pb::ElectionValidateRequest {
+                election: "handoff".into(),
+                fencing_token: token,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(v.current);
+        validate_rpc.push(t.elapsed());
+    }
     println!("zkgate election latency, gateway in-process, ZooKeeper {zk}");
     report("campaign -> elected", elect);
     report("handoff (cancel -> elected)", handoff);
+    report("Leader (list + read)", leader_rpc);
+    report("Validate (sync + list + read)", validate_rpc);
     let avg = requests.iter().sum::<u64>() as f64 / requests.len() as f64;
     println!(
         "ZooKeeper requests per handoff: avg {avg:.2}, max {}",
