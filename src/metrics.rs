@@ -25,6 +25,7 @@ pub const ZK_REQUESTS: &str = "zkgate_zk_requests_total";
 pub const ZK_REQUEST_DURATION: &str = "zkgate_zk_request_duration_seconds";
 pub const GRPC_REQUESTS: &str = "zkgate_grpc_requests_total";
 pub const GRPC_STREAMS_ACTIVE: &str = "zkgate_grpc_streams_active";
+pub const LIMIT_REJECTIONS: &str = "zkgate_limit_rejections_total";
 
 /// Label value used for names beyond the cardinality cap.
 pub const OTHER: &str = "other";
@@ -120,6 +121,10 @@ fn describe() {
     );
     describe_counter!(GRPC_REQUESTS, "gRPC calls by method and final status code.");
     describe_gauge!(GRPC_STREAMS_ACTIVE, "Open gRPC calls by method.");
+    describe_counter!(
+        LIMIT_REJECTIONS,
+        "Requests and streams refused by a configured limit (RESOURCE_EXHAUSTED, or the status named in README for value size and the first-message timeout), by limit."
+    );
 }
 
 /// Creates every series without labels at its zero, so `/metrics` shows each one (with its
@@ -205,6 +210,11 @@ impl Drop for ZkConnected {
     fn drop(&mut self) {
         self.set(false);
     }
+}
+
+/// A request or stream refused by the limit named `limit` (a fixed set of names: README).
+pub fn limit_rejected(limit: &'static str) {
+    counter!(LIMIT_REJECTIONS, "limit" => limit).increment(1);
 }
 
 pub fn zk_session_lost() {

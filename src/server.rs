@@ -10,6 +10,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
 
+use crate::api::limits::{Admission, StreamLimits};
 use crate::api::{ElectionApi, LockApi};
 use crate::coord::session::{default_silence_limit, SessionTiming};
 use crate::coord::{CoordConfig, Coordinator};
@@ -31,6 +32,8 @@ pub struct ServeConfig {
     /// Distinct election/lock names with their own metric label.
     pub name_label_cap: usize,
     pub tls: Option<tonic::transport::ServerTlsConfig>,
+    /// Stream limits per gateway and per client connection, and the first-message timeout.
+    pub limits: StreamLimits,
 }
 
 impl ServeConfig {
@@ -42,6 +45,7 @@ impl ServeConfig {
             drain_grace: Duration::from_secs(5),
             name_label_cap: crate::metrics::DEFAULT_NAME_LABEL_CAP,
             tls: None,
+            limits: StreamLimits::default(),
         }
     }
 
@@ -148,7 +152,9 @@ pub async fn run_with(
         .build_v1alpha()?;
 
     let (ka_interval, ka_timeout) = cfg.keepalive();
+    let admission = Admission::new(cfg.limits);
     let mut builder = Server::builder()
+        .max_concurrent_streams(cfg.limits.http2_max_concurrent_streams())
         .http2_keepalive_interval(Some(ka_interval))
         .http2_keepalive_timeout(Some(ka_timeout))
         .tcp_nodelay(true)
@@ -173,8 +179,11 @@ pub async fn run_with(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(ElectionServer::new(ElectionApi::new(coord.clone())))
-        .add_service(LockServer::new(LockApi::new(coord.clone())))
+        .add_service(ElectionServer::new(ElectionApi::new(
+            coord.clone(),
+            admission.clone(),
+        )))
+        .add_service(LockServer::new(LockApi::new(coord.clone(), admission)))
         .serve_with_incoming_shutdown(incoming(listener), signal)
         .await?;
     Ok(())

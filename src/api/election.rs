@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
 use super::holder_stream::{self, BoxFuture, HolderStream, Step};
+use super::limits::{self, Admission};
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
 use crate::coord::session::LossReason;
 use crate::coord::types::{FencingToken, QueueKind};
@@ -26,11 +27,12 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 #[derive(Debug, Clone)]
 pub struct ElectionApi {
     coord: Arc<Coordinator>,
+    admission: Arc<Admission>,
 }
 
 impl ElectionApi {
-    pub fn new(coord: Arc<Coordinator>) -> Self {
-        Self { coord }
+    pub fn new(coord: Arc<Coordinator>, admission: Arc<Admission>) -> Self {
+        Self { coord, admission }
     }
 
     fn max_value(&self) -> usize {
@@ -137,10 +139,15 @@ impl Election for ElectionApi {
         &self,
         request: Request<Streaming<pb::CampaignRequest>>,
     ) -> Result<Response<Self::CampaignStream>, Status> {
+        let permit = self.admission.holder(request.remote_addr())?;
         let mut inbound = request.into_inner();
-        let first = inbound.message().await?.ok_or_else(|| {
-            Status::invalid_argument("Campaign stream closed before its first message (join)")
-        })?;
+        let first = limits::first_message(
+            &mut inbound,
+            self.admission.limits().first_message_timeout,
+            &self.coord.draining(),
+            "join",
+        )
+        .await?;
         let join = match first.request {
             Some(CampaignMsg::Join(j)) => convert::join(j, self.max_value())?,
             _ => {
@@ -161,12 +168,11 @@ impl Election for ElectionApi {
             candidacy,
             max_value: self.max_value(),
         };
-        tokio::spawn(holder_stream::drive(
-            stream,
-            inbound,
-            tx,
-            self.coord.draining(),
-        ));
+        let draining = self.coord.draining();
+        tokio::spawn(async move {
+            let _permit = permit;
+            holder_stream::drive(stream, inbound, tx, draining).await;
+        });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -207,11 +213,13 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::ObserveRequest>,
     ) -> Result<Response<Self::ObserveStream>, Status> {
+        let permit = self.admission.observer(request.remote_addr())?;
         let election = convert::queue_name(request.into_inner().election, "election")?;
         let mut observation = self.coord.observe(&election).await?;
         let draining = self.coord.draining();
         let (tx, rx) = mpsc::channel(16);
         tokio::spawn(async move {
+            let _permit = permit;
             loop {
                 let out = tokio::select! {
                     biased;

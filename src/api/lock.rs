@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::convert;
 use super::error::invalid;
 use super::holder_stream::{self, BoxFuture, HolderStream, Step};
+use super::limits::{self, Admission};
 use crate::coord::lock::{AcquireSpec, LockEnd, LockEvent, LockHold, LockMode};
 use crate::coord::types::{FencingToken, MemberInfo, Participant, QueueKind};
 use crate::coord::{CoordError, Coordinator};
@@ -26,11 +27,12 @@ type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'stati
 #[derive(Debug, Clone)]
 pub struct LockApi {
     coord: Arc<Coordinator>,
+    admission: Arc<Admission>,
 }
 
 impl LockApi {
-    pub fn new(coord: Arc<Coordinator>) -> Self {
-        Self { coord }
+    pub fn new(coord: Arc<Coordinator>, admission: Arc<Admission>) -> Self {
+        Self { coord, admission }
     }
 }
 
@@ -184,10 +186,15 @@ impl Lock for LockApi {
         &self,
         request: Request<Streaming<pb::AcquireRequest>>,
     ) -> Result<Response<Self::AcquireStream>, Status> {
+        let permit = self.admission.holder(request.remote_addr())?;
         let mut inbound = request.into_inner();
-        let first = inbound.message().await?.ok_or_else(|| {
-            Status::invalid_argument("Acquire stream closed before its first message (acquire)")
-        })?;
+        let first = limits::first_message(
+            &mut inbound,
+            self.admission.limits().first_message_timeout,
+            &self.coord.draining(),
+            "acquire",
+        )
+        .await?;
         let spec = match first.request {
             Some(AcquireMsg::Acquire(a)) => acquire_spec(a)?,
             _ => {
@@ -203,6 +210,7 @@ impl Lock for LockApi {
         let (started_tx, started_rx) = oneshot::channel();
         let coord = self.coord.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             match coord.acquire(spec).await {
                 Ok(hold) => {
                     let _ = started_tx.send(Ok(()));

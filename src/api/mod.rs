@@ -5,6 +5,7 @@ pub mod convert;
 pub mod election;
 pub mod error;
 mod holder_stream;
+pub mod limits;
 pub mod lock;
 
 pub use election::ElectionApi;
