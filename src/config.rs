@@ -254,7 +254,46 @@ pub struct NameArgs {
     pub endpoint: EndpointArgs,
 }
 
+/// How `elect -- CMD` and `lock -- CMD` stop CMD and what they do after losing the hold.
 #[derive(Debug, Args, Clone)]
+pub struct CommandArgs {
+    /// After SIGTERM to CMD's process group, wait this long for CMD to exit before SIGKILL.
+    /// On `suspended` the wait is also cut to the gateway's `stop_within`.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub kill_grace: Duration,
+    /// After losing the hold (and stopping CMD), campaign again [default: on for `elect -- CMD`,
+    /// off for `lock`]
+    #[arg(long, overrides_with = "no_requeue")]
+    pub requeue: bool,
+    /// After losing the hold (and stopping CMD), exit instead of campaigning again
+    #[arg(long, overrides_with = "requeue")]
+    pub no_requeue: bool,
+}
+
+impl CommandArgs {
+    /// `--requeue` / `--no-requeue`, whichever came last, else `default`.
+    pub fn requeue_or(&self, default: bool) -> bool {
+        if self.requeue {
+            true
+        } else if self.no_requeue {
+            false
+        } else {
+            default
+        }
+    }
+}
+
+/// `zkgate elect NAME [-- CMD…]`.
+///
+/// With CMD, leadership and CMD go together (Curator's LeaderSelector): CMD starts when this
+/// candidate is elected, with ZKGATE_FENCING_TOKEN in its environment, in a process group of its
+/// own. On `suspended`, on the stream's end, or after `silence_limit` without any message, CMD
+/// is stopped (SIGTERM to its process group, SIGKILL after --kill-grace), the candidacy is given
+/// up, and the verb campaigns again (unless --no-requeue). A queued standby waits as long as it
+/// takes. When CMD exits by itself the candidacy is given up and the verb exits with CMD's exit
+/// code (128+N if a signal N killed it); SIGINT/SIGTERM to the verb stop CMD the same way.
+#[derive(Debug, Args, Clone)]
+#[command(after_long_help = ELECT_HELP)]
 pub struct ElectArgs {
     pub name: String,
     /// Candidate name shown to others [default: hostname-pid]
@@ -265,19 +304,59 @@ pub struct ElectArgs {
     pub value: String,
     #[command(flatten)]
     pub endpoint: EndpointArgs,
-    /// Command to run while leader; killed when leadership is lost
+    #[command(flatten)]
+    pub command_args: CommandArgs,
+    /// Command to run while leader; stopped when leadership is lost or uncertain
     #[arg(last = true)]
     pub command: Vec<String>,
 }
 
+const ELECT_HELP: &str = "\
+With -- CMD…, CMD runs exactly while this candidate leads:
+  - elected: CMD starts in its own process group, with ZKGATE_FENCING_TOKEN set to the
+    leader's fencing token.
+  - suspended (the gateway lost ZooKeeper), the stream ends, or nothing is heard for
+    silence_limit: CMD's process group gets SIGTERM, then SIGKILL after --kill-grace (on
+    suspended at most stop_within); then the candidacy is given up, and the verb campaigns
+    again (the default with CMD; --no-requeue exits 1 instead).
+  - CMD exits: the candidacy is given up and the verb exits with CMD's exit code (128+N when
+    signal N killed it).
+  - SIGINT/SIGTERM to the verb: CMD is stopped as above, the candidacy given up, and the verb
+    exits with CMD's exit code (128+N if CMD was not running).
+A queued standby waits for as long as it takes.";
+
+/// `zkgate lock NAME -- CMD…` (in the style of `consul lock`). The same rules as `elect -- CMD`,
+/// except that after losing the lock it exits 1 unless --requeue is given: re-running a job
+/// that was cut short is the caller's decision.
 #[derive(Debug, Args, Clone)]
+#[command(after_long_help = LOCK_HELP)]
 pub struct LockArgs {
     pub name: String,
+    /// Owner name shown to others [default: hostname-pid]
+    #[arg(long)]
+    pub owner: Option<String>,
     #[command(flatten)]
     pub endpoint: EndpointArgs,
+    #[command(flatten)]
+    pub command_args: CommandArgs,
+    /// Command to run while holding the lock; stopped when the lock is lost or uncertain
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
 }
+
+const LOCK_HELP: &str = "\
+CMD runs exactly while the lock is held:
+  - acquired: CMD starts in its own process group, with ZKGATE_FENCING_TOKEN set to the
+    hold's fencing token.
+  - suspended (the gateway lost ZooKeeper), the stream ends, or nothing is heard for
+    silence_limit: CMD's process group gets SIGTERM, then SIGKILL after --kill-grace (on
+    suspended at most stop_within); then the lock is released, and the verb exits 1 (with
+    --requeue it waits for the lock again and reruns CMD).
+  - CMD exits: the lock is released and the verb exits with CMD's exit code (128+N when
+    signal N killed it).
+  - SIGINT/SIGTERM to the verb: CMD is stopped as above, the lock released, and the verb
+    exits with CMD's exit code (128+N if CMD was not running).
+Waiting for the lock takes as long as it takes.";
 
 #[cfg(test)]
 mod tests {

@@ -26,8 +26,8 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Dev(args) => return zkgate::cli::dev(args).await,
-        Command::Elect(args) => zkgate::cli::elect(args).await,
-        Command::Lock(args) => zkgate::cli::lock(args).await,
+        Command::Elect(args) => return ExitCode::from(zkgate::cli::elect(args).await),
+        Command::Lock(args) => return ExitCode::from(zkgate::cli::lock(args).await),
         Command::Observe(args) => zkgate::cli::observe(args).await,
         Command::Leader(args) => zkgate::cli::leader(args).await,
     };
