@@ -93,14 +93,14 @@ pub struct ServeArgs {
     /// Distinct election/lock names that get their own metric label before `other` [default: 100]
     #[arg(long, env = "ZKGATE_METRICS_NAME_CAP")]
     pub metrics_name_cap: Option<usize>,
-    /// PEM certificate for TLS on the gRPC port
-    #[arg(long, env = "ZKGATE_TLS_CERT", requires = "tls_key")]
+    /// PEM certificate for TLS on the gRPC port (needs --tls-key; half a TLS setup is refused)
+    #[arg(long, env = "ZKGATE_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
-    /// PEM private key for TLS
-    #[arg(long, env = "ZKGATE_TLS_KEY", requires = "tls_cert")]
+    /// PEM private key for TLS (needs --tls-cert)
+    #[arg(long, env = "ZKGATE_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
-    /// PEM CA bundle: require client certificates signed by it (mTLS)
-    #[arg(long, env = "ZKGATE_TLS_CLIENT_CA", requires = "tls_cert")]
+    /// PEM CA bundle: require client certificates signed by it (mTLS; needs --tls-cert and --tls-key)
+    #[arg(long, env = "ZKGATE_TLS_CLIENT_CA")]
     pub tls_client_ca: Option<PathBuf>,
 }
 
@@ -194,6 +194,20 @@ impl ServeArgs {
         let cert = self.tls_cert.or(file.tls_cert);
         let key = self.tls_key.or(file.tls_key);
         let client_ca = self.tls_client_ca.or(file.tls_client_ca);
+        // Fail closed: half a TLS setup must not start a plaintext gateway. Checked after the
+        // merge, so each setting may come from a different source (flag, env, file).
+        match (&cert, &key) {
+            (Some(_), None) => {
+                return Err("tls_cert is set but tls_key is not (--tls-key, ZKGATE_TLS_KEY or tls_key in the config file): refusing to start without TLS".into());
+            }
+            (None, Some(_)) => {
+                return Err("tls_key is set but tls_cert is not (--tls-cert, ZKGATE_TLS_CERT or tls_cert in the config file): refusing to start without TLS".into());
+            }
+            (None, None) if client_ca.is_some() => {
+                return Err("tls_client_ca is set but tls_cert and tls_key are not: mTLS needs the server's own certificate and key; refusing to start without TLS".into());
+            }
+            _ => {}
+        }
         if let (Some(cert), Some(key)) = (cert, key) {
             let read =
                 |p: &PathBuf| std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display()));
@@ -390,6 +404,48 @@ mod tests {
         let e = parse(&["--silence-limit", "3s", "--keepalive-timeout", "2s"]).unwrap_err();
         assert!(e.contains("keepalive"), "{e}");
         assert!(parse(&["--root", "zkgate"]).is_err());
+    }
+
+    /// Half a TLS setup is refused, never served as plaintext: from flags and from the file
+    /// (the environment is checked with the real binary in tests/security.rs, since tests in
+    /// this process share one environment).
+    #[test]
+    fn half_a_tls_setup_fails_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = dir.path().join("x.pem");
+        std::fs::write(&pem, "not used").unwrap();
+        let pem = pem.to_str().unwrap();
+        for (flags, missing) in [
+            (vec!["--tls-cert", pem], "tls_key"),
+            (vec!["--tls-key", pem], "tls_cert"),
+            (vec!["--tls-client-ca", pem], "tls_cert"),
+            (vec!["--tls-cert", pem, "--tls-client-ca", pem], "tls_key"),
+        ] {
+            let e = parse(&flags).unwrap_err();
+            assert!(
+                e.contains(missing) && e.contains("refusing"),
+                "{flags:?}: {e}"
+            );
+        }
+        let p = dir.path().join("z.toml");
+        for (toml, missing) in [
+            (format!("tls_cert = {pem:?}\n"), "tls_key"),
+            (format!("tls_key = {pem:?}\n"), "tls_cert"),
+            (format!("tls_client_ca = {pem:?}\n"), "tls_cert"),
+        ] {
+            std::fs::write(&p, &toml).unwrap();
+            let e = parse(&["--config", p.to_str().unwrap()]).unwrap_err();
+            assert!(e.contains(missing) && e.contains("refusing"), "{toml}: {e}");
+        }
+        // The halves may come from different sources.
+        std::fs::write(&p, format!("tls_key = {pem:?}\n")).unwrap();
+        match parse(&["--config", p.to_str().unwrap(), "--tls-cert", pem]) {
+            Ok(r) => assert!(r.serve.tls.is_some()),
+            Err(e) => assert!(
+                !e.contains("refusing"),
+                "cert from a flag, key from the file: {e}"
+            ),
+        }
     }
 
     #[test]
