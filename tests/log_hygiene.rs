@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
 use zkgate::proto as pb;
 use zkgate::proto::acquire_request::Request as LockReq;
 use zkgate::proto::acquire_response::Event as LockEvent;
@@ -190,4 +191,48 @@ async fn leases_and_protected_ids_never_reach_the_logs_even_at_trace() {
             .all(|l| matches!(*l, "INFO" | "WARN" | "ERROR")),
         "{zk_client_levels:?}"
     );
+}
+
+/// A newline, carriage return or escape sequence in a candidate or owner name could forge a
+/// log line (they are logged when elected or acquired): INVALID_ARGUMENT, and no znode.
+#[tokio::test]
+async fn control_characters_in_candidates_and_owners_are_refused() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = gw.client().await;
+    for bad in [
+        "alice\nINFO leader elected candidate=mallory",
+        "alice\r",
+        "\u{1b}[2Jalice",
+        "alice\u{2028}bob",
+    ] {
+        let status = match open_campaign(&mut c, vec![join_msg("ctl", bad, b"")]).await {
+            Err(s) => s,
+            Ok((_tx, mut stream)) => stream.message().await.expect_err(bad),
+        };
+        assert_eq!(status.code(), Code::InvalidArgument, "{bad:?}: {status:?}");
+        assert!(status.message().contains("control character"), "{status:?}");
+
+        let mut l = LockClient::connect(gw.url()).await.unwrap();
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tx.send(pb::AcquireRequest {
+            request: Some(LockReq::Acquire(pb::AcquireLock {
+                name: "ctl".into(),
+                owner: bad.into(),
+                ..Default::default()
+            })),
+        })
+        .await
+        .unwrap();
+        let status = match l.acquire(ReceiverStream::new(rx)).await {
+            Err(s) => s,
+            Ok(r) => r.into_inner().message().await.expect_err(bad),
+        };
+        assert_eq!(status.code(), Code::InvalidArgument, "{bad:?}: {status:?}");
+    }
+    // Ordinary punctuation and non-ASCII names stay fine.
+    let mut ok = Campaign::join(&mut c, "ctl", "host-1 (pid 7) — ünïcode", b"").await;
+    ok.elected().await;
+    drop(ok);
+    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
 }
