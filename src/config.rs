@@ -37,9 +37,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Start a local ZooKeeper (from the installed distribution) plus a gateway, for trying it.
     Dev(DevArgs),
-    /// Campaign in an election; with `-- CMD…`, run CMD while leader (like `etcdctl elect`).
+    /// Campaign in an election; with `-- CMD…`, run CMD exactly while leader (like `etcdctl elect`).
     Elect(ElectArgs),
-    /// Hold a lock while running `CMD…` (like `consul lock`).
+    /// Run `CMD…` exactly while holding a lock (like `consul lock`).
     Lock(LockArgs),
     /// Print the election's leader whenever it changes.
     Observe(NameArgs),
@@ -309,6 +309,7 @@ impl CommandArgs {
 #[derive(Debug, Args, Clone)]
 #[command(after_long_help = ELECT_HELP)]
 pub struct ElectArgs {
+    /// Election name
     pub name: String,
     /// Candidate name shown to others [default: hostname-pid]
     #[arg(long)]
@@ -345,6 +346,7 @@ A queued standby waits for as long as it takes.";
 #[derive(Debug, Args, Clone)]
 #[command(after_long_help = LOCK_HELP)]
 pub struct LockArgs {
+    /// Lock name
     pub name: String,
     /// Owner name shown to others [default: hostname-pid]
     #[arg(long)]

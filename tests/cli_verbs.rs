@@ -336,7 +336,15 @@ fn running(dir: &std::path::Path, candidates: &[&str]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_zookeeper_blip_exactly_one_elect_runs_its_command() {
     let mut zk = own_zk().await;
-    let gw = Gateway::start(&zk.connect_string()).await; // T = 4 s: silence_limit 1.4 s
+    // T = 5 s (the most this ZooKeeper grants): silence_limit 1.75 s, heartbeats every 0.58 s.
+    let gw = Gateway::start_with(
+        &zk.connect_string(),
+        GatewayOpts {
+            session_timeout: Duration::from_secs(5),
+            ..Default::default()
+        },
+    )
+    .await;
     let url = gw.url();
     let dir = tempfile::tempdir().unwrap();
     let candidates = ["a", "b"];
@@ -427,7 +435,7 @@ async fn after_a_zookeeper_blip_exactly_one_elect_runs_its_command() {
         std::thread::sleep(Duration::from_millis(50));
     };
     // Stays settled, for longer than silence_limit (the queued one must not give up).
-    for _ in 0..8 {
+    for _ in 0..10 {
         std::thread::sleep(Duration::from_millis(400));
         assert_eq!(
             running(dir.path(), &candidates),
