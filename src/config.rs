@@ -37,9 +37,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Start a local ZooKeeper (from the installed distribution) plus a gateway, for trying it.
     Dev(DevArgs),
-    /// Campaign in an election; with `-- CMD…`, run CMD while leader (like `etcdctl elect`).
+    /// Campaign in an election; with `-- CMD…`, run CMD exactly while leader (like `etcdctl elect`).
     Elect(ElectArgs),
-    /// Hold a lock while running `CMD…` (like `consul lock`).
+    /// Run `CMD…` exactly while holding a lock (like `consul lock`).
     Lock(LockArgs),
     /// Print the election's leader whenever it changes.
     Observe(NameArgs),
@@ -97,14 +97,14 @@ pub struct ServeArgs {
     /// Distinct election/lock names that get their own metric label before `other` [default: 100]
     #[arg(long, env = "ZKGATE_METRICS_NAME_CAP")]
     pub metrics_name_cap: Option<usize>,
-    /// PEM certificate for TLS on the gRPC port
-    #[arg(long, env = "ZKGATE_TLS_CERT", requires = "tls_key")]
+    /// PEM certificate for TLS on the gRPC port (needs --tls-key; half a TLS setup is refused)
+    #[arg(long, env = "ZKGATE_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
-    /// PEM private key for TLS
-    #[arg(long, env = "ZKGATE_TLS_KEY", requires = "tls_cert")]
+    /// PEM private key for TLS (needs --tls-cert)
+    #[arg(long, env = "ZKGATE_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
-    /// PEM CA bundle: require client certificates signed by it (mTLS)
-    #[arg(long, env = "ZKGATE_TLS_CLIENT_CA", requires = "tls_cert")]
+    /// PEM CA bundle: require client certificates signed by it (mTLS; needs --tls-cert and --tls-key)
+    #[arg(long, env = "ZKGATE_TLS_CLIENT_CA")]
     pub tls_client_ca: Option<PathBuf>,
 }
 
@@ -201,6 +201,20 @@ impl ServeArgs {
         let cert = self.tls_cert.or(file.tls_cert);
         let key = self.tls_key.or(file.tls_key);
         let client_ca = self.tls_client_ca.or(file.tls_client_ca);
+        // Fail closed: half a TLS setup must not start a plaintext gateway. Checked after the
+        // merge, so each setting may come from a different source (flag, env, file).
+        match (&cert, &key) {
+            (Some(_), None) => {
+                return Err("tls_cert is set but tls_key is not (--tls-key, ZKGATE_TLS_KEY or tls_key in the config file): refusing to start without TLS".into());
+            }
+            (None, Some(_)) => {
+                return Err("tls_key is set but tls_cert is not (--tls-cert, ZKGATE_TLS_CERT or tls_cert in the config file): refusing to start without TLS".into());
+            }
+            (None, None) if client_ca.is_some() => {
+                return Err("tls_client_ca is set but tls_cert and tls_key are not: mTLS needs the server's own certificate and key; refusing to start without TLS".into());
+            }
+            _ => {}
+        }
         if let (Some(cert), Some(key)) = (cert, key) {
             let read =
                 |p: &PathBuf| std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display()));
@@ -261,8 +275,48 @@ pub struct NameArgs {
     pub endpoint: EndpointArgs,
 }
 
+/// How `elect -- CMD` and `lock -- CMD` stop CMD and what they do after losing the hold.
 #[derive(Debug, Args, Clone)]
+pub struct CommandArgs {
+    /// After SIGTERM to CMD's process group, wait this long for CMD to exit before SIGKILL.
+    /// On `suspended` the wait is also cut to the gateway's `stop_within`.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub kill_grace: Duration,
+    /// After losing the hold (and stopping CMD), campaign again [default: on for `elect -- CMD`,
+    /// off for `lock`]
+    #[arg(long, overrides_with = "no_requeue")]
+    pub requeue: bool,
+    /// After losing the hold (and stopping CMD), exit instead of campaigning again
+    #[arg(long, overrides_with = "requeue")]
+    pub no_requeue: bool,
+}
+
+impl CommandArgs {
+    /// `--requeue` / `--no-requeue`, whichever came last, else `default`.
+    pub fn requeue_or(&self, default: bool) -> bool {
+        if self.requeue {
+            true
+        } else if self.no_requeue {
+            false
+        } else {
+            default
+        }
+    }
+}
+
+/// `zkgate elect NAME [-- CMD…]`.
+///
+/// With CMD, leadership and CMD go together (Curator's LeaderSelector): CMD starts when this
+/// candidate is elected, with ZKGATE_FENCING_TOKEN in its environment, in a process group of its
+/// own. On `suspended`, on the stream's end, or after `silence_limit` without any message, CMD
+/// is stopped (SIGTERM to its process group, SIGKILL after --kill-grace), the candidacy is given
+/// up, and the verb campaigns again (unless --no-requeue). A queued standby waits as long as it
+/// takes. When CMD exits by itself the candidacy is given up and the verb exits with CMD's exit
+/// code (128+N if a signal N killed it); SIGINT/SIGTERM to the verb stop CMD the same way.
+#[derive(Debug, Args, Clone)]
+#[command(after_long_help = ELECT_HELP)]
 pub struct ElectArgs {
+    /// Election name
     pub name: String,
     /// Candidate name shown to others [default: hostname-pid]
     #[arg(long)]
@@ -272,19 +326,60 @@ pub struct ElectArgs {
     pub value: String,
     #[command(flatten)]
     pub endpoint: EndpointArgs,
-    /// Command to run while leader; killed when leadership is lost
+    #[command(flatten)]
+    pub command_args: CommandArgs,
+    /// Command to run while leader; stopped when leadership is lost or uncertain
     #[arg(last = true)]
     pub command: Vec<String>,
 }
 
+const ELECT_HELP: &str = "\
+With -- CMD…, CMD runs exactly while this candidate leads:
+  - elected: CMD starts in its own process group, with ZKGATE_FENCING_TOKEN set to the
+    leader's fencing token.
+  - suspended (the gateway lost ZooKeeper), the stream ends, or nothing is heard for
+    silence_limit: CMD's process group gets SIGTERM, then SIGKILL after --kill-grace (on
+    suspended at most stop_within); then the candidacy is given up, and the verb campaigns
+    again (the default with CMD; --no-requeue exits 1 instead).
+  - CMD exits: the candidacy is given up and the verb exits with CMD's exit code (128+N when
+    signal N killed it).
+  - SIGINT/SIGTERM to the verb: CMD is stopped as above, the candidacy given up, and the verb
+    exits with CMD's exit code (128+N if CMD was not running).
+A queued standby waits for as long as it takes.";
+
+/// `zkgate lock NAME -- CMD…` (in the style of `consul lock`). The same rules as `elect -- CMD`,
+/// except that after losing the lock it exits 1 unless --requeue is given: re-running a job
+/// that was cut short is the caller's decision.
 #[derive(Debug, Args, Clone)]
+#[command(after_long_help = LOCK_HELP)]
 pub struct LockArgs {
+    /// Lock name
     pub name: String,
+    /// Owner name shown to others [default: hostname-pid]
+    #[arg(long)]
+    pub owner: Option<String>,
     #[command(flatten)]
     pub endpoint: EndpointArgs,
+    #[command(flatten)]
+    pub command_args: CommandArgs,
+    /// Command to run while holding the lock; stopped when the lock is lost or uncertain
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
 }
+
+const LOCK_HELP: &str = "\
+CMD runs exactly while the lock is held:
+  - acquired: CMD starts in its own process group, with ZKGATE_FENCING_TOKEN set to the
+    hold's fencing token.
+  - suspended (the gateway lost ZooKeeper), the stream ends, or nothing is heard for
+    silence_limit: CMD's process group gets SIGTERM, then SIGKILL after --kill-grace (on
+    suspended at most stop_within); then the lock is released, and the verb exits 1 (with
+    --requeue it waits for the lock again and reruns CMD).
+  - CMD exits: the lock is released and the verb exits with CMD's exit code (128+N when
+    signal N killed it).
+  - SIGINT/SIGTERM to the verb: CMD is stopped as above, the lock released, and the verb
+    exits with CMD's exit code (128+N if CMD was not running).
+Waiting for the lock takes as long as it takes.";
 
 #[cfg(test)]
 mod tests {
@@ -318,6 +413,48 @@ mod tests {
         let e = parse(&["--silence-limit", "3s", "--keepalive-timeout", "2s"]).unwrap_err();
         assert!(e.contains("keepalive"), "{e}");
         assert!(parse(&["--root", "zkgate"]).is_err());
+    }
+
+    /// Half a TLS setup is refused, never served as plaintext: from flags and from the file
+    /// (the environment is checked with the real binary in tests/security.rs, since tests in
+    /// this process share one environment).
+    #[test]
+    fn half_a_tls_setup_fails_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = dir.path().join("x.pem");
+        std::fs::write(&pem, "not used").unwrap();
+        let pem = pem.to_str().unwrap();
+        for (flags, missing) in [
+            (vec!["--tls-cert", pem], "tls_key"),
+            (vec!["--tls-key", pem], "tls_cert"),
+            (vec!["--tls-client-ca", pem], "tls_cert"),
+            (vec!["--tls-cert", pem, "--tls-client-ca", pem], "tls_key"),
+        ] {
+            let e = parse(&flags).unwrap_err();
+            assert!(
+                e.contains(missing) && e.contains("refusing"),
+                "{flags:?}: {e}"
+            );
+        }
+        let p = dir.path().join("z.toml");
+        for (toml, missing) in [
+            (format!("tls_cert = {pem:?}\n"), "tls_key"),
+            (format!("tls_key = {pem:?}\n"), "tls_cert"),
+            (format!("tls_client_ca = {pem:?}\n"), "tls_cert"),
+        ] {
+            std::fs::write(&p, &toml).unwrap();
+            let e = parse(&["--config", p.to_str().unwrap()]).unwrap_err();
+            assert!(e.contains(missing) && e.contains("refusing"), "{toml}: {e}");
+        }
+        // The halves may come from different sources.
+        std::fs::write(&p, format!("tls_key = {pem:?}\n")).unwrap();
+        match parse(&["--config", p.to_str().unwrap(), "--tls-cert", pem]) {
+            Ok(r) => assert!(r.serve.tls.is_some()),
+            Err(e) => assert!(
+                !e.contains("refusing"),
+                "cert from a flag, key from the file: {e}"
+            ),
+        }
     }
 
     #[test]

@@ -11,16 +11,20 @@
 //! - [`metrics`]: every metric name, described once; [`grpc_metrics`]: the tower layer that
 //!   counts gRPC calls.
 //! - [`config`]: the command line (`serve`, `dev`, client verbs).
+//! - [`logging`]: the binary's log setup (`ZKGATE_LOG`; the ZooKeeper client capped at `info`).
 //! - [`localzk`]: start and stop real local ZooKeeper servers (`zkgate dev`, tests).
-//! - [`cli`]: the client verbs `elect`, `observe`, `leader`.
+//! - [`cli`]: the client verbs `elect`, `lock`, `observe`, `leader`; [`held_command`]: the
+//!   CMD that `elect -- CMD` / `lock -- CMD` run while they hold, in its own process group.
 
 pub mod api;
 pub mod cli;
 pub mod config;
 pub mod coord;
 pub mod grpc_metrics;
+pub mod held_command;
 pub mod http;
 pub mod localzk;
+pub mod logging;
 pub mod metrics;
 pub mod proto;
 pub mod server;

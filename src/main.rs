@@ -4,30 +4,17 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tokio::net::TcpListener;
-use tracing_subscriber::EnvFilter;
 use zkgate::config::{Cli, Command};
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = EnvFilter::try_from_env("ZKGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    if cli.log_json {
-        tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .init();
-    } else {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .init();
-    }
+    zkgate::logging::init(cli.log_json);
     let result = match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Dev(args) => return zkgate::cli::dev(args).await,
-        Command::Elect(args) => zkgate::cli::elect(args).await,
-        Command::Lock(args) => zkgate::cli::lock(args).await,
+        Command::Elect(args) => return ExitCode::from(zkgate::cli::elect(args).await),
+        Command::Lock(args) => return ExitCode::from(zkgate::cli::lock(args).await),
         Command::Observe(args) => zkgate::cli::observe(args).await,
         Command::Leader(args) => zkgate::cli::leader(args).await,
     };

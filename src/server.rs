@@ -168,9 +168,15 @@ pub async fn run_with(
         shutdown.await;
         tracing::info!("draining: ending streams, releasing znodes, closing the ZooKeeper session");
         health_task.abort();
-        health_reporter
-            .set_service_status("", ServingStatus::NotServing)
-            .await;
+        // Wait until it is really gone: a poll in progress on another thread could otherwise
+        // still write SERVING after the NOT_SERVING below.
+        let _ = health_task.await;
+        // Every name a client may check: the server ("") and each zkgate service.
+        for svc in HEALTH_SERVICES {
+            health_reporter
+                .set_service_status(svc, ServingStatus::NotServing)
+                .await;
+        }
         drain_coord.drain(grace).await;
     };
     let local = listener.local_addr().ok();
@@ -203,6 +209,10 @@ fn incoming(
     })
 }
 
+/// The names health answers for: the whole server (`""`) and each zkgate service. They all
+/// follow the ZooKeeper connection, and all turn `NOT_SERVING` on drain.
+const HEALTH_SERVICES: [&str; 3] = ["", "zkgate.v1.Election", "zkgate.v1.Lock"];
+
 /// Health is `SERVING` only while a ZooKeeper session is connected.
 async fn follow_health(coord: Arc<Coordinator>, reporter: tonic_health::server::HealthReporter) {
     loop {
@@ -211,7 +221,7 @@ async fn follow_health(coord: Arc<Coordinator>, reporter: tonic_health::server::
         } else {
             ServingStatus::NotServing
         };
-        for svc in ["", "zkgate.v1.Election", "zkgate.v1.Lock"] {
+        for svc in HEALTH_SERVICES {
             reporter.set_service_status(svc, status).await;
         }
         coord.connection_changed().await;

@@ -47,3 +47,50 @@ async fn drain_ends_streams_unavailable_and_removes_znodes_at_once() {
     // Gone now, well before a 5 s session could have expired.
     wait_no_members(&zkc, &root, Duration::from_millis(500)).await;
 }
+
+/// On drain every name health answers for turns NOT_SERVING — the zkgate services too, not
+/// only the server's "" — so a load balancer that checks `zkgate.v1.Election` stops sending.
+#[tokio::test]
+async fn drain_turns_health_not_serving_for_every_service() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::HealthCheckRequest;
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut health = health_client(&gw).await;
+    let mut watches = Vec::new();
+    for service in ["", "zkgate.v1.Election", "zkgate.v1.Lock"] {
+        let mut w = health
+            .watch(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        // The current status first, then every change: wait for SERVING.
+        loop {
+            let m = tokio::time::timeout(STEP, w.message())
+                .await
+                .expect("a health status in time")
+                .unwrap()
+                .expect("watch open");
+            if m.status == ServingStatus::Serving as i32 {
+                break;
+            }
+        }
+        watches.push((service, w));
+    }
+    // Drain, and keep reading while it runs (the open watches hold the server until dropped).
+    let stopping = tokio::spawn(gw.stop());
+    for (service, w) in &mut watches {
+        loop {
+            match tokio::time::timeout(STEP, w.message()).await {
+                Ok(Ok(Some(m))) if m.status == ServingStatus::NotServing as i32 => break,
+                Ok(Ok(Some(_))) => continue,
+                other => panic!("{service:?}: no NOT_SERVING on drain: {other:?}"),
+            }
+        }
+    }
+    drop(watches);
+    drop(health);
+    stopping.await.unwrap();
+}

@@ -233,3 +233,46 @@ async fn tls_and_mutual_tls_on_the_grpc_port() {
     };
     assert!(refused);
 }
+
+/// Half a TLS setup from the environment is refused at startup, never served as plaintext
+/// (flags and the config file: the unit tests in src/config.rs).
+#[test]
+fn half_a_tls_setup_from_the_environment_fails_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = dir.path().join("x.pem");
+    std::fs::write(&pem, "unused").unwrap();
+    for (var, missing) in [
+        ("ZKGATE_TLS_CERT", "tls_key"),
+        ("ZKGATE_TLS_KEY", "tls_cert"),
+        ("ZKGATE_TLS_CLIENT_CA", "tls_cert"),
+    ] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_zkgate"));
+        // Nothing else from this environment may help or hinder.
+        for (k, _) in std::env::vars() {
+            if k.starts_with("ZKGATE_") {
+                cmd.env_remove(k);
+            }
+        }
+        let out = cmd
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--http",
+                "127.0.0.1:0",
+                // Nothing listens there: the gateway must refuse before it would try.
+                "--zk",
+                "127.0.0.1:1",
+            ])
+            .env(var, &pem)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{var}: {err}");
+        assert!(
+            err.contains(missing) && err.contains("refusing to start without TLS"),
+            "{var}: {err}"
+        );
+    }
+}

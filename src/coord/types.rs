@@ -103,7 +103,8 @@ pub struct Participant(String);
 
 impl Participant {
     /// # Errors
-    /// [`InvalidInput`] when empty or longer than 200 characters.
+    /// [`InvalidInput`] when empty, longer than 200 characters, or containing a control
+    /// character or a Unicode line/paragraph separator.
     pub fn new(field: &'static str, s: impl Into<String>) -> Result<Self, InvalidInput> {
         let s = s.into();
         if s.trim().is_empty() {
@@ -112,6 +113,17 @@ impl Participant {
         let len = s.chars().count();
         if len > MAX_NAME_LEN {
             return Err(InvalidInput::TooLong { field, len });
+        }
+        // Shown in logs and on operators' terminals: a newline, carriage return or escape
+        // sequence could forge a log line or repaint a terminal.
+        if let Some(bad) = s
+            .chars()
+            .find(|&c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
+        {
+            return Err(InvalidInput::Other(format!(
+                "{field} {:?} contains the control character {bad:?}; control characters and line separators are not allowed",
+                s.chars().take(60).collect::<String>()
+            )));
         }
         Ok(Self(s))
     }

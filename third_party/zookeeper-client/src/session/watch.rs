@@ -366,7 +366,11 @@ impl WatchManager {
         use EventType::*;
         match event.event_type {
             NodeCreated | NodeDeleted | NodeDataChanged | NodeChildrenChanged => self.dispatch_path_event(event, depot),
-            _ => error!("unexpected server watch event {:?}", event),
+            // zkgate: never the path (it may carry a protected id); see PATCHED.md.
+            _ => error!(
+                "unexpected server watch event {:?} in state {:?} (zxid {})",
+                event.event_type, event.session_state, event.zxid
+            ),
         }
     }
 
