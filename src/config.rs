@@ -97,6 +97,21 @@ pub struct ServeArgs {
     /// Distinct election/lock names that get their own metric label before `other` [default: 100]
     #[arg(long, env = "ZKGATE_METRICS_NAME_CAP")]
     pub metrics_name_cap: Option<usize>,
+    /// Open Campaign + Acquire streams on this gateway; past it RESOURCE_EXHAUSTED [default: 50000]
+    #[arg(long, env = "ZKGATE_MAX_HOLDER_STREAMS")]
+    pub max_holder_streams: Option<usize>,
+    /// Open Campaign + Acquire streams per client connection [default: 1000]
+    #[arg(long, env = "ZKGATE_MAX_HOLDER_STREAMS_PER_CONNECTION")]
+    pub max_holder_streams_per_connection: Option<usize>,
+    /// Open Observe streams per client connection [default: 1000]
+    #[arg(long, env = "ZKGATE_MAX_OBSERVE_STREAMS_PER_CONNECTION")]
+    pub max_observe_streams_per_connection: Option<usize>,
+    /// Distinct elections + locks in use on this gateway at once [default: 10000]
+    #[arg(long, env = "ZKGATE_MAX_QUEUES")]
+    pub max_queues: Option<usize>,
+    /// A Campaign/Acquire stream must send join/acquire within this [default: 10s]
+    #[arg(long, env = "ZKGATE_FIRST_MESSAGE_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub first_message_timeout: Option<Duration>,
     /// PEM certificate for TLS on the gRPC port (needs --tls-key; half a TLS setup is refused)
     #[arg(long, env = "ZKGATE_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
@@ -132,6 +147,12 @@ struct FileConfig {
     keepalive_timeout: Option<Duration>,
     zk_digest: Option<String>,
     metrics_name_cap: Option<usize>,
+    max_holder_streams: Option<usize>,
+    max_holder_streams_per_connection: Option<usize>,
+    max_observe_streams_per_connection: Option<usize>,
+    max_queues: Option<usize>,
+    #[serde(with = "humantime_serde")]
+    first_message_timeout: Option<Duration>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
@@ -198,6 +219,29 @@ impl ServeArgs {
             .metrics_name_cap
             .or(file.metrics_name_cap)
             .unwrap_or(crate::metrics::DEFAULT_NAME_LABEL_CAP);
+        let defaults = crate::api::limits::StreamLimits::default();
+        serve.limits = crate::api::limits::StreamLimits {
+            holder_streams_per_gateway: self
+                .max_holder_streams
+                .or(file.max_holder_streams)
+                .unwrap_or(defaults.holder_streams_per_gateway),
+            holder_streams_per_connection: self
+                .max_holder_streams_per_connection
+                .or(file.max_holder_streams_per_connection)
+                .unwrap_or(defaults.holder_streams_per_connection),
+            observe_streams_per_connection: self
+                .max_observe_streams_per_connection
+                .or(file.max_observe_streams_per_connection)
+                .unwrap_or(defaults.observe_streams_per_connection),
+            first_message_timeout: self
+                .first_message_timeout
+                .or(file.first_message_timeout)
+                .unwrap_or(defaults.first_message_timeout),
+        };
+        serve.coord.max_queues = self
+            .max_queues
+            .or(file.max_queues)
+            .unwrap_or(crate::coord::DEFAULT_MAX_QUEUES);
         let cert = self.tls_cert.or(file.tls_cert);
         let key = self.tls_key.or(file.tls_key);
         let client_ca = self.tls_client_ca.or(file.tls_client_ca);

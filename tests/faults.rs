@@ -1234,7 +1234,7 @@ async fn ensemble_with_peer_cutters(
 /// the waiter on another gateway (connected to the quorum side) is elected.
 async fn follower_partition(name: &'static str, t: Duration, sync_limit: u32) {
     let _serial = serial().lock().await;
-    let (mut zk, cutters) = ensemble_with_peer_cutters(sync_limit).await;
+    let (zk, cutters) = ensemble_with_peer_cutters(sync_limit).await;
     let leader = zk.leader_index().await.expect("the ensemble has a leader");
     let f = (0..3).find(|&i| i != leader).unwrap();
     let quorum_side: Vec<String> = (0..3)

@@ -26,6 +26,9 @@ use self::zk::RequestCounter;
 
 pub const DEFAULT_ROOT: &str = "/zkgate";
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Distinct queues (elections + locks) one gateway serves at once, by default: each is an actor
+/// with a persistent watch on the server.
+pub const DEFAULT_MAX_QUEUES: usize = 10_000;
 /// ZooKeeper's own default `tickTime` (and Debian's `zoo.cfg`): assumed unless configured.
 pub const DEFAULT_ZK_TICK_TIME: Duration = Duration::from_secs(2);
 
@@ -52,6 +55,9 @@ pub struct CoordConfig {
     /// tick, so the G2 deadline allows for that lag (see `session::SessionTiming::quorum_lag`).
     /// Overstating it only shortens `stop_within`; understating it weakens G2.
     pub zk_tick_time: Option<Duration>,
+    /// Distinct queues (elections + locks) in use on this gateway at once; a stream or read
+    /// that needs one more gets `ResourceExhausted` (G10).
+    pub max_queues: usize,
 }
 
 impl CoordConfig {
@@ -66,6 +72,7 @@ impl CoordConfig {
             silence_limit: None,
             zk_digest: None,
             zk_tick_time: None,
+            max_queues: DEFAULT_MAX_QUEUES,
         }
     }
 
@@ -150,12 +157,14 @@ impl Coordinator {
         let counter = Arc::new(RequestCounter::default());
         let shutdown = CancellationToken::new();
         let supervisors = TaskTracker::new();
+        let live_queues = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut slots = Vec::new();
         for _ in 0..cfg.pool_size.max(1) {
             let (tx, rx) = watch::channel(None);
             supervisors.spawn(session::supervise_slot(
                 cfg.clone(),
                 counter.clone(),
+                live_queues.clone(),
                 tx,
                 shutdown.clone(),
             ));

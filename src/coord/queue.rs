@@ -26,7 +26,7 @@ use zookeeper_client as zkc;
 use zookeeper_client::{EventType, SessionState, WatchedEvent};
 
 use super::record::{now_ms, NodeRecord};
-use super::session::ZkSession;
+use super::session::{QueueSlot, ZkSession};
 use super::types::{FencingToken, LeaderInfo, MemberName, QueueKind, QueueName};
 
 /// What observers see of a queue.
@@ -95,6 +95,8 @@ pub struct QueueHandle {
     pub path: String,
     cmd: mpsc::UnboundedSender<Command>,
     view: watch::Receiver<QueueView>,
+    /// The gateway's `max_queues` place, given back when the last user drops the handle.
+    _slot: QueueSlot,
 }
 
 impl QueueHandle {
@@ -106,6 +108,7 @@ impl QueueHandle {
         session: Arc<ZkSession>,
         kind: QueueKind,
         name: QueueName,
+        slot: QueueSlot,
     ) -> Result<Arc<Self>, zkc::Error> {
         let path = session.queue_path(kind, &name);
         let watcher = session.zk.watch_queue(&path).await?;
@@ -134,6 +137,7 @@ impl QueueHandle {
             path,
             cmd: cmd_tx,
             view: view_rx,
+            _slot: slot,
         }))
     }
 

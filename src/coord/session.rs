@@ -22,6 +22,7 @@
 //! the quorum's last contact, the one that stays true when the gateway itself was frozen.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -317,6 +318,8 @@ pub struct ZkSession {
     queues: Mutex<HashMap<(QueueKind, QueueName), Weak<QueueHandle>>>,
     /// Background releases (znode deletes) still running: a drain waits for them.
     pub(crate) releases: tokio_util::task::TaskTracker,
+    /// Queues alive on every session of the gateway (the `max_queues` limit).
+    live_queues: Arc<AtomicUsize>,
     /// Send time of the newest liveness probe ZooKeeper answered (kept by `follow_session`):
     /// the server heard from this session no earlier than this.
     last_answered: Mutex<Instant>,
@@ -356,11 +359,15 @@ impl ZkSession {
 
     /// The queue actor for `name` on this session, started on first use. One persistent watch
     /// per queue per session, shared by every local candidate and observer (G4).
+    ///
+    /// # Errors
+    /// `ResourceExhausted` when the gateway already serves `max_queues` distinct queues;
+    /// ZooKeeper errors placing the watch or listing the queue.
     pub async fn queue(
         self: &Arc<Self>,
         kind: QueueKind,
         name: &QueueName,
-    ) -> Result<Arc<QueueHandle>, zkc::Error> {
+    ) -> Result<Arc<QueueHandle>, CoordError> {
         let key = (kind, name.clone());
         if let Some(q) = self
             .queues
@@ -373,7 +380,8 @@ impl ZkSession {
                 return Ok(q);
             }
         }
-        let q = QueueHandle::start(self.clone(), kind, name.clone()).await?;
+        let slot = QueueSlot::reserve(&self.live_queues, self.cfg.max_queues)?;
+        let q = QueueHandle::start(self.clone(), kind, name.clone(), slot).await?;
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         // Another task may have started one meanwhile: keep the first, drop ours.
         if let Some(existing) = queues.get(&key).and_then(Weak::upgrade) {
@@ -422,6 +430,29 @@ impl ZkSession {
     }
 }
 
+/// One of the gateway's `max_queues` places, held by a queue's handle for as long as it lives.
+#[derive(Debug)]
+pub struct QueueSlot(Arc<AtomicUsize>);
+
+impl QueueSlot {
+    fn reserve(live: &Arc<AtomicUsize>, max: usize) -> Result<Self, CoordError> {
+        if live.fetch_add(1, Ordering::AcqRel) >= max {
+            live.fetch_sub(1, Ordering::AcqRel);
+            crate::metrics::limit_rejected("queues_per_gateway");
+            return Err(CoordError::ResourceExhausted(format!(
+                "limit reached: distinct elections and locks in use on this gateway (--max-queues = {max}); use fewer names at once or another gateway"
+            )));
+        }
+        Ok(Self(live.clone()))
+    }
+}
+
+impl Drop for QueueSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// A slot of the session pool: the current session, if any.
 pub type Slot = watch::Receiver<Option<Arc<ZkSession>>>;
 
@@ -429,6 +460,7 @@ pub type Slot = watch::Receiver<Option<Arc<ZkSession>>>;
 pub async fn supervise_slot(
     cfg: Arc<CoordConfig>,
     counter: Arc<RequestCounter>,
+    live_queues: Arc<AtomicUsize>,
     slot: watch::Sender<Option<Arc<ZkSession>>>,
     shutdown: CancellationToken,
 ) {
@@ -469,6 +501,7 @@ pub async fn supervise_slot(
             link: link_rx,
             queues: Mutex::new(HashMap::new()),
             releases: tokio_util::task::TaskTracker::new(),
+            live_queues: live_queues.clone(),
             last_answered: Mutex::new(Instant::now()),
         });
         tracing::info!(

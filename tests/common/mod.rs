@@ -82,6 +82,8 @@ pub struct GatewayOpts {
     /// The ZooKeeper's tickTime (default: the harness's, `LocalZkOptions::default()`).
     pub zk_tick_time: Option<Duration>,
     pub silence_limit: Option<Duration>,
+    pub limits: Option<zkgate::api::limits::StreamLimits>,
+    pub max_queues: Option<usize>,
 }
 
 impl Default for GatewayOpts {
@@ -93,6 +95,8 @@ impl Default for GatewayOpts {
             zk_sessions: None,
             zk_tick_time: None,
             silence_limit: None,
+            limits: None,
+            max_queues: None,
         }
     }
 }
@@ -122,13 +126,19 @@ impl Gateway {
                 .unwrap_or(LocalZkOptions::default().tick_time),
         );
         coord_cfg.silence_limit = opts.silence_limit;
+        if let Some(n) = opts.max_queues {
+            coord_cfg.max_queues = n;
+        }
         if let Some(m) = opts.max_value_bytes {
             coord_cfg.max_value_bytes = m;
         }
         if let Some(n) = opts.zk_sessions {
             coord_cfg.pool_size = n;
         }
-        let cfg = ServeConfig::new(coord_cfg.clone());
+        let mut cfg = ServeConfig::new(coord_cfg.clone());
+        if let Some(limits) = opts.limits {
+            cfg.limits = limits;
+        }
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

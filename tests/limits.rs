@@ -1,0 +1,278 @@
+//! G10 limits: past each configured limit the caller gets `RESOURCE_EXHAUSTED` naming the limit
+//! and its value (never a transport error or a hang), `zkgate_limit_rejections_total{limit}`
+//! counts it, the streams already admitted keep working, and a place given back is usable
+//! again. A holder stream that sends no first message ends `DEADLINE_EXCEEDED` and never delays
+//! a drain.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+use zkgate::api::limits::StreamLimits;
+use zkgate::proto as pb;
+
+/// The value of `zkgate_limit_rejections_total{limit="…"}` on the process's /metrics.
+async fn rejections(gw: &Gateway, limit: &str) -> u64 {
+    let mut s = tokio::net::TcpStream::connect(gw.http).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.unwrap();
+    let needle = format!("zkgate_limit_rejections_total{{limit=\"{limit}\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&needle))
+        .map(|v| v.trim().parse::<f64>().unwrap() as u64)
+        .unwrap_or(0)
+}
+
+/// Opens a Campaign stream and returns its first answer: `Ok(lease)` or the refusal.
+async fn try_join(
+    c: &mut zkgate::proto::election_client::ElectionClient<tonic::transport::Channel>,
+    election: &str,
+    name: &str,
+) -> (Result<Campaign, tonic::Status>,) {
+    match open_campaign(c, vec![join_msg(election, name, b"")]).await {
+        Err(status) => (Err(status),),
+        Ok((tx, mut stream)) => match stream.message().await {
+            Ok(Some(pb::CampaignResponse {
+                event: Some(pb::campaign_response::Event::Queued(q)),
+            })) => (Ok(Campaign {
+                tx,
+                stream,
+                lease: q.lease,
+                position: q.position,
+            }),),
+            Ok(other) => panic!("unexpected first message {other:?}"),
+            Err(status) => (Err(status),),
+        },
+    }
+}
+
+#[tokio::test]
+async fn holder_streams_per_connection_and_per_gateway() {
+    let zk = shared_zk();
+    let gw = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            limits: Some(StreamLimits {
+                holder_streams_per_gateway: 30,
+                holder_streams_per_connection: 20,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    let per_conn_before = rejections(&gw, "holder_streams_per_connection").await;
+    let per_gw_before = rejections(&gw, "holder_streams_per_gateway").await;
+    // A bystander leader on its own connection, admitted first.
+    let mut bc = gw.client().await;
+    let mut bystander = Campaign::join(&mut bc, "bystander", "b", b"").await;
+    bystander.elected().await;
+
+    let mut c1 = gw.client().await;
+    let mut held = Vec::new();
+    let mut refused = Vec::new();
+    for i in 0..25 {
+        match try_join(&mut c1, "crowd", &format!("c1-{i}")).await.0 {
+            Ok(c) => held.push(c),
+            Err(s) => refused.push(s),
+        }
+    }
+    assert_eq!(held.len(), 20, "the per-connection limit admits 20");
+    for s in &refused {
+        assert_eq!(s.code(), Code::ResourceExhausted, "{s:?}");
+        assert!(
+            s.message()
+                .contains("--max-holder-streams-per-connection = 20"),
+            "{s:?}"
+        );
+    }
+    // Another connection: 30 per gateway, 21 used.
+    let mut c2 = gw.client().await;
+    let mut refused2 = Vec::new();
+    for i in 0..12 {
+        match try_join(&mut c2, "crowd", &format!("c2-{i}")).await.0 {
+            Ok(c) => held.push(c),
+            Err(s) => refused2.push(s),
+        }
+    }
+    assert_eq!(held.len(), 29);
+    assert_eq!(refused2.len(), 3);
+    for s in &refused2 {
+        assert_eq!(s.code(), Code::ResourceExhausted, "{s:?}");
+        assert!(s.message().contains("--max-holder-streams = 30"), "{s:?}");
+    }
+    assert_eq!(
+        rejections(&gw, "holder_streams_per_connection").await - per_conn_before,
+        5
+    );
+    assert_eq!(
+        rejections(&gw, "holder_streams_per_gateway").await - per_gw_before,
+        3
+    );
+    // The bystander heard nothing but heartbeats meanwhile, and the crowd's head leads.
+    bystander.quiet_for(Duration::from_millis(300)).await;
+    assert_eq!(held[0].elected().await.candidate, "c1-0");
+
+    // Places given back are usable again.
+    held.truncate(10);
+    let deadline = Instant::now() + STEP;
+    let again = loop {
+        match try_join(&mut c2, "crowd", "again").await.0 {
+            Ok(c) => break c,
+            Err(s) => {
+                assert_eq!(s.code(), Code::ResourceExhausted);
+                assert!(Instant::now() < deadline, "places never given back");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    drop((again, held, bystander));
+    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn observe_streams_per_connection_and_queues_per_gateway() {
+    let zk = shared_zk();
+    let gw = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            limits: Some(StreamLimits {
+                observe_streams_per_connection: 3,
+                ..Default::default()
+            }),
+            max_queues: Some(4),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = gw.client().await;
+    let mut observers = Vec::new();
+    for _ in 0..3 {
+        observers.push(observe(&mut c, "watched").await);
+    }
+    let e = c
+        .observe(pb::ObserveRequest {
+            election: "watched".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message()
+            .contains("--max-observe-streams-per-connection = 3"),
+        "{e:?}"
+    );
+    // Another connection has places of its own.
+    let mut c2 = gw.client().await;
+    let _other = observe(&mut c2, "watched").await;
+
+    // Queues: "watched" is one; three more elections fit, the fifth distinct name does not.
+    let before = rejections(&gw, "queues_per_gateway").await;
+    let mut held = Vec::new();
+    for i in 0..3 {
+        held.push(Campaign::join(&mut c2, &format!("q{i}"), "x", b"").await);
+    }
+    let e = try_join(&mut c2, "q3", "x").await.0.err().expect("refused");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("--max-queues = 4"), "{e:?}");
+    assert_eq!(rejections(&gw, "queues_per_gateway").await - before, 1);
+    // An existing queue still takes more members.
+    let _more = Campaign::join(&mut c2, "q0", "y", b"").await;
+    // Once a queue's last stream goes, its place is free.
+    held.remove(1);
+    let deadline = Instant::now() + STEP;
+    let _fresh = loop {
+        match try_join(&mut c2, "q3", "x").await.0 {
+            Ok(c) => break c,
+            Err(s) => {
+                assert_eq!(s.code(), Code::ResourceExhausted);
+                assert!(Instant::now() < deadline, "queue place never given back");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+}
+
+#[tokio::test]
+async fn a_silent_holder_stream_times_out_and_never_delays_a_drain() {
+    let zk = shared_zk();
+    let gw = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            limits: Some(StreamLimits {
+                first_message_timeout: Duration::from_millis(500),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    let before = rejections(&gw, "first_message_timeout").await;
+    let mut c = gw.client().await;
+    let (_tx, rx) = mpsc::channel::<pb::CampaignRequest>(1);
+    let started = Instant::now();
+    let e = match c.campaign(ReceiverStream::new(rx)).await {
+        Err(s) => s,
+        Ok(resp) => resp.into_inner().message().await.unwrap_err(),
+    };
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e:?}");
+    assert!(e.message().contains("first-message timeout"), "{e:?}");
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert_eq!(rejections(&gw, "first_message_timeout").await - before, 1);
+    gw.stop().await;
+
+    // A gateway whose first-message timeout is long: a silent stream must not hold up SIGTERM.
+    // One holder stream per gateway, so a refusal proves the silent stream is being served.
+    let gw = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            limits: Some(StreamLimits {
+                first_message_timeout: Duration::from_secs(60),
+                holder_streams_per_gateway: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = gw.client().await;
+    let mut silent = gw.client().await;
+    let (_tx, rx) = mpsc::channel::<pb::CampaignRequest>(1);
+    let pending = tokio::spawn(async move {
+        match silent.campaign(ReceiverStream::new(rx)).await {
+            Err(s) => s,
+            Ok(resp) => resp.into_inner().message().await.unwrap_err(),
+        }
+    });
+    let deadline = Instant::now() + STEP;
+    loop {
+        match try_join(&mut c, "probe", "p").await.0 {
+            Err(s) if s.code() == Code::ResourceExhausted => break,
+            other => {
+                drop(other);
+                assert!(
+                    Instant::now() < deadline,
+                    "the silent stream never reached the gateway"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    let stopping = Instant::now();
+    gw.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "drain took {:?}",
+        stopping.elapsed()
+    );
+    let e = pending.await.unwrap();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+}
