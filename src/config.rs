@@ -109,6 +109,9 @@ pub struct ServeArgs {
     /// Distinct elections + locks in use on this gateway at once [default: 10000]
     #[arg(long, env = "ZKGATE_MAX_QUEUES")]
     pub max_queues: Option<usize>,
+    /// Proclaimed bytes in flight per ZooKeeper session; in-stream proclaims wait, Proclaim by lease gets RESOURCE_EXHAUSTED [default: 4194304]
+    #[arg(long, env = "ZKGATE_MAX_PROCLAIM_BYTES_IN_FLIGHT")]
+    pub max_proclaim_bytes_in_flight: Option<usize>,
     /// A Campaign/Acquire stream must send join/acquire within this [default: 10s]
     #[arg(long, env = "ZKGATE_FIRST_MESSAGE_TIMEOUT", value_parser = humantime::parse_duration)]
     pub first_message_timeout: Option<Duration>,
@@ -151,6 +154,7 @@ struct FileConfig {
     max_holder_streams_per_connection: Option<usize>,
     max_observe_streams_per_connection: Option<usize>,
     max_queues: Option<usize>,
+    max_proclaim_bytes_in_flight: Option<usize>,
     #[serde(with = "humantime_serde")]
     first_message_timeout: Option<Duration>,
     tls_cert: Option<PathBuf>,
@@ -242,6 +246,10 @@ impl ServeArgs {
             .max_queues
             .or(file.max_queues)
             .unwrap_or(crate::coord::DEFAULT_MAX_QUEUES);
+        serve.coord.max_proclaim_bytes_in_flight = self
+            .max_proclaim_bytes_in_flight
+            .or(file.max_proclaim_bytes_in_flight)
+            .unwrap_or(crate::coord::DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT);
         let cert = self.tls_cert.or(file.tls_cert);
         let key = self.tls_key.or(file.tls_key);
         let client_ca = self.tls_client_ca.or(file.tls_client_ca);

@@ -212,6 +212,9 @@ pub struct LocalZkOptions {
     /// `maxSessionTimeout`, when set: the server grants no longer session (tests of a
     /// gateway whose requested timeout is cut down). `None`: ZooKeeper's 20 ticks.
     pub max_session_timeout: Option<Duration>,
+    /// How often the server reaps empty container znodes (`znode.container.checkIntervalMs`,
+    /// with no per-minute cap when set). `None`: ZooKeeper's default, once a minute.
+    pub container_check_interval: Option<Duration>,
     /// `syncLimit` of an ensemble, in ticks (default 5): how long a follower cut off from its
     /// leader keeps serving its clients by itself.
     pub sync_limit: u32,
@@ -252,6 +255,7 @@ impl Default for LocalZkOptions {
         Self {
             tick_time: Duration::from_millis(250),
             max_session_timeout: None,
+            container_check_interval: None,
             sync_limit: 5,
             peer_route: None,
             max_client_cnxns: 0,
@@ -311,6 +315,7 @@ pub struct LocalZk {
     tick_time: Duration,
     max_client_cnxns: u32,
     max_session_timeout: Option<Duration>,
+    container_check_interval: Option<Duration>,
     sync_limit: u32,
     peer_route: Option<PeerRoute>,
     /// `false` for [`LocalZk::start_standalone`]: no `server.N` lines.
@@ -422,6 +427,7 @@ impl LocalZk {
             tick_time: opts.tick_time,
             max_client_cnxns: opts.max_client_cnxns,
             max_session_timeout: opts.max_session_timeout,
+            container_check_interval: opts.container_check_interval,
             sync_limit: opts.sync_limit,
             peer_route: opts.peer_route,
             ensemble,
@@ -785,6 +791,12 @@ impl LocalZk {
                 "-XX:-UsePerfData",
                 "-Djava.net.preferIPv4Stack=true",
             ])
+            .args(self.container_check_interval.into_iter().flat_map(|d| {
+                [
+                    format!("-Dznode.container.checkIntervalMs={}", d.as_millis().max(1)),
+                    "-Dznode.container.maxPerMinute=100000000".to_owned(),
+                ]
+            }))
             .arg(format!("-Dzookeeper.log.dir={}", server.dir.display()))
             .arg("-Dzookeeper.root.logger=INFO,CONSOLE")
             .arg("-Dzookeeper.console.threshold=INFO")

@@ -392,6 +392,7 @@ impl Candidacy {
         let path = self.path.clone();
         Ok(async move {
             let data = record.encode_to_vec();
+            let _room = session.proclaim_room(data.len()).await;
             let mut link = session.link();
             loop {
                 match session.zk.set_data(&path, &data, None).await {
@@ -649,6 +650,7 @@ impl Coordinator {
             lease.member.node_name()
         );
         let value = value.into_bytes();
+        let _room = session.try_proclaim_room(value.len())?;
         for _ in 0..10 {
             let (data, stat) = match session.zk.get_data(&path).await {
                 Ok(r) => r,

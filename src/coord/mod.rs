@@ -29,6 +29,8 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// Distinct queues (elections + locks) one gateway serves at once, by default: each is an actor
 /// with a persistent watch on the server.
 pub const DEFAULT_MAX_QUEUES: usize = 10_000;
+/// Proclaimed bytes (values plus 1 KiB a request) one session may have in flight, by default.
+pub const DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT: usize = 4 * 1024 * 1024;
 /// ZooKeeper's own default `tickTime` (and Debian's `zoo.cfg`): assumed unless configured.
 pub const DEFAULT_ZK_TICK_TIME: Duration = Duration::from_secs(2);
 
@@ -58,6 +60,10 @@ pub struct CoordConfig {
     /// Distinct queues (elections + locks) in use on this gateway at once; a stream or read
     /// that needs one more gets `ResourceExhausted` (G10).
     pub max_queues: usize,
+    /// Proclaimed bytes in flight per session (values plus 1 KiB a request): the session's
+    /// requests are answered in order, so this bounds how long a proclaim flood can hold up
+    /// the liveness probe and confirmations queued behind it (G10).
+    pub max_proclaim_bytes_in_flight: usize,
 }
 
 impl CoordConfig {
@@ -73,6 +79,7 @@ impl CoordConfig {
             zk_digest: None,
             zk_tick_time: None,
             max_queues: DEFAULT_MAX_QUEUES,
+            max_proclaim_bytes_in_flight: DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT,
         }
     }
 

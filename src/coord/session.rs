@@ -320,6 +320,8 @@ pub struct ZkSession {
     pub(crate) releases: tokio_util::task::TaskTracker,
     /// Queues alive on every session of the gateway (the `max_queues` limit).
     live_queues: Arc<AtomicUsize>,
+    /// Room for proclaimed bytes in flight on this session (`max_proclaim_bytes_in_flight`).
+    proclaims: Arc<tokio::sync::Semaphore>,
     /// Send time of the newest liveness probe ZooKeeper answered (kept by `follow_session`):
     /// the server heard from this session no earlier than this.
     last_answered: Mutex<Instant>,
@@ -424,6 +426,41 @@ impl ZkSession {
         }
     }
 
+    /// What a proclaim of `value_len` bytes takes of the session's in-flight budget.
+    fn proclaim_charge(&self, value_len: usize) -> u32 {
+        (value_len + 1024).min(self.cfg.max_proclaim_bytes_in_flight.max(1)) as u32
+    }
+
+    /// Room for a proclaim in the session's in-flight budget, waiting for it (in-stream
+    /// proclaims: the stream loop keeps running meanwhile).
+    pub(crate) async fn proclaim_room(
+        &self,
+        value_len: usize,
+    ) -> tokio::sync::OwnedSemaphorePermit {
+        self.proclaims
+            .clone()
+            .acquire_many_owned(self.proclaim_charge(value_len))
+            .await
+            .expect("the semaphore is never closed")
+    }
+
+    /// Room for a proclaim now, or `ResourceExhausted` (`Proclaim` by lease).
+    pub(crate) fn try_proclaim_room(
+        &self,
+        value_len: usize,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, CoordError> {
+        self.proclaims
+            .clone()
+            .try_acquire_many_owned(self.proclaim_charge(value_len))
+            .map_err(|_| {
+                crate::metrics::limit_rejected("proclaim_bytes_in_flight");
+                CoordError::ResourceExhausted(format!(
+                    "limit reached: proclaimed bytes in flight on this gateway's ZooKeeper session (--max-proclaim-bytes-in-flight = {}); retry shortly",
+                    self.cfg.max_proclaim_bytes_in_flight
+                ))
+            })
+    }
+
     /// `/<root>/<folder>/<queue>`.
     pub fn queue_path(&self, kind: QueueKind, name: &QueueName) -> String {
         format!("{}/{}/{}", self.cfg.root_path(), kind.folder(), name)
@@ -502,6 +539,9 @@ pub async fn supervise_slot(
             queues: Mutex::new(HashMap::new()),
             releases: tokio_util::task::TaskTracker::new(),
             live_queues: live_queues.clone(),
+            proclaims: Arc::new(tokio::sync::Semaphore::new(
+                cfg.max_proclaim_bytes_in_flight.max(1),
+            )),
             last_answered: Mutex::new(Instant::now()),
         });
         tracing::info!(

@@ -1,0 +1,416 @@
+//! G10 isolation, against the real gateway binary and a real ZooKeeper: a bystander leader and a
+//! bystander lock holder on the same gateway see no `suspended`, never go a `silence_limit`
+//! without a message, and keep their hold, while one client in turn (b) opens 50,000 Campaign
+//! streams over a few connections (admitted up to the limits, the rest `RESOURCE_EXHAUSTED`),
+//! (c) joins and leaves 100,000 distinct elections, (d) proclaims 64 KiB values as fast as it
+//! can. After each, the gateway is still `SERVING` and no member znode is left.
+//!
+//! Scenarios run one at a time: each loads the machine on purpose.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use support::checker::Ev;
+use support::procgw::{GatewayProc, GatewaySpec};
+use support::recorder::StreamClient;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::Code;
+use zkgate::localzk::{LocalZk, LocalZkOptions};
+use zkgate::proto as pb;
+use zkgate::proto::campaign_request::Request as Req;
+use zkgate::proto::campaign_response::Event;
+use zkgate::proto::election_client::ElectionClient;
+
+const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
+const T: Duration = Duration::from_secs(4);
+
+fn serial() -> &'static tokio::sync::Mutex<()> {
+    static M: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
+    M.get_or_init(|| tokio::sync::Mutex::new(()))
+}
+
+/// A standalone ZooKeeper for this binary; empty containers are reaped every second, so "no
+/// znode left" can be checked by counting descendants.
+fn shared_zk() -> String {
+    static ZK: OnceLock<LocalZk> = OnceLock::new();
+    ZK.get_or_init(|| {
+        std::thread::spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(LocalZk::start_standalone(LocalZkOptions {
+                    container_check_interval: Some(Duration::from_secs(1)),
+                    ..Default::default()
+                }))
+                .expect("start ZooKeeper")
+        })
+        .join()
+        .unwrap()
+    })
+    .connect_string()
+}
+
+struct Setup {
+    gw: GatewayProc,
+    root: String,
+    leader: StreamClient,
+    holder: StreamClient,
+    from: Instant,
+}
+
+/// A gateway and its two bystanders, both holding.
+async fn setup(name: &str, extra: &[&str]) -> Setup {
+    let zk = shared_zk();
+    let root = support::unique_root("iso");
+    let mut spec = GatewaySpec::binary(BIN, &zk, &root, T);
+    spec.extra = extra.iter().map(|s| s.to_string()).collect();
+    let gw = GatewayProc::spawn(name, spec)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let leader = StreamClient::join(&gw.url(), "bystander", "leader", name)
+        .await
+        .unwrap();
+    leader
+        .wait_granted(Duration::from_secs(10))
+        .await
+        .expect("bystander leader elected");
+    let holder = StreamClient::acquire(&gw.url(), "bystander-lock", "holder", 1, name)
+        .await
+        .unwrap();
+    holder
+        .wait_granted(Duration::from_secs(10))
+        .await
+        .expect("bystander lock acquired");
+    let from = Instant::now();
+    Setup {
+        gw,
+        root,
+        leader,
+        holder,
+        from,
+    }
+}
+
+impl Setup {
+    /// The bystanders were never suspended, never silent for `silence_limit`, and still hold;
+    /// the gateway serves; then no member znode is left once everyone is gone.
+    async fn finish(self, what: &str) {
+        let silence = T * 35 / 100;
+        for c in [&self.leader, &self.holder] {
+            let log = c.log();
+            let mut last = self.from;
+            for (at, ev) in log.events.iter().filter(|(at, _)| *at >= self.from) {
+                assert!(
+                    !matches!(ev, Ev::Suspended { .. } | Ev::Ended { .. }),
+                    "{what}: bystander {} saw {ev:?} {:?} into the load",
+                    c.name,
+                    *at - self.from
+                );
+                assert!(
+                    *at - last < silence,
+                    "{what}: bystander {} heard nothing for {:?} (silence limit {silence:?})",
+                    c.name,
+                    *at - last
+                );
+                last = *at;
+            }
+            assert!(
+                last.elapsed() < silence,
+                "{what}: bystander {} silent since {:?}",
+                c.name,
+                last.elapsed()
+            );
+        }
+        assert!(
+            self.gw.serving().await,
+            "{what}: the gateway is not SERVING"
+        );
+        let Setup {
+            gw,
+            root,
+            mut leader,
+            mut holder,
+            ..
+        } = self;
+        leader.kill();
+        holder.kill();
+        let left = wait_no_descendants(&root, Duration::from_secs(30)).await;
+        assert!(left.is_ok(), "{what}: {}", left.unwrap_err());
+        drop(gw);
+    }
+}
+
+/// Waits until nothing is left under `<root>/elections` and `<root>/locks` (members, and the
+/// containers ZooKeeper reaps once empty).
+async fn wait_no_descendants(root: &str, within: Duration) -> Result<(), String> {
+    let zk = zookeeper_client::Client::connect(&shared_zk())
+        .await
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let mut left = 0;
+        for folder in ["elections", "locks"] {
+            left += zk
+                .count_descendants_number(&format!("{root}/{folder}"))
+                .await
+                .unwrap_or(0);
+        }
+        if left == 0 {
+            return Ok(());
+        }
+        if started.elapsed() > within {
+            return Err(format!("{left} znodes left under {root} after {within:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn client(url: &str) -> ElectionClient<Channel> {
+    ElectionClient::connect(url.to_owned()).await.unwrap()
+}
+
+fn join(election: &str, candidate: &str, value: Vec<u8>) -> pb::CampaignRequest {
+    pb::CampaignRequest {
+        request: Some(Req::Join(pb::Join {
+            election: election.into(),
+            candidate: candidate.into(),
+            value,
+        })),
+    }
+}
+
+/// An open Campaign stream: its request side and its responses.
+type Open = (
+    mpsc::Sender<pb::CampaignRequest>,
+    tonic::Streaming<pb::CampaignResponse>,
+);
+
+/// Opens a Campaign stream and reads its first answer.
+async fn open(
+    c: &mut ElectionClient<Channel>,
+    election: &str,
+    candidate: &str,
+) -> Result<(Open, String), tonic::Status> {
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(join(election, candidate, Vec::new()))
+        .await
+        .unwrap();
+    let mut stream = c.campaign(ReceiverStream::new(rx)).await?.into_inner();
+    match stream.message().await? {
+        Some(pb::CampaignResponse {
+            event: Some(Event::Queued(q)),
+        }) => Ok(((tx, stream), q.lease)),
+        other => panic!("first message {other:?}"),
+    }
+}
+
+async fn until_elected(stream: &mut tonic::Streaming<pb::CampaignResponse>) {
+    loop {
+        match stream.message().await.unwrap() {
+            Some(pb::CampaignResponse {
+                event: Some(Event::Elected(_)),
+            }) => return,
+            Some(_) => continue,
+            None => panic!("stream ended before elected"),
+        }
+    }
+}
+
+/// (b) 50,000 Campaign streams from one client over five connections: each connection gets
+/// 1,000 (the per-connection default), the other 45,000 are refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_streams_meets_the_limits() {
+    let _serial = serial().lock().await;
+    let s = setup("streams", &[]).await;
+    let url = s.gw.url();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for conn in 0..5 {
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            let c = client(&url).await;
+            let admitted = Arc::new(tokio::sync::Mutex::new(Vec::new()));
+            let refused = Arc::new(AtomicU64::new(0));
+            let mut workers = Vec::new();
+            for w in 0..50 {
+                let mut c = c.clone();
+                let admitted = admitted.clone();
+                let refused = refused.clone();
+                workers.push(tokio::spawn(async move {
+                    for i in 0..200 {
+                        match open(&mut c, "flood", &format!("c{conn}-{w}-{i}")).await {
+                            Ok((stream, _)) => admitted.lock().await.push(stream),
+                            Err(st) => {
+                                assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }));
+            }
+            for w in workers {
+                w.await.unwrap();
+            }
+            let admitted = std::mem::take(&mut *admitted.lock().await);
+            (admitted, refused.load(Ordering::Relaxed))
+        }));
+    }
+    let mut admitted = Vec::new();
+    let mut refused = 0;
+    for t in tasks {
+        let (a, r) = t.await.unwrap();
+        admitted.extend(a);
+        refused += r;
+    }
+    eprintln!(
+        "50,000 Campaign attempts over 5 connections in {:?}: {} admitted, {refused} refused",
+        started.elapsed(),
+        admitted.len()
+    );
+    assert_eq!(admitted.len(), 5_000);
+    assert_eq!(refused, 45_000);
+    drop(admitted);
+    s.finish("stream flood").await;
+}
+
+/// (c) 100,000 distinct elections joined (until elected) and left, 256 at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_names_comes_and_goes() {
+    let _serial = serial().lock().await;
+    let s = setup("names", &[]).await;
+    let url = s.gw.url();
+    let started = Instant::now();
+    let next = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for w in 0..256 {
+        let url = url.clone();
+        let next = next.clone();
+        workers.push(tokio::spawn(async move {
+            // Four connections, 64 streams each at most.
+            let mut c = client(&url).await;
+            let _ = w;
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= 100_000 {
+                    return;
+                }
+                let ((tx, mut stream), _) = open(&mut c, &format!("n{i}"), "x").await.unwrap();
+                until_elected(&mut stream).await;
+                drop((tx, stream));
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    eprintln!(
+        "100,000 elections joined and left in {:?}",
+        started.elapsed()
+    );
+    s.finish("name flood").await;
+}
+
+/// (d) Proclaims of 64 KiB values as fast as they go: in-stream from 400 leaders over four
+/// connections (one in flight each: up to 26 MB of writes at once without the gateway's
+/// in-flight budget), and by lease from 64 more tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proclaim_flood_does_not_disturb_other_leaders() {
+    let _serial = serial().lock().await;
+    let extra: Vec<String> = std::env::var("ZKGATE_ISOLATION_EXTRA")
+        .map(|v| v.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default();
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let s = setup("proclaims", &extra).await;
+    let url = s.gw.url();
+    let value = vec![b'v'; 64 * 1024];
+    let sent = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let mut leaders = Vec::new();
+    for conn in 0..4 {
+        let c = client(&url).await;
+        for k in 0..100 {
+            let mut c = c.clone();
+            let ((tx, mut stream), lease) = open(&mut c, &format!("loud{conn}-{k}"), "loud")
+                .await
+                .unwrap();
+            until_elected(&mut stream).await;
+            leaders.push((c, tx, stream, lease));
+        }
+    }
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut tasks = Vec::new();
+    let mut keep = Vec::new();
+    for (i, (c, tx, mut stream, lease)) in leaders.into_iter().enumerate() {
+        keep.push(tokio::spawn(async move {
+            while let Ok(Some(_)) = stream.message().await {}
+        }));
+        let v = value.clone();
+        let sent2 = sent.clone();
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < until {
+                let msg = pb::CampaignRequest {
+                    request: Some(Req::Proclaim(pb::ProclaimValue { value: v.clone() })),
+                };
+                if tx.send(msg).await.is_err() {
+                    break;
+                }
+                sent2.fetch_add(1, Ordering::Relaxed);
+            }
+            // Kept open until every task is done: the lease must stay valid for the others.
+            Some(tx)
+        }));
+        if i % 25 != 0 {
+            continue;
+        }
+        for _ in 0..4 {
+            let (mut c, lease, value) = (c.clone(), lease.clone(), value.clone());
+            let (sent, refused) = (sent.clone(), refused.clone());
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < until {
+                    match c
+                        .proclaim(pb::ProclaimRequest {
+                            lease: lease.clone(),
+                            value: value.clone(),
+                        })
+                        .await
+                    {
+                        Ok(_) => {
+                            sent.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // Refused by the gateway's budget, or lost the race with this client's
+                        // own in-stream proclaims to the same znode.
+                        Err(st)
+                            if st.code() == Code::ResourceExhausted
+                                || (st.code() == Code::Unavailable
+                                    && st.message().contains("racing")) =>
+                        {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(st) => panic!("proclaim by lease: {st:?}"),
+                    }
+                }
+                None
+            }));
+        }
+    }
+    let mut open_streams = Vec::new();
+    for t in tasks {
+        open_streams.extend(t.await.unwrap());
+    }
+    drop(open_streams);
+    for k in keep {
+        k.abort();
+    }
+    eprintln!(
+        "proclaim flood for 5 s: {} sent or accepted (64 KiB each), {} refused",
+        sent.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed)
+    );
+    s.finish("proclaim flood").await;
+}
