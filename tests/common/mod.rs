@@ -79,6 +79,7 @@ pub struct GatewayOpts {
     pub root: Option<String>,
     pub max_value_bytes: Option<usize>,
     pub zk_sessions: Option<usize>,
+    pub zk_max_packet: Option<usize>,
 }
 
 impl Default for GatewayOpts {
@@ -88,6 +89,7 @@ impl Default for GatewayOpts {
             root: None,
             max_value_bytes: None,
             zk_sessions: None,
+            zk_max_packet: None,
         }
     }
 }
@@ -117,6 +119,9 @@ impl Gateway {
         }
         if let Some(n) = opts.zk_sessions {
             coord_cfg.pool_size = n;
+        }
+        if let Some(n) = opts.zk_max_packet {
+            coord_cfg.zk_max_packet = n;
         }
         let cfg = ServeConfig::new(coord_cfg.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
