@@ -564,6 +564,19 @@ async fn a_full_queue_refuses_newcomers() {
         "{}",
         status.message()
     );
+    // A mutex with 668 waiters (none confirmed by a gateway): Holders reads only the head, the
+    // one member the holder rule admits — one listing and one multi-read.
+    let before = gw.coord.zk_requests();
+    let h = locks
+        .holders(pb::HoldersRequest {
+            name: "full".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((h.holders.len(), h.total, h.waiting), (0, 0, limit as u32));
+    assert_eq!(gw.coord.zk_requests() - before, 2);
     // Reads of the full queue still work, in many small pages (16 members of up to ~2 KiB
     // each per multi-read within 32 KiB).
     let r = client

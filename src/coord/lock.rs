@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::election::{create_member, list_members, read_data, release_in_background};
-use super::queue::{HolderScan, MemberSignal, QueueHandle, Refusal};
+use super::queue::{MemberSignal, QueueHandle, Refusal};
 use super::record::NodeRecord;
 use super::session::{Link, LinkChange, LinkFollower, LossReason, ZkSession};
 use super::types::{
@@ -503,9 +503,10 @@ const HOLDERS_READ_CHUNK: usize = 1024;
 
 impl Coordinator {
     /// Every confirmed holder of a lock, in queue order, and the number of waiters, read from
-    /// ZooKeeper in paged multi-reads (G10). Holders are a prefix of the queue ([`HolderScan`]:
-    /// once the rule admits nobody, nobody later can hold), so only that prefix is read, in
-    /// growing chunks: a mutex with thousands of waiters costs a read of its head.
+    /// ZooKeeper in paged multi-reads (G10). Holders are a prefix of the queue (by the rule of
+    /// [`HolderScan`](super::queue::HolderScan), once it admits nobody, nobody later can
+    /// hold), so only that prefix is read, in growing chunks: a mutex with thousands of waiters
+    /// costs a read of its head.
     async fn all_holders(&self, name: &QueueName) -> Result<(Vec<MemberInfo>, u32), CoordError> {
         let session = self.session()?;
         let kind = QueueKind::Lock;
@@ -513,7 +514,7 @@ impl Coordinator {
         let members = list_members(&session, &path).await?;
         let mut present = members.len();
         let mut holders = Vec::new();
-        let mut scan = HolderScan::default();
+        let mut scan = super::queue::HolderScan::default();
         let mut at = 0;
         let mut chunk_len = 16;
         'scan: while at < members.len() {
