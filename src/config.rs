@@ -115,6 +115,10 @@ pub struct ServeArgs {
     /// A Campaign/Acquire stream must send join/acquire within this [default: 10s]
     #[arg(long, env = "ZKGATE_FIRST_MESSAGE_TIMEOUT", value_parser = humantime::parse_duration)]
     pub first_message_timeout: Option<Duration>,
+    /// Largest packet sent to or expected from ZooKeeper, in bytes; keep it below the servers'
+    /// jute.maxbuffer. Multi-reads are paged to fit, and it bounds a queue's size [default: 983040, 1 MiB − 64 KiB]
+    #[arg(long, env = "ZKGATE_ZK_MAX_PACKET")]
+    pub zk_max_packet: Option<usize>,
     /// PEM certificate for TLS on the gRPC port (needs --tls-key; half a TLS setup is refused)
     #[arg(long, env = "ZKGATE_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
@@ -157,6 +161,7 @@ struct FileConfig {
     max_proclaim_bytes_in_flight: Option<usize>,
     #[serde(with = "humantime_serde")]
     first_message_timeout: Option<Duration>,
+    zk_max_packet: Option<usize>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_client_ca: Option<PathBuf>,
@@ -212,6 +217,11 @@ impl ServeArgs {
                     .into(),
             );
         }
+        coord.zk_max_packet = self
+            .zk_max_packet
+            .or(file.zk_max_packet)
+            .unwrap_or(crate::coord::paging::DEFAULT_ZK_MAX_PACKET);
+        coord.check_packet_budget()?;
         coord.stop_margin = self.stop_margin.or(file.stop_margin);
         coord.silence_limit = self.silence_limit.or(file.silence_limit);
         coord.zk_tick_time = self.zk_tick_time.or(file.zk_tick_time);
@@ -510,6 +520,20 @@ mod tests {
     }
 
     #[test]
+    fn zk_max_packet_default_and_floor() {
+        let r = parse(&[]).unwrap();
+        assert_eq!(r.serve.coord.zk_max_packet, 1024 * 1024 - 64 * 1024);
+        assert_eq!(r.serve.coord.max_queue_members(), 20_061);
+        let e = parse(&["--zk-max-packet", "65536"]).unwrap_err();
+        assert!(
+            e.contains("--zk-max-packet") && e.contains("--max-value-bytes"),
+            "{e}"
+        );
+        let r = parse(&["--zk-max-packet", "65536", "--max-value-bytes", "1024"]).unwrap();
+        assert_eq!(r.serve.coord.zk_max_packet, 65536);
+    }
+
+    #[test]
     fn file_is_overridden_by_flags() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("z.toml");
@@ -522,6 +546,10 @@ mod tests {
         assert_eq!(r.serve.coord.zk, "10.0.0.1:2181");
         assert_eq!(r.serve.coord.root, "/flag");
         assert_eq!(r.serve.coord.session_timeout, Duration::from_secs(6));
+        std::fs::write(&p, "zk_max_packet = 500000\n").unwrap();
+        let r = parse(&["--config", p.to_str().unwrap()]).unwrap();
+        assert_eq!(r.serve.coord.zk_max_packet, 500_000);
+        assert_eq!(r.serve.coord.max_queue_members(), 10_203);
         std::fs::write(&p, "bogus = 1\n").unwrap();
         assert!(parse(&["--config", p.to_str().unwrap()]).is_err());
     }

@@ -5,7 +5,8 @@
 //! # Layout
 //! - [`proto`]: generated `zkgate.v1` code (from `proto/zkgate/v1/`).
 //! - [`api`]: tonic handlers; proto ↔ domain conversion; errors → gRPC status.
-//! - [`coord`]: no tonic types: ZooKeeper sessions, per-queue actors, elections, leases.
+//! - [`coord`]: no tonic types: ZooKeeper sessions, per-queue actors, elections, leases;
+//!   [`coord::paging`] keeps every ZooKeeper packet under `--zk-max-packet`.
 //! - [`server`]: `run(config, listener, http, shutdown)`: the gateway, in-process for tests.
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`metrics`]: every metric name, described once; [`grpc_metrics`]: the tower layer that

@@ -134,6 +134,9 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     cfg.check_timing().map_err(ServeError::Config)?;
+    cfg.coord
+        .check_packet_budget()
+        .map_err(ServeError::Config)?;
     let metrics = crate::metrics::install(cfg.name_label_cap);
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();

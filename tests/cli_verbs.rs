@@ -407,6 +407,7 @@ async fn after_a_zookeeper_blip_exactly_one_elect_runs_its_command() {
     let mut queued_tokens = || {
         let r = futures::executor::block_on(client.candidates(zkgate::proto::CandidatesRequest {
             election: "blip".into(),
+            ..Default::default()
         }));
         r.map(|r| {
             r.into_inner()

@@ -372,6 +372,7 @@ async fn leases_never_leak_through_read_apis() {
     blobs.push(
         c.candidates(pb::CandidatesRequest {
             election: "secret".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -389,6 +390,7 @@ async fn leases_never_leak_through_read_apis() {
     let cands = c
         .candidates(pb::CandidatesRequest {
             election: "secret".into(),
+            ..Default::default()
         })
         .await
         .unwrap()

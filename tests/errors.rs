@@ -242,6 +242,7 @@ async fn read_apis_validate_names_and_report_no_leader() {
         let e = c
             .candidates(pb::CandidatesRequest {
                 election: bad.into(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -274,6 +275,7 @@ async fn read_apis_validate_names_and_report_no_leader() {
     let r = c
         .candidates(pb::CandidatesRequest {
             election: "nobody".into(),
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -200,9 +200,12 @@ async fn holders(c: &mut Client, name: &str) -> pb::HoldersResponse {
     retry_unavailable(|| {
         let mut c = c.clone();
         async move {
-            c.holders(pb::HoldersRequest { name: name.into() })
-                .await
-                .map(|r| r.into_inner())
+            c.holders(pb::HoldersRequest {
+                name: name.into(),
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner())
         }
     })
     .await
@@ -713,7 +716,10 @@ async fn bad_input_is_invalid_argument_and_leaves_nothing() {
     a.expect_end(Some(Code::InvalidArgument)).await;
     // Read APIs validate names too.
     let e = c
-        .holders(pb::HoldersRequest { name: "a/b".into() })
+        .holders(pb::HoldersRequest {
+            name: "a/b".into(),
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);

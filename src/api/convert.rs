@@ -7,7 +7,7 @@ use tonic::Status;
 use super::error::invalid;
 use crate::coord::election::JoinSpec;
 use crate::coord::types::{
-    LeaderInfo, Lease, MemberInfo, Participant, QueueKind, QueueName, Value,
+    LeaderInfo, Lease, MemberInfo, PageSpec, Participant, QueueKind, QueueName, Value,
 };
 use crate::proto as pb;
 
@@ -56,4 +56,36 @@ pub fn candidate(m: MemberInfo) -> pb::Candidate {
         joined: Some(m.joined.into()),
         leader: m.leader_since.is_some(),
     }
+}
+
+const PAGE_TOKEN_PREFIX: &str = "zkp1.";
+
+/// A page request from `page_size` and `page_token` (Candidates, Holders).
+///
+/// # Errors
+/// `INVALID_ARGUMENT` for a token this gateway never issued.
+pub fn page(page_size: u32, page_token: &str) -> Result<PageSpec, Status> {
+    let after = match page_token.trim() {
+        "" => None,
+        t => Some(
+            t.strip_prefix(PAGE_TOKEN_PREFIX)
+                .and_then(|s| i64::from_str_radix(s, 16).ok())
+                .filter(|&s| s >= 0)
+                .ok_or_else(|| {
+                    Status::invalid_argument(
+                        "page_token is not a next_page_token from an earlier reply",
+                    )
+                })?,
+        ),
+    };
+    Ok(PageSpec {
+        after,
+        max_entries: page_size as usize,
+        ..PageSpec::default()
+    })
+}
+
+/// The opaque token for the page after sequence `after` (empty on the last page).
+pub fn page_token(after: Option<i64>) -> String {
+    after.map_or_else(String::new, |a| format!("{PAGE_TOKEN_PREFIX}{a:x}"))
 }

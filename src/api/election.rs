@@ -243,10 +243,14 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::CandidatesRequest>,
     ) -> Result<Response<pb::CandidatesResponse>, Status> {
-        let election = convert::queue_name(request.into_inner().election, "election")?;
-        let candidates = self.coord.candidates(&election).await?;
+        let r = request.into_inner();
+        let election = convert::queue_name(r.election, "election")?;
+        let page = convert::page(r.page_size, &r.page_token)?;
+        let page = self.coord.candidates(&election, page).await?;
         Ok(Response::new(pb::CandidatesResponse {
-            candidates: candidates.into_iter().map(convert::candidate).collect(),
+            candidates: page.items.into_iter().map(convert::candidate).collect(),
+            next_page_token: convert::page_token(page.next_after),
+            total: page.total as u32,
         }))
     }
 

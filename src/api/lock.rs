@@ -242,11 +242,15 @@ impl Lock for LockApi {
         &self,
         request: Request<pb::HoldersRequest>,
     ) -> Result<Response<pb::HoldersResponse>, Status> {
-        let name = convert::queue_name(request.into_inner().name, "name")?;
-        let h = self.coord.holders(&name).await?;
+        let r = request.into_inner();
+        let name = convert::queue_name(r.name, "name")?;
+        let page = convert::page(r.page_size, &r.page_token)?;
+        let h = self.coord.holders(&name, page).await?;
         Ok(Response::new(pb::HoldersResponse {
             holders: h.holders.into_iter().map(holder).collect(),
             waiting: h.waiting,
+            next_page_token: convert::page_token(h.next_after),
+            total: h.total,
         }))
     }
 

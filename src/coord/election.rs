@@ -12,8 +12,8 @@ use super::queue::{MemberSignal, QueueHandle, QueueView};
 use super::record::{ms_to_time, NodeRecord};
 use super::session::{Link, LinkChange, LinkFollower, ZkSession};
 use super::types::{
-    FencingToken, LeaderInfo, Lease, MemberInfo, MemberName, Participant, ProtectedId, QueueKind,
-    QueueName, Value,
+    FencingToken, LeaderInfo, Lease, MemberInfo, MemberName, Page, PageSpec, Participant,
+    ProtectedId, QueueKind, QueueName, Value,
 };
 use super::{CoordError, Coordinator};
 use crate::metrics as m;
@@ -216,6 +216,7 @@ impl Coordinator {
         let stream = self.stream_token();
         let session = self.session()?;
         let queue = session.queue(QueueKind::Election, &join.election).await?;
+        queue.check_room(session.cfg.max_queue_members())?;
         let record = NodeRecord {
             participant: join.candidate.as_str().to_owned(),
             value: join.value.into_bytes(),
@@ -521,14 +522,13 @@ impl Observation {
     }
 }
 
-/// Reads a queue's members in order, with their data (for operators; not on any hot path).
-pub(crate) async fn read_members(
+/// Lists a queue's members in order, without their data. One `getChildren`, whose reply the
+/// queue-size limit keeps within the packet budget (G10; see [`paging`](super::paging)).
+pub(crate) async fn list_members(
     session: &ZkSession,
-    kind: QueueKind,
-    name: &QueueName,
-) -> Result<Vec<(MemberName, NodeRecord, zkc::Stat)>, CoordError> {
-    let path = session.queue_path(kind, name);
-    let children = match session.zk.list_children(&path).await {
+    path: &str,
+) -> Result<Vec<MemberName>, CoordError> {
+    let children = match session.zk.list_children(path).await {
         Ok(c) => c,
         Err(zkc::Error::NoNode) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
@@ -538,17 +538,34 @@ pub(crate) async fn read_members(
         .filter_map(|c| MemberName::parse(c))
         .collect();
     members.sort_by_key(|m| m.sequence);
+    Ok(members)
+}
+
+/// Reads the data of `members` of the queue at `path`, in paged multi-reads (G10); members gone
+/// meanwhile are `None`.
+pub(crate) async fn read_data(
+    session: &ZkSession,
+    kind: QueueKind,
+    path: &str,
+    members: &[MemberName],
+) -> Result<Vec<Option<(NodeRecord, zkc::Stat)>>, CoordError> {
     let paths: Vec<String> = members
         .iter()
         .map(|m| format!("{path}/{}", m.node_name()))
         .collect();
-    let data = session.zk.get_many(&paths).await?;
-    Ok(members
+    let data = session
+        .zk
+        .get_many(&paths, session.cfg.member_reads(kind))
+        .await?;
+    Ok(data
         .into_iter()
-        .zip(data)
-        .filter_map(|(m, d)| d.map(|(bytes, stat)| (m, NodeRecord::decode_lossy(&bytes), stat)))
+        .map(|d| d.map(|(bytes, stat)| (NodeRecord::decode_lossy(&bytes), stat)))
         .collect())
 }
+
+/// Members whose data a Candidates page reads at a time: the page's byte budget usually ends it
+/// long before the queue does, so it does not read the whole queue.
+const CANDIDATES_READ_CHUNK: usize = 1024;
 
 fn leader_of(election: &QueueName, record: &NodeRecord, stat: &zkc::Stat) -> Option<LeaderInfo> {
     record.elected_at().map(|since| LeaderInfo {
@@ -569,26 +586,64 @@ impl Coordinator {
         leader_on(&*self.session()?, election).await
     }
 
-    /// The queue in order, for operators. Never reveals leases.
+    /// One page of the queue in order, for operators. Never reveals leases. `position` is the
+    /// member's place in the queue when it was listed (members that leave while the page is
+    /// read are left out); `total` counts the members listed.
     ///
     /// # Errors
     /// `Unavailable` without a session.
-    pub async fn candidates(&self, election: &QueueName) -> Result<Vec<MemberInfo>, CoordError> {
+    pub async fn candidates(
+        &self,
+        election: &QueueName,
+        page: PageSpec,
+    ) -> Result<Page<MemberInfo>, CoordError> {
         let session = self.session()?;
-        let members = read_members(&session, QueueKind::Election, election).await?;
-        Ok(members
-            .into_iter()
-            .enumerate()
-            .map(|(i, (m, record, stat))| MemberInfo {
-                leader_since: if i == 0 { record.elected_at() } else { None },
-                participant: record.participant,
-                value: record.value,
-                position: i as u32,
-                fencing_token: FencingToken(stat.czxid as u64),
-                joined: ms_to_time(stat.ctime),
-                mode: m.mode,
-            })
-            .collect())
+        let kind = QueueKind::Election;
+        let path = session.queue_path(kind, election);
+        let members = list_members(&session, &path).await?;
+        let start = page
+            .after
+            .map_or(0, |a| members.partition_point(|m| m.sequence <= a));
+        let mut out = Page {
+            items: Vec::new(),
+            next_after: None,
+            total: members.len(),
+        };
+        let mut bytes = 0;
+        // Only the first member found on the first page can lead (the queue's head).
+        let mut head = page.after.is_none();
+        let mut at = start;
+        while at < members.len() {
+            let want = match page.max_entries {
+                0 => CANDIDATES_READ_CHUNK,
+                n => (n - out.items.len()).clamp(1, CANDIDATES_READ_CHUNK),
+            };
+            let chunk = &members[at..(at + want).min(members.len())];
+            let data = read_data(&session, kind, &path, chunk).await?;
+            for (i, (m, d)) in chunk.iter().zip(data).enumerate() {
+                let Some((record, stat)) = d else { continue };
+                let info = MemberInfo {
+                    sequence: m.sequence,
+                    leader_since: if head { record.elected_at() } else { None },
+                    participant: record.participant,
+                    value: record.value,
+                    position: (at + i) as u32,
+                    fencing_token: FencingToken(stat.czxid as u64),
+                    joined: ms_to_time(stat.ctime),
+                    mode: m.mode,
+                };
+                head = false;
+                let size = info.wire_size_hint();
+                if page.full(out.items.len(), bytes, size) {
+                    out.next_after = out.items.last().map(|m: &MemberInfo| m.sequence);
+                    return Ok(out);
+                }
+                bytes += size;
+                out.items.push(info);
+            }
+            at += chunk.len();
+        }
+        Ok(out)
     }
 
     /// Whether `token` is the current leader's (Chubby's CheckSequencer).

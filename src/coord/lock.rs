@@ -26,12 +26,15 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::election::{create_member, read_members, release_in_background, release_outcome};
+use super::election::{
+    create_member, list_members, read_data, release_in_background, release_outcome,
+};
 use super::queue::{MemberSignal, QueueHandle, Refusal};
 use super::record::NodeRecord;
 use super::session::{Link, LinkChange, LinkFollower, LossReason, ZkSession};
 use super::types::{
-    FencingToken, InvalidInput, LeaderInfo, Lease, MemberInfo, Participant, QueueKind, QueueName,
+    FencingToken, InvalidInput, LeaderInfo, Lease, MemberInfo, PageSpec, Participant, QueueKind,
+    QueueName,
 };
 use super::{CoordError, Coordinator};
 use crate::metrics as m;
@@ -224,6 +227,7 @@ impl Coordinator {
         let stream = self.stream_token();
         let session = self.session()?;
         let queue = session.queue(QueueKind::Lock, &spec.name).await?;
+        queue.check_room(session.cfg.max_queue_members())?;
         let record = NodeRecord {
             participant: spec.owner.as_str().to_owned(),
             permits: spec.permits,
@@ -497,39 +501,95 @@ impl Drop for LockHold {
 /// Who holds a lock now, and how many wait.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockHolders {
-    /// In queue order; `leader_since` is when each was confirmed as holder.
+    /// One page of the holders, in queue order; `leader_since` is when each was confirmed as
+    /// holder.
     pub holders: Vec<MemberInfo>,
     pub waiting: u32,
+    /// Holders in all pages.
+    pub total: u32,
+    /// Where the next page of holders starts; `None` on the last page.
+    pub next_after: Option<i64>,
 }
 
+/// The most members whose data one step of a Holders scan reads.
+const HOLDERS_READ_CHUNK: usize = 1024;
+
 impl Coordinator {
-    /// The lock's holders (confirmed by their gateways) and the number of waiters, read from
-    /// ZooKeeper. Never reveals leases.
+    /// Every confirmed holder of a lock, in queue order, and the number of waiters, read from
+    /// ZooKeeper in paged multi-reads (G10). Holders are a prefix of the queue (by the rule of
+    /// [`HolderScan`](super::queue::HolderScan), once it admits nobody, nobody later can
+    /// hold), so only that prefix is read, in growing chunks: a mutex with thousands of waiters
+    /// costs a read of its head.
+    async fn all_holders(&self, name: &QueueName) -> Result<(Vec<MemberInfo>, u32), CoordError> {
+        self.all_holders_on(&*self.session()?, name).await
+    }
+
+    /// [`Coordinator::all_holders`] read through `session` (after its `sync`, for Validate).
+    async fn all_holders_on(
+        &self,
+        session: &ZkSession,
+        name: &QueueName,
+    ) -> Result<(Vec<MemberInfo>, u32), CoordError> {
+        let kind = QueueKind::Lock;
+        let path = session.queue_path(kind, name);
+        let members = list_members(session, &path).await?;
+        let mut present = members.len();
+        let mut holders = Vec::new();
+        let mut scan = super::queue::HolderScan::default();
+        let mut at = 0;
+        let mut chunk_len = 16;
+        'scan: while at < members.len() {
+            let chunk = &members[at..(at + chunk_len).min(members.len())];
+            let data = read_data(session, kind, &path, chunk).await?;
+            for (i, (member, found)) in chunk.iter().zip(data).enumerate() {
+                // Gone since the listing: neither holding nor waiting.
+                let Some((record, stat)) = found else {
+                    present -= 1;
+                    continue;
+                };
+                if !scan.admits(member.mode, record.permits) {
+                    break 'scan;
+                }
+                scan.push(member.mode);
+                if let Some(since) = record.elected_at() {
+                    holders.push(MemberInfo {
+                        sequence: member.sequence,
+                        participant: record.participant,
+                        value: record.value,
+                        position: (at + i) as u32,
+                        fencing_token: FencingToken(stat.czxid as u64),
+                        joined: super::record::ms_to_time(stat.ctime),
+                        leader_since: Some(since),
+                        mode: member.mode,
+                    });
+                }
+            }
+            at += chunk.len();
+            chunk_len = (chunk_len * 4).min(HOLDERS_READ_CHUNK);
+        }
+        let waiting = present.saturating_sub(holders.len()) as u32;
+        Ok((holders, waiting))
+    }
+
+    /// One page of the lock's holders (confirmed by their gateways) and the number of waiters,
+    /// read from ZooKeeper. Never reveals leases.
     ///
     /// # Errors
     /// `Unavailable` without a session.
-    pub async fn holders(&self, name: &QueueName) -> Result<LockHolders, CoordError> {
-        let session = self.session()?;
-        let members = read_members(&session, QueueKind::Lock, name).await?;
-        let mut out = LockHolders {
-            holders: Vec::new(),
-            waiting: 0,
-        };
-        for (position, (member, record, stat)) in members.into_iter().enumerate() {
-            match record.elected_at() {
-                Some(since) => out.holders.push(MemberInfo {
-                    participant: record.participant,
-                    value: record.value,
-                    position: position as u32,
-                    fencing_token: FencingToken(stat.czxid as u64),
-                    joined: super::record::ms_to_time(stat.ctime),
-                    leader_since: Some(since),
-                    mode: member.mode,
-                }),
-                None => out.waiting += 1,
-            }
-        }
-        Ok(out)
+    pub async fn holders(
+        &self,
+        name: &QueueName,
+        page: PageSpec,
+    ) -> Result<LockHolders, CoordError> {
+        let (holders, waiting) = self.all_holders(name).await?;
+        let total = holders.len() as u32;
+        let (holders, next_after) = page.take(holders);
+        Ok(LockHolders {
+            holders,
+            waiting,
+            total,
+            next_after,
+        })
     }
 
     /// Whether `token` is a current holder's (for services that fence writes).
@@ -548,10 +608,12 @@ impl Coordinator {
             .zk
             .sync(&session.queue_path(QueueKind::Lock, name))
             .await?;
-        let members = read_members(&session, QueueKind::Lock, name).await?;
-        Ok(members.iter().any(|(_, record, stat)| {
-            record.elected_at().is_some() && FencingToken(stat.czxid as u64) == token
-        }))
+        Ok(self
+            .all_holders_on(&session, name)
+            .await?
+            .0
+            .iter()
+            .any(|h| h.fencing_token == token))
     }
 
     /// Releases by lease, from any gateway: the same by-lease delete as `resign` (it is keyed by

@@ -5,6 +5,7 @@
 
 pub mod election;
 pub mod lock;
+pub mod paging;
 pub mod queue;
 pub mod record;
 pub mod session;
@@ -64,6 +65,9 @@ pub struct CoordConfig {
     /// requests are answered in order, so this bounds how long a proclaim flood can hold up
     /// the liveness probe and confirmations queued behind it (G10).
     pub max_proclaim_bytes_in_flight: usize,
+    /// Largest packet the gateway sends to or expects from ZooKeeper (`--zk-max-packet`): every
+    /// multi-read is paged to stay within it, and it bounds the queue size (see [`paging`]).
+    pub zk_max_packet: usize,
 }
 
 impl CoordConfig {
@@ -80,7 +84,40 @@ impl CoordConfig {
             zk_tick_time: None,
             max_queues: DEFAULT_MAX_QUEUES,
             max_proclaim_bytes_in_flight: DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT,
+            zk_max_packet: paging::DEFAULT_ZK_MAX_PACKET,
         }
+    }
+
+    /// How to page a multi-read of the members of a queue of `kind` (see [`paging`]).
+    pub fn member_reads(&self, kind: types::QueueKind) -> paging::ReadPlan {
+        paging::ReadPlan {
+            budget: self.zk_max_packet,
+            data_bound: paging::member_data_bound(kind, self.max_value_bytes),
+        }
+    }
+
+    /// The most members a queue may have: one `getChildren` must list them all within
+    /// `zk_max_packet`.
+    pub fn max_queue_members(&self) -> usize {
+        paging::max_queue_members(self.zk_max_packet)
+    }
+
+    /// Checks that `zk_max_packet` leaves room for the largest member.
+    ///
+    /// # Errors
+    /// A sentence naming both settings.
+    pub fn check_packet_budget(&self) -> Result<(), String> {
+        let plan = self.member_reads(types::QueueKind::Election);
+        if !plan.fits_one() || self.max_queue_members() < 1 {
+            return Err(format!(
+                "--zk-max-packet {} is too small for one member with --max-value-bytes {} \
+                 (it needs at least {} bytes)",
+                self.zk_max_packet,
+                self.max_value_bytes,
+                plan.min_budget()
+            ));
+        }
+        Ok(())
     }
 
     /// The root without a trailing slash ("" for "/").

@@ -16,6 +16,7 @@
 //! Elections additionally keep the observers' view of the head (`QueueView`).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -97,6 +98,8 @@ pub struct QueueHandle {
     view: watch::Receiver<QueueView>,
     /// The gateway's `max_queues` place, given back when the last user drops the handle.
     _slot: QueueSlot,
+    /// Members in the actor's view, kept by the actor (see [`QueueHandle::check_room`]).
+    size: Arc<AtomicUsize>,
 }
 
 impl QueueHandle {
@@ -114,6 +117,7 @@ impl QueueHandle {
         let watcher = session.zk.watch_queue(&path).await?;
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (view_tx, view_rx) = watch::channel(QueueView::default());
+        let size = Arc::new(AtomicUsize::new(0));
         let mut actor = Actor {
             session,
             path: path.clone(),
@@ -128,6 +132,7 @@ impl QueueHandle {
             head_gone_at: None,
             view_tx,
             cmd_rx,
+            size: size.clone(),
         };
         actor.resync().await?;
         tokio::spawn(actor.run());
@@ -138,7 +143,30 @@ impl QueueHandle {
             cmd: cmd_tx,
             view: view_rx,
             _slot: slot,
+            size,
         }))
+    }
+
+    /// Refuses a new member once the queue has `limit` members (by this gateway's view), the
+    /// most that one `getChildren` reply lists within the packet budget (G10; see
+    /// [`paging`](super::paging)).
+    ///
+    /// # Errors
+    /// `ResourceExhausted` naming the limit.
+    pub fn check_room(&self, limit: usize) -> Result<(), super::CoordError> {
+        let size = self.size.load(Ordering::Relaxed);
+        if size >= limit {
+            let what = match self.kind {
+                QueueKind::Election => "election",
+                QueueKind::Lock => "lock",
+            };
+            return Err(super::CoordError::ResourceExhausted(format!(
+                "{what} {:?} has {size} members, the most a queue may have \
+                 ({limit}, from --zk-max-packet: one ZooKeeper listing must hold them all)",
+                self.name.as_str()
+            )));
+        }
+        Ok(())
     }
 
     pub fn is_closed(&self) -> bool {
@@ -227,6 +255,8 @@ struct Actor {
     head_gone_at: Option<Instant>,
     view_tx: watch::Sender<QueueView>,
     cmd_rx: mpsc::UnboundedReceiver<Command>,
+    /// `members.len()`, published for [`QueueHandle::check_room`].
+    size: Arc<AtomicUsize>,
 }
 
 enum Step {
@@ -482,7 +512,7 @@ impl Actor {
             let data = self
                 .session
                 .zk
-                .get_many(&paths)
+                .get_many(&paths, self.session.cfg.member_reads(QueueKind::Lock))
                 .await
                 .map_err(Refusal::Zk)?;
             for ((seq, _), found) in unknown.into_iter().zip(data) {
@@ -541,6 +571,7 @@ impl Actor {
         if let Some(h) = self.head.as_mut() {
             h.fetched = false;
         }
+        self.size.store(self.members.len(), Ordering::Relaxed);
         // `synced` is set by the next `publish`, once the head has been read: an observer's
         // first message must be the real state, never a vacancy we have not checked.
         Ok(())
@@ -564,6 +595,7 @@ impl Actor {
     }
 
     async fn reconcile(&mut self) {
+        self.size.store(self.members.len(), Ordering::Relaxed);
         match self.kind {
             QueueKind::Election => self.reconcile_head().await,
             QueueKind::Lock => self.reconcile_holders().await,

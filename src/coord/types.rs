@@ -351,6 +351,8 @@ pub struct LeaderInfo {
 /// A queue member as shown to operators (Candidates, Holders).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberInfo {
+    /// The znode's sequence number: the member's place for paging, never shown.
+    pub sequence: i64,
     pub participant: String,
     pub value: Vec<u8>,
     pub position: u32,
@@ -358,6 +360,81 @@ pub struct MemberInfo {
     pub joined: SystemTime,
     pub leader_since: Option<SystemTime>,
     pub mode: char,
+}
+
+impl MemberInfo {
+    /// An upper estimate of the member's size in a reply (its strings plus the fixed fields and
+    /// their framing), for byte-bounded pages.
+    pub fn wire_size_hint(&self) -> usize {
+        self.participant.len() + self.value.len() + 64
+    }
+}
+
+/// Default byte budget of one Candidates or Holders reply: a quarter of the 4 MiB that gRPC
+/// clients accept by default, so a page never meets a client's receive limit.
+pub const DEFAULT_PAGE_BYTES: usize = 1024 * 1024;
+
+/// Which part of a long listing (Candidates, Holders) to return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageSpec {
+    /// Only members queued after the member with this sequence number (from a page token);
+    /// `None` from the front of the queue.
+    pub after: Option<i64>,
+    /// At most this many entries; 0 for no count limit (the byte budget still applies).
+    pub max_entries: usize,
+    /// The page ends before its entries' estimated size passes this (it always has at least
+    /// one entry, if any is left).
+    pub max_bytes: usize,
+}
+
+impl Default for PageSpec {
+    fn default() -> Self {
+        Self {
+            after: None,
+            max_entries: 0,
+            max_bytes: DEFAULT_PAGE_BYTES,
+        }
+    }
+}
+
+impl PageSpec {
+    /// Whether a page that has `entries` entries of `bytes` estimated bytes is full before an
+    /// entry of `next` bytes.
+    pub fn full(&self, entries: usize, bytes: usize, next: usize) -> bool {
+        entries > 0
+            && ((self.max_entries > 0 && entries >= self.max_entries)
+                || bytes.saturating_add(next) > self.max_bytes)
+    }
+
+    /// Cuts one page out of `items` (in queue order): those after `after`, up to the limits.
+    /// Returns the page and, when more follow, the sequence to continue after.
+    pub fn take(&self, items: Vec<MemberInfo>) -> (Vec<MemberInfo>, Option<i64>) {
+        let mut page = Vec::new();
+        let mut bytes = 0;
+        for item in items
+            .into_iter()
+            .filter(|m| self.after.is_none_or(|a| m.sequence > a))
+        {
+            let size = item.wire_size_hint();
+            if self.full(page.len(), bytes, size) {
+                let next = page.last().map(|m: &MemberInfo| m.sequence);
+                return (page, next);
+            }
+            bytes += size;
+            page.push(item);
+        }
+        (page, None)
+    }
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Where the next page starts (after this sequence); `None` on the last page.
+    pub next_after: Option<i64>,
+    /// Entries in the whole listing, on every page.
+    pub total: usize,
 }
 
 /// Durations clamped for the wire.
@@ -421,6 +498,55 @@ mod tests {
         assert!(MemberName::parse("c-zz-0000000001").is_none());
         assert!(MemberName::parse("x-00000000000000000000000000000000-0000000001").is_none());
         assert!(MemberName::parse("lock-0000000001").is_none());
+    }
+
+    #[test]
+    fn pages_by_count_and_bytes() {
+        let member = |sequence: i64, len: usize| MemberInfo {
+            sequence,
+            participant: "p".repeat(len),
+            value: Vec::new(),
+            position: 0,
+            fencing_token: FencingToken(sequence as u64),
+            joined: SystemTime::UNIX_EPOCH,
+            leader_since: None,
+            mode: 'w',
+        };
+        let items: Vec<MemberInfo> = (1..=10).map(|s| member(s * 10, 36)).collect();
+        let seqs = |v: &[MemberInfo]| v.iter().map(|m| m.sequence).collect::<Vec<_>>();
+        // Everything fits the default page: one page, no continuation.
+        let (page, next) = PageSpec::default().take(items.clone());
+        assert_eq!((page.len(), next), (10, None));
+        // By count, continuing after the last sequence returned.
+        let spec = PageSpec {
+            max_entries: 4,
+            ..PageSpec::default()
+        };
+        let (page, next) = spec.take(items.clone());
+        assert_eq!((seqs(&page), next), (vec![10, 20, 30, 40], Some(40)));
+        let (page, next) = PageSpec {
+            after: next,
+            ..spec
+        }
+        .take(items.clone());
+        assert_eq!((seqs(&page), next), (vec![50, 60, 70, 80], Some(80)));
+        let (page, next) = PageSpec {
+            after: Some(80),
+            ..spec
+        }
+        .take(items.clone());
+        assert_eq!((seqs(&page), next), (vec![90, 100], None));
+        // By bytes (100 each): three fit in 350; an oversized entry still makes a page.
+        let spec = PageSpec {
+            max_bytes: 350,
+            ..PageSpec::default()
+        };
+        assert_eq!(spec.take(items.clone()).0.len(), 3);
+        let spec = PageSpec {
+            max_bytes: 10,
+            ..PageSpec::default()
+        };
+        assert_eq!(spec.take(items).0.len(), 1);
     }
 
     #[test]

@@ -6,9 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::StreamExt;
 use zookeeper_client as zkc;
 use zookeeper_client::{Acls, AddWatchMode, Client, CreateMode, PersistentWatcher, Stat};
 
+use super::paging::{ReadPlan, PAGES_IN_FLIGHT};
 use crate::metrics as m;
 
 pub type ZkResult<T> = Result<T, zkc::Error>;
@@ -223,11 +225,34 @@ impl Zk {
             .await
     }
 
-    /// Reads the data of many children in one round trip.
-    pub async fn get_many(&self, paths: &[String]) -> ZkResult<Vec<Option<(Vec<u8>, Stat)>>> {
-        if paths.is_empty() {
-            return Ok(Vec::new());
+    /// Reads the data of many znodes, in order (`None` for one that is gone), in multi-read
+    /// pages that each stay within `plan`'s byte budget, request and worst-case reply alike
+    /// (G10: a packet above ZooKeeper's `jute.maxbuffer` makes the server drop the whole
+    /// connection). Up to [`PAGES_IN_FLIGHT`] pages are in flight at once.
+    ///
+    /// # Errors
+    /// The first ZooKeeper error of any page; the pages after it are not awaited.
+    ///
+    /// # Cancellation safety
+    /// Cancellation safe: it only reads.
+    pub async fn get_many(
+        &self,
+        paths: &[String],
+        plan: ReadPlan,
+    ) -> ZkResult<Vec<Option<(Vec<u8>, Stat)>>> {
+        let pages = plan.pages(paths);
+        let mut out = Vec::with_capacity(paths.len());
+        let mut results = futures::stream::iter(pages)
+            .map(|page| self.read_page(&paths[page]))
+            .buffered(PAGES_IN_FLIGHT);
+        while let Some(page) = results.next().await {
+            out.extend(page?);
         }
+        Ok(out)
+    }
+
+    /// One multi-read page (see [`Zk::get_many`]).
+    async fn read_page(&self, paths: &[String]) -> ZkResult<Vec<Option<(Vec<u8>, Stat)>>> {
         self.instrument("multi_read", || async {
             let mut reader = self.client.new_multi_reader();
             for p in paths {

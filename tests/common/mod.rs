@@ -84,6 +84,7 @@ pub struct GatewayOpts {
     pub silence_limit: Option<Duration>,
     pub limits: Option<zkgate::api::limits::StreamLimits>,
     pub max_queues: Option<usize>,
+    pub zk_max_packet: Option<usize>,
 }
 
 impl Default for GatewayOpts {
@@ -97,6 +98,7 @@ impl Default for GatewayOpts {
             silence_limit: None,
             limits: None,
             max_queues: None,
+            zk_max_packet: None,
         }
     }
 }
@@ -139,6 +141,10 @@ impl Gateway {
         if let Some(limits) = opts.limits {
             cfg.limits = limits;
         }
+        if let Some(n) = opts.zk_max_packet {
+            coord_cfg.zk_max_packet = n;
+        }
+        let cfg = ServeConfig::new(coord_cfg.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -134,10 +134,14 @@ class ObserveResponse(_message.Message):
     def __init__(self, leader: _Optional[_Union[Leader, _Mapping]] = ...) -> None: ...
 
 class CandidatesRequest(_message.Message):
-    __slots__ = ("election",)
+    __slots__ = ("election", "page_size", "page_token")
     ELECTION_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     election: str
-    def __init__(self, election: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, election: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class Candidate(_message.Message):
     __slots__ = ("candidate", "value", "position", "fencing_token", "joined", "leader")
@@ -156,10 +160,14 @@ class Candidate(_message.Message):
     def __init__(self, candidate: _Optional[str] = ..., value: _Optional[bytes] = ..., position: _Optional[int] = ..., fencing_token: _Optional[int] = ..., joined: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., leader: _Optional[bool] = ...) -> None: ...
 
 class CandidatesResponse(_message.Message):
-    __slots__ = ("candidates",)
+    __slots__ = ("candidates", "next_page_token", "total")
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     candidates: _containers.RepeatedCompositeFieldContainer[Candidate]
-    def __init__(self, candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    total: int
+    def __init__(self, candidates: _Optional[_Iterable[_Union[Candidate, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
 class ElectionValidateRequest(_message.Message):
     __slots__ = ("election", "fencing_token")

@@ -88,10 +88,14 @@ class ReleaseResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class HoldersRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "page_size", "page_token")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, name: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class Holder(_message.Message):
     __slots__ = ("owner", "fencing_token", "since", "mode")
@@ -106,12 +110,16 @@ class Holder(_message.Message):
     def __init__(self, owner: _Optional[str] = ..., fencing_token: _Optional[int] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mode: _Optional[_Union[LockMode, str]] = ...) -> None: ...
 
 class HoldersResponse(_message.Message):
-    __slots__ = ("holders", "waiting")
+    __slots__ = ("holders", "waiting", "next_page_token", "total")
     HOLDERS_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     holders: _containers.RepeatedCompositeFieldContainer[Holder]
     waiting: int
-    def __init__(self, holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., waiting: _Optional[int] = ...) -> None: ...
+    next_page_token: str
+    total: int
+    def __init__(self, holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., waiting: _Optional[int] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
 class LockValidateRequest(_message.Message):
     __slots__ = ("name", "fencing_token")
