@@ -160,6 +160,7 @@ impl QueueHandle {
                 QueueKind::Election => "election",
                 QueueKind::Lock => "lock",
             };
+            crate::metrics::limit_rejected("queue_members");
             return Err(super::CoordError::ResourceExhausted(format!(
                 "{what} {:?} has {size} members, the most a queue may have \
                  ({limit}, from --zk-max-packet: one ZooKeeper listing must hold them all)",
