@@ -4,9 +4,11 @@
 //!
 //! # Layout
 //! - [`proto`]: generated `zkgate.v1` code (from `proto/zkgate/v1/`).
-//! - [`api`]: tonic handlers; proto ↔ domain conversion; errors → gRPC status.
+//! - [`api`]: tonic handlers; proto ↔ domain conversion; errors → gRPC status;
+//!   [`api::limits`]: stream limits per gateway and per client connection (G10).
 //! - [`coord`]: no tonic types: ZooKeeper sessions, per-queue actors, elections, leases;
-//!   [`coord::paging`] keeps every ZooKeeper packet under `--zk-max-packet`.
+//!   [`coord::paging`] keeps every ZooKeeper packet under `--zk-max-packet`;
+//!   [`coord::session`] holds the G2 clock and the quorum (`sync`) liveness probe.
 //! - [`server`]: `run(config, listener, http, shutdown)`: the gateway, in-process for tests.
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`metrics`]: every metric name, described once; [`grpc_metrics`]: the tower layer that

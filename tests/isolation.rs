@@ -419,3 +419,142 @@ async fn a_proclaim_flood_does_not_disturb_other_leaders() {
     );
     s.finish("proclaim flood").await;
 }
+
+/// Opens an Acquire stream for a read lock and waits for `acquired`.
+async fn acquire_read(
+    c: &mut zkgate::proto::lock_client::LockClient<Channel>,
+    name: &str,
+    owner: &str,
+) -> (
+    mpsc::Sender<pb::AcquireRequest>,
+    tonic::Streaming<pb::AcquireResponse>,
+) {
+    use zkgate::proto::acquire_response::Event as LockEvent;
+    let (tx, rx) = mpsc::channel(2);
+    tx.send(pb::AcquireRequest {
+        request: Some(zkgate::proto::acquire_request::Request::Acquire(
+            pb::AcquireLock {
+                name: name.into(),
+                owner: owner.into(),
+                mode: pb::LockMode::Read as i32,
+                ..Default::default()
+            },
+        )),
+    })
+    .await
+    .unwrap();
+    let mut stream = c.acquire(ReceiverStream::new(rx)).await.unwrap().into_inner();
+    loop {
+        match stream.message().await.unwrap() {
+            Some(pb::AcquireResponse {
+                event: Some(LockEvent::Acquired(_)),
+            }) => return (tx, stream),
+            Some(_) => continue,
+            None => panic!("Acquire ended before acquired"),
+        }
+    }
+}
+
+/// (a) `Candidates` and `Holders` called in a loop, every page, on a 20,000-member election and
+/// a 20,000-holder read lock, names of 200 characters (each reply several MB unpaged, each
+/// unpaged multi-read of them above ZooKeeper's 1 MiB packet limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_huge_queues_in_a_loop_does_not_disturb_other_leaders() {
+    let _serial = serial().lock().await;
+    let s = setup("huge-reads", &[]).await;
+    let url = s.gw.url();
+    let members = 20_000;
+    let election = "e".repeat(200);
+    let lock = "l".repeat(200);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    // Two per 1,000 (the per-connection limit): 500 candidates and 500 readers each.
+    for conn in 0..members / 500 {
+        let (url, election, lock) = (url.clone(), election.clone(), lock.clone());
+        tasks.push(tokio::spawn(async move {
+            let c = client(&url).await;
+            let l = zkgate::proto::lock_client::LockClient::connect(url.clone())
+                .await
+                .unwrap();
+            let mut held = Vec::new();
+            let mut locks = Vec::new();
+            for i in 0..500 {
+                let name = format!("{:0>200}", conn * 500 + i);
+                let mut c = c.clone();
+                held.push(open(&mut c, &election, &name).await.unwrap().0);
+                let mut l = l.clone();
+                locks.push(acquire_read(&mut l, &lock, &name).await);
+            }
+            (held, locks)
+        }));
+    }
+    let mut held = Vec::new();
+    for t in tasks {
+        held.push(t.await.unwrap());
+    }
+    eprintln!(
+        "{members} candidates and {members} read holders with 200-character names in {:?}",
+        started.elapsed()
+    );
+    // Readers: every page of Candidates and of Holders, over and over, for a few seconds.
+    let until = Instant::now() + Duration::from_secs(6);
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let (url, election, lock) = (url.clone(), election.clone(), lock.clone());
+        readers.push(tokio::spawn(async move {
+            let mut c = client(&url).await;
+            let mut l = zkgate::proto::lock_client::LockClient::connect(url)
+                .await
+                .unwrap();
+            let mut rounds = 0;
+            while Instant::now() < until {
+                let (mut token, mut seen) = (String::new(), 0);
+                loop {
+                    let r = c
+                        .candidates(pb::CandidatesRequest {
+                            election: election.clone(),
+                            page_token: token,
+                            ..Default::default()
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner();
+                    seen += r.candidates.len();
+                    token = r.next_page_token;
+                    if token.is_empty() {
+                        break;
+                    }
+                }
+                assert_eq!(seen, members);
+                let (mut token, mut seen) = (String::new(), 0);
+                loop {
+                    let r = l
+                        .holders(pb::HoldersRequest {
+                            name: lock.clone(),
+                            page_token: token,
+                            ..Default::default()
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner();
+                    seen += r.holders.len();
+                    token = r.next_page_token;
+                    if token.is_empty() {
+                        break;
+                    }
+                }
+                assert_eq!(seen, members);
+                rounds += 1;
+            }
+            rounds
+        }));
+    }
+    let mut rounds = 0;
+    for r in readers {
+        rounds += r.await.unwrap();
+    }
+    eprintln!("{rounds} full reads of both queues in 6 s");
+    assert!(rounds > 0);
+    drop(held);
+    s.finish("huge queue reads").await;
+}

@@ -137,14 +137,13 @@ impl Gateway {
         if let Some(n) = opts.zk_sessions {
             coord_cfg.pool_size = n;
         }
+        if let Some(n) = opts.zk_max_packet {
+            coord_cfg.zk_max_packet = n;
+        }
         let mut cfg = ServeConfig::new(coord_cfg.clone());
         if let Some(limits) = opts.limits {
             cfg.limits = limits;
         }
-        if let Some(n) = opts.zk_max_packet {
-            coord_cfg.zk_max_packet = n;
-        }
-        let cfg = ServeConfig::new(coord_cfg.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
