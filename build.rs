@@ -16,6 +16,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/zkgate/v1/lock.proto",
     ];
     tonic_prost_build::configure()
+        // Small per-call buffers: see src/codec.rs.
+        .codec_path("crate::codec::LeanCodec")
         .file_descriptor_set_path(out_dir.join("zkgate_descriptor.bin"))
         .compile_protos(&protos, &["proto"])?;
     for p in protos {

@@ -3,7 +3,8 @@
 //! observe leaders and hold locks over gRPC.
 //!
 //! # Layout
-//! - [`proto`]: generated `zkgate.v1` code (from `proto/zkgate/v1/`).
+//! - [`proto`]: generated `zkgate.v1` code (from `proto/zkgate/v1/`), using [`codec`]'s
+//!   small per-call buffers.
 //! - [`api`]: tonic handlers; proto ↔ domain conversion; errors → gRPC status;
 //!   [`api::limits`]: stream limits per gateway and per client connection (G10).
 //! - [`coord`]: no tonic types: ZooKeeper sessions, per-queue actors, elections, leases;
@@ -21,6 +22,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod codec;
 pub mod config;
 pub mod coord;
 pub mod grpc_metrics;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::Stream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
@@ -163,7 +164,7 @@ impl Election for ElectionApi {
         let candidacy = tokio::spawn(async move { coord.campaign(join).await })
             .await
             .map_err(|e| Status::internal(format!("campaign task failed: {e}")))??;
-        let (tx, rx) = mpsc::channel(16);
+        let (tx, rx) = mpsc::channel::<holder_stream::Outbound<_>>(16);
         let stream = CampaignStream {
             candidacy,
             max_value: self.max_value(),
@@ -173,7 +174,7 @@ impl Election for ElectionApi {
             let _permit = permit;
             holder_stream::drive(stream, inbound, tx, draining).await;
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|m| *m))))
     }
 
     async fn proclaim(

@@ -40,6 +40,11 @@ pub(super) enum Step<T> {
     Pending(BoxFuture<Step<T>>),
 }
 
+/// What a holder stream's task hands to the response stream. Boxed: a channel allocates its
+/// slots in blocks of 32, and `Result<_, Status>` is large, so unboxed each open stream would
+/// carry several KiB of mostly empty slots (`examples/scale_bench.rs`).
+pub(super) type Outbound<T> = Box<Result<T, Status>>;
+
 /// A resign/release in flight, and the status to end with once it is done (`None`: OK).
 type Leaving = (BoxFuture<Result<(), CoordError>>, Option<Status>);
 
@@ -89,10 +94,10 @@ pub(super) trait HolderStream: Send + Sized + 'static {
 pub(super) async fn drive<H: HolderStream>(
     mut holder: H,
     mut inbound: Streaming<H::Request>,
-    tx: mpsc::Sender<Result<H::Response, Status>>,
+    tx: mpsc::Sender<Outbound<H::Response>>,
     draining: CancellationToken,
 ) {
-    if tx.send(Ok(holder.queued())).await.is_err() {
+    if tx.send(Box::new(Ok(holder.queued()))).await.is_err() {
         return;
     }
     let period = (holder.silence_limit() / 3).max(Duration::from_millis(50));
@@ -110,11 +115,11 @@ pub(super) async fn drive<H: HolderStream>(
                 let (_, then) = leaving.take().expect("guarded");
                 match (done, then) {
                     (_, Some(status)) => {
-                        let _ = tx.send(Err(status)).await;
+                        let _ = tx.send(Box::new(Err(status))).await;
                     }
                     (Ok(()), None) => {}
                     (Err(e), None) => {
-                        let _ = tx.send(Err(Status::from(e))).await;
+                        let _ = tx.send(Box::new(Err(Status::from(e)))).await;
                     }
                 }
                 return;
@@ -172,7 +177,7 @@ pub(super) async fn drive<H: HolderStream>(
             Step::Done => return,
         };
         let end = out.is_err();
-        if tx.send(out).await.is_err() || end {
+        if tx.send(Box::new(out)).await.is_err() || end {
             return;
         }
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
@@ -206,7 +207,7 @@ impl Lock for LockApi {
         // Queue in a task of its own: if the client goes away while the znode is being made,
         // this handler is dropped, but the task still finishes, finds the stream closed and
         // drops the hold, which deletes the znode (no orphan until the session's end).
-        let (tx, rx) = mpsc::channel(16);
+        let (tx, rx) = mpsc::channel::<holder_stream::Outbound<_>>(16);
         let (started_tx, started_rx) = oneshot::channel();
         let coord = self.coord.clone();
         tokio::spawn(async move {
@@ -226,7 +227,7 @@ impl Lock for LockApi {
         started_rx
             .await
             .map_err(|_| Status::internal("the lock request's task ended unexpectedly"))??;
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|m| *m))))
     }
 
     async fn release(
