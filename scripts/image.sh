@@ -37,6 +37,15 @@ fi
 tag="${tag:-zkgate:$version}"
 target="$(rustc -vV | sed -n 's/^host: //p')"
 
+# Called from `cargo test` (tests/deploy.rs), cargo's per-package variables are in the
+# environment; build scripts (ring's) watch some of them, and a different value rebuilds
+# everything. Build with the environment a shell has.
+for v in $(compgen -e); do
+    case "$v" in
+        CARGO_PKG_* | CARGO_MANIFEST_* | CARGO_CRATE_NAME | CARGO_BIN_* | CARGO_PRIMARY_PACKAGE | \
+            CARGO_TARGET_TMPDIR | CARGO_RUSTC_CURRENT_DIR | OUT_DIR) unset "$v" ;;
+    esac
+done
 # RUSTFLAGS apply to the target only (--target), not to build scripts or proc macros, which
 # must stay dynamic. The same flags as the Dockerfile's builder stage.
 say "static release build ($target)"
