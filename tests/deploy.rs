@@ -714,36 +714,57 @@ fn yaml_docs(yaml: &str) -> Vec<Value> {
 /// kubernetes-validate --strict on `yaml` for every supported Kubernetes version. Kinds outside
 /// the Kubernetes schemas (the ServiceMonitor CRD) are returned for the caller to check.
 fn validate(what: &str, yaml: &str) -> Vec<Value> {
+    validate_many(&[(what.to_owned(), yaml.to_owned())]).remove(0)
+}
+
+/// [`validate`] for several (name, YAML) pairs, with one kubernetes-validate run per version
+/// (it loads its schemas for a second or so each time).
+fn validate_many(items: &[(String, String)]) -> Vec<Vec<Value>> {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("manifests.yaml");
-    std::fs::write(&file, yaml).unwrap();
-    let docs = yaml_docs(yaml);
-    let (core, crds): (Vec<Value>, Vec<Value>) = docs.into_iter().partition(|d| {
-        !d["apiVersion"]
-            .as_str()
-            .unwrap_or("")
-            .contains(".coreos.com")
-    });
-    if core.is_empty() {
-        return crds;
+    let mut files = Vec::new();
+    let mut crds_of = Vec::new();
+    for (i, (what, yaml)) in items.iter().enumerate() {
+        let file = dir.path().join(format!("item{i}.yaml"));
+        std::fs::write(&file, yaml).unwrap();
+        let (core, crds): (Vec<Value>, Vec<Value>) = yaml_docs(yaml).into_iter().partition(|d| {
+            !d["apiVersion"]
+                .as_str()
+                .unwrap_or("")
+                .contains(".coreos.com")
+        });
+        if !core.is_empty() {
+            files.push((file, what, core.len()));
+        }
+        crds_of.push(crds);
     }
     for version in KUBE_VERSIONS {
         let out = Command::new("python3")
             .args(["-m", "kubernetes_validate", "--strict", "-k", version])
-            .arg(&file)
+            .args(files.iter().map(|(f, _, _)| f))
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{what} against {version}:\n{text}");
-        let passed = text.matches(" passed for resource ").count();
-        assert_eq!(
-            passed,
-            core.len(),
-            "{what} against {version}: every object validated\n{text}"
+        let names: Vec<String> = files
+            .iter()
+            .map(|(f, what, _)| format!("{} = {what}", f.display()))
+            .collect();
+        assert!(
+            out.status.success(),
+            "against {version}:\n{text}\n(files: {names:#?})"
         );
+        for (file, what, objects) in &files {
+            let passed = text
+                .lines()
+                .filter(|l| l.contains(&format!("{} passed for resource ", file.display())))
+                .count();
+            assert_eq!(
+                passed, *objects,
+                "{what} against {version}: every object validated\n{text}"
+            );
+        }
     }
-    crds
+    crds_of
 }
 
 /// A ServiceMonitor (no schema in kubernetes-validate): selects the Service and its http port.
@@ -809,25 +830,19 @@ fn kubernetes_manifests_validate() {
         "kubernetes-validate refuses junk"
     );
 
-    // Every kustomization, rendered by kustomize.
+    // Every kustomization, rendered by kustomize (validated below, with the files).
     let base = yaml_docs(&kustomize("deploy/kubernetes/base"));
+    let mut items = Vec::new();
     for dir in [
         "deploy/kubernetes/base",
         "deploy/kubernetes/overlays/tls",
         "deploy/kubernetes/zookeeper",
+        "deploy/kubernetes/monitoring",
     ] {
         let yaml = kustomize(dir);
-        assert!(validate(dir, &yaml).is_empty());
-        assert!(yaml_docs(&yaml).len() >= 4, "{dir}: {yaml}");
+        assert!(!yaml_docs(&yaml).is_empty(), "{dir}: {yaml}");
+        items.push((dir.to_owned(), yaml));
     }
-    let monitors = validate(
-        "monitoring + base",
-        &(kustomize("deploy/kubernetes/monitoring")
-            + "---\n"
-            + &kustomize("deploy/kubernetes/base")),
-    );
-    assert_eq!(monitors.len(), 1);
-    check_service_monitor(&monitors[0], kind(&base, "Service"));
     // And every manifest file on its own (kustomize would not notice a file it does not list).
     let mut files = Vec::new();
     let mut dirs = vec![repo("deploy/kubernetes")];
@@ -845,14 +860,11 @@ fn kubernetes_manifests_validate() {
     }
     files.sort();
     for f in &files {
-        let text = std::fs::read_to_string(f).unwrap();
         let rel = f.strip_prefix(repo("")).unwrap().display().to_string();
         if rel.contains("overlays/") {
             continue; // patches: checked through their kustomization above
         }
-        for crd in validate(&rel, &text) {
-            assert_eq!(crd["kind"], "ServiceMonitor", "{rel}");
-        }
+        items.push((rel.clone(), std::fs::read_to_string(f).unwrap()));
         let listed = f.parent().unwrap().join("kustomization.yaml");
         if listed.is_file() {
             let k = std::fs::read_to_string(&listed).unwrap();
@@ -862,6 +874,15 @@ fn kubernetes_manifests_validate() {
                 "{rel} is listed in {}",
                 listed.display()
             );
+        }
+    }
+    for ((what, _), crds) in items.iter().zip(validate_many(&items)) {
+        // Only the ServiceMonitor lies outside the Kubernetes schemas.
+        if what.contains("monitoring") {
+            assert_eq!(crds.len(), 1, "{what}");
+            check_service_monitor(&crds[0], kind(&base, "Service"));
+        } else {
+            assert!(crds.is_empty(), "{what}: {crds:?}");
         }
     }
 
