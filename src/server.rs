@@ -171,6 +171,7 @@ pub async fn run_with(
         shutdown.await;
         tracing::info!("draining: ending streams, releasing znodes, closing the ZooKeeper session");
         health_task.abort();
+        notify_systemd(&[sd_notify::NotifyState::Stopping]);
         // Wait until it is really gone: a poll in progress on another thread could otherwise
         // still write SERVING after the NOT_SERVING below.
         let _ = health_task.await;
@@ -216,10 +217,13 @@ fn incoming(
 /// follow the ZooKeeper connection, and all turn `NOT_SERVING` on drain.
 const HEALTH_SERVICES: [&str; 3] = ["", "zkgate.v1.Election", "zkgate.v1.Lock"];
 
-/// Health is `SERVING` only while a ZooKeeper session is connected.
+/// Health is `SERVING` only while a ZooKeeper session is connected. The first time it is,
+/// systemd (`Type=notify`, deploy/systemd/zkgate.service) hears `READY=1`.
 async fn follow_health(coord: Arc<Coordinator>, reporter: tonic_health::server::HealthReporter) {
+    let mut told_ready = false;
     loop {
-        let status = if coord.is_connected() {
+        let connected = coord.is_connected();
+        let status = if connected {
             ServingStatus::Serving
         } else {
             ServingStatus::NotServing
@@ -227,6 +231,17 @@ async fn follow_health(coord: Arc<Coordinator>, reporter: tonic_health::server::
         for svc in HEALTH_SERVICES {
             reporter.set_service_status(svc, status).await;
         }
+        if connected && !told_ready {
+            told_ready = true;
+            notify_systemd(&[sd_notify::NotifyState::Ready]);
+        }
         coord.connection_changed().await;
+    }
+}
+
+/// Tells systemd about the gateway's state; does nothing unless systemd set `NOTIFY_SOCKET`.
+fn notify_systemd(state: &[sd_notify::NotifyState]) {
+    if let Err(e) = sd_notify::notify(state) {
+        tracing::warn!(error = %e, "could not notify systemd");
     }
 }

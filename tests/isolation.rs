@@ -420,4 +420,3 @@ async fn a_proclaim_flood_does_not_disturb_other_leaders() {
     );
     s.finish("proclaim flood").await;
 }
-
