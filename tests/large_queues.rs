@@ -1,6 +1,7 @@
 //! Queues far larger than one ZooKeeper packet (G10): 20,000 members with 200-character names.
 //! Candidates, Holders, both Validates and a fresh queue actor's permit check answer
-//! correctly, a bystander leader on the same gateway is never suspended and keeps getting
+//! correctly, a bystander leader and a bystander lock holder on the same gateway are never
+//! suspended and keep getting
 //! heartbeats, and a queue at its size limit refuses newcomers with `RESOURCE_EXHAUSTED`.
 //!
 //! The members are made directly on a second ZooKeeper session (pipelined creates, in the
@@ -116,6 +117,16 @@ struct Bystander {
     log: Arc<Mutex<BystanderLog>>,
     task: tokio::task::JoinHandle<()>,
     _tx: mpsc::Sender<pb::CampaignRequest>,
+    /// A lock holder on the same gateway, watched the same way.
+    lock_log: Arc<Mutex<BystanderLog>>,
+    lock_task: tokio::task::JoinHandle<()>,
+    _lock_tx: mpsc::Sender<pb::AcquireRequest>,
+}
+
+impl Drop for Bystander {
+    fn drop(&mut self) {
+        self.lock_task.abort();
+    }
 }
 
 #[derive(Debug)]
@@ -169,15 +180,85 @@ impl Bystander {
                 }
             }
         });
+        // The lock holder: acquired, then only heartbeats.
+        let mut lc = LockClient::connect(gw.url()).await.unwrap();
+        let (lock_tx, mut lstream, first) = acquire(
+            &mut lc,
+            pb::AcquireLock {
+                name: "bystander-lock".into(),
+                owner: "h".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert!(matches!(first, LEvent::Queued(_)), "{first:?}");
+        loop {
+            match tokio::time::timeout(STEP, lstream.message()).await {
+                Ok(Ok(Some(pb::AcquireResponse {
+                    event: Some(LEvent::Acquired(_)),
+                }))) => break,
+                Ok(Ok(Some(pb::AcquireResponse {
+                    event: Some(LEvent::Heartbeat(_)),
+                }))) => continue,
+                other => panic!("bystander lock: expected acquired, got {other:?}"),
+            }
+        }
+        let lock_log = Arc::new(Mutex::new(BystanderLog {
+            heartbeats: 0,
+            last_message: Instant::now(),
+            longest_silence: Duration::ZERO,
+            other: Vec::new(),
+        }));
+        let lock_task = tokio::spawn({
+            let log = lock_log.clone();
+            async move {
+                loop {
+                    let m = tokio::time::timeout(2 * silence_limit, lstream.message()).await;
+                    let mut log = log.lock().unwrap();
+                    log.longest_silence = log.longest_silence.max(log.last_message.elapsed());
+                    log.last_message = Instant::now();
+                    match m {
+                        Ok(Ok(Some(pb::AcquireResponse {
+                            event: Some(LEvent::Heartbeat(_)),
+                        }))) => log.heartbeats += 1,
+                        other => {
+                            log.other.push(format!("{other:?}"));
+                            return;
+                        }
+                    }
+                }
+            }
+        });
         Bystander {
             log,
             task,
             _tx: c.tx,
+            lock_log,
+            lock_task,
+            _lock_tx: lock_tx,
         }
     }
 
-    /// Asserts that the leader heard only heartbeats, often enough, so far.
+    /// Asserts that the leader and the lock holder heard only heartbeats, often enough, so far.
     fn check(&self, silence_limit: Duration) -> usize {
+        {
+            let log = self.lock_log.lock().unwrap();
+            assert!(
+                log.other.is_empty(),
+                "the bystander lock holder heard something other than heartbeats: {:?}",
+                log.other
+            );
+            let longest = log.longest_silence.max(log.last_message.elapsed());
+            assert!(
+                longest < silence_limit,
+                "the bystander lock holder went {longest:?} without a message (silence limit {silence_limit:?})"
+            );
+            assert!(
+                log.heartbeats > 0,
+                "the bystander lock holder heard no heartbeat"
+            );
+        }
         let log = self.log.lock().unwrap();
         assert!(
             log.other.is_empty(),
@@ -309,6 +390,17 @@ async fn election_of_20000_candidates() {
     let (paged, pages) = all_candidates(&mut client, &election, 1_000).await;
     assert_eq!(pages, 20);
     assert_eq!(paged, all);
+    // Called in a loop, as an operator's dashboard might, for longer than the silence limit.
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut rounds = 0;
+    while Instant::now() < until {
+        assert_eq!(
+            all_candidates(&mut client, &election, 0).await.0.len(),
+            MEMBERS
+        );
+        rounds += 1;
+    }
+    eprintln!("Candidates in a loop: {rounds} full reads in 3 s");
 
     // Validate: the head's token is current, anyone else's is not.
     for (token, current) in [(filled.tokens[0], true), (filled.tokens[5], false)] {
@@ -435,7 +527,15 @@ async fn read_lock_of_20000_holders() {
         assert_eq!(v.current, current);
     }
 
-    assert_eq!(all_holders(&mut client, &name).await.0.len(), MEMBERS);
+    // Called in a loop for longer than the silence limit (the holders of a read lock are
+    // all re-read on every page: the heaviest read there is).
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut rounds = 0;
+    while Instant::now() < until {
+        assert_eq!(all_holders(&mut client, &name).await.0.len(), MEMBERS);
+        rounds += 1;
+    }
+    eprintln!("Holders in a loop: {rounds} full reads in 3 s");
     let silence_limit = Duration::from_secs_f64(gw.coord.cfg.session_timeout.as_secs_f64() * 0.35);
     assert!(bystander.check(silence_limit) > 0);
     assert_serving(&gw).await;
