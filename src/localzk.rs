@@ -623,8 +623,28 @@ impl LocalZk {
     ///
     /// [`LocalZkError::NoSuchServer`], [`LocalZkError::NotRunning`],
     /// [`LocalZkError::Io`] if the signal cannot be sent.
+    ///
+    /// Returns once the kernel reports the JVM stopped: a signal is delivered asynchronously,
+    /// so reading the state right after sending it could still see the process running.
     pub async fn pause(&mut self, i: usize) -> Result<(), LocalZkError> {
-        self.signal_running(i, "STOP")
+        self.signal_running(i, "STOP")?;
+        self.wait_state(i, |state| state == Some('T')).await;
+        Ok(())
+    }
+
+    /// Polls server `i`'s process state (Linux `/proc`) until `done` holds, for up to 5 s.
+    async fn wait_state(&mut self, i: usize, done: impl Fn(Option<char>) -> bool) {
+        let Some(pid) = self.pid(i) else {
+            return;
+        };
+        let state = || {
+            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            stat.rsplit_once(')')?.1.trim_start().chars().next()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !done(state()) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
     }
 
     /// Continues server `i` after [`LocalZk::pause`] (SIGCONT).
@@ -633,7 +653,9 @@ impl LocalZk {
     ///
     /// As for [`LocalZk::pause`].
     pub async fn resume(&mut self, i: usize) -> Result<(), LocalZkError> {
-        self.signal_running(i, "CONT")
+        self.signal_running(i, "CONT")?;
+        self.wait_state(i, |state| state != Some('T')).await;
+        Ok(())
     }
 
     /// Server `i`'s role according to `srvr`: `"leader"`, `"follower"` or
