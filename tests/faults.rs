@@ -20,8 +20,7 @@
 
 mod support;
 
-use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use support::checker::{self, Ev, StreamLog, Violation};
@@ -30,7 +29,7 @@ use support::procgw::{GatewayProc, GatewaySpec};
 use support::recorder::StreamClient;
 use tokio::sync::watch;
 use tonic::Code;
-use zkgate::localzk::{LocalZk, LocalZkOptions, PeerLink, PeerRoute};
+use zkgate::localzk::{LocalZk, LocalZkOptions};
 
 /// The gateways' session timeout in most scenarios (ZooKeeper's tickTime is 250 ms).
 const T: Duration = Duration::from_secs(3);
@@ -1189,42 +1188,6 @@ async fn locks_under_faults_keep_permits_and_fencing() {
     drop((g1, g2, cut));
 }
 
-/// A 3-server ensemble whose quorum and election links all pass through link cutters (one per
-/// direction and port), so one server can be cut off from the other two while its clients
-/// still reach it.
-async fn ensemble_with_peer_cutters(
-    sync_limit: u32,
-) -> (LocalZk, Arc<HashMap<PeerLink, LinkCutter>>) {
-    let unused: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
-    let mut cutters = HashMap::new();
-    for from in 0..3 {
-        for to in (0..3).filter(|&to| to != from) {
-            for election in [false, true] {
-                let link = PeerLink { from, to, election };
-                cutters.insert(link, LinkCutter::start(unused).await.unwrap());
-            }
-        }
-    }
-    let cutters = Arc::new(cutters);
-    let routes = cutters.clone();
-    let peer_route = PeerRoute(Arc::new(move |link, real| {
-        let cutter = &routes[&link];
-        cutter.retarget(real);
-        cutter.addr()
-    }));
-    let zk = LocalZk::start_ensemble(
-        3,
-        LocalZkOptions {
-            sync_limit,
-            peer_route: Some(peer_route),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("start a ZooKeeper ensemble with cut-able peer links");
-    (zk, cutters)
-}
-
 /// G2 when the gateway's ZooKeeper server is a follower cut off from its quorum, the client
 /// link intact. The follower keeps answering reads and pings by itself for `syncLimit ×
 /// tickTime`, while the quorum stops hearing the gateway's session and expires it after T; a
@@ -1234,7 +1197,7 @@ async fn ensemble_with_peer_cutters(
 /// the waiter on another gateway (connected to the quorum side) is elected.
 async fn follower_partition(name: &'static str, t: Duration, sync_limit: u32) {
     let _serial = serial().lock().await;
-    let (zk, cutters) = ensemble_with_peer_cutters(sync_limit).await;
+    let (zk, cutters) = support::ensemble::ensemble_with_peer_cutters(sync_limit).await;
     let leader = zk.leader_index().await.expect("the ensemble has a leader");
     let f = (0..3).find(|&i| i != leader).unwrap();
     let quorum_side: Vec<String> = (0..3)
@@ -1257,11 +1220,7 @@ async fn follower_partition(name: &'static str, t: Duration, sync_limit: u32) {
     let cut = s.fault(&format!(
         "blackhole every peer link of follower {f} (its clients still reach it)"
     ));
-    for (link, cutter) in cutters.iter() {
-        if link.from == f || link.to == f {
-            cutter.blackhole();
-        }
-    }
+    support::ensemble::cut_off(&cutters, f);
     let (ts, ev) = a
         .wait_for(Some(cut), t * 2, |e| {
             matches!(e, Ev::Suspended { .. } | Ev::Ended { .. })
@@ -1290,9 +1249,7 @@ async fn follower_partition(name: &'static str, t: Duration, sync_limit: u32) {
     s.expect_leader(e, cut, t + Duration::from_secs(2), "follower cut off");
 
     let heal = s.fault("heal the follower's peer links");
-    for cutter in cutters.values() {
-        cutter.pass();
-    }
+    support::ensemble::heal(&cutters);
     assert!(g1.wait_serving(STEP * 2).await, "g1 serves again");
     s.say(&format!(
         "g1 serving again {:?} after the heal",

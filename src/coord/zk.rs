@@ -36,6 +36,57 @@ impl RequestCounter {
     }
 }
 
+/// Test seam for fault soaks that run gateways as child processes (`examples/soak.rs`), where
+/// [`Zk::lose_next_create_reply`] and [`Zk::fail_next_unsent`] cannot be reached: read once
+/// from the environment, off unless set.
+///
+/// * `ZKGATE_FAILPOINT_LOSE_CREATE_REPLY_EVERY=N`: every Nth member create of the process is
+///   applied by ZooKeeper but reports `ConnectionLoss`, as if its reply had been lost.
+/// * `ZKGATE_FAILPOINT_FAIL_DELETE_EVERY=N`: every Nth delete of the process fails with
+///   `ConnectionLoss` without being sent.
+///
+/// Each firing is logged at WARN ("failpoint: …"). Not a configuration option: never set
+/// these outside tests.
+#[derive(Debug, Default)]
+struct EnvFailpoints {
+    lose_create: EveryNth,
+    fail_delete: EveryNth,
+}
+
+#[derive(Debug, Default)]
+struct EveryNth {
+    every: u64,
+    seen: AtomicU64,
+}
+
+impl EveryNth {
+    fn from_env(var: &str) -> Self {
+        let every = std::env::var(var)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        if every > 0 {
+            tracing::warn!(var, every, "test failpoint armed");
+        }
+        Self {
+            every,
+            seen: AtomicU64::new(0),
+        }
+    }
+
+    fn fire(&self) -> bool {
+        self.every > 0 && (self.seen.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(self.every)
+    }
+}
+
+fn env_failpoints() -> &'static EnvFailpoints {
+    static FP: std::sync::OnceLock<EnvFailpoints> = std::sync::OnceLock::new();
+    FP.get_or_init(|| EnvFailpoints {
+        lose_create: EveryNth::from_env("ZKGATE_FAILPOINT_LOSE_CREATE_REPLY_EVERY"),
+        fail_delete: EveryNth::from_env("ZKGATE_FAILPOINT_FAIL_DELETE_EVERY"),
+    })
+}
+
 #[derive(Clone, Debug)]
 pub struct Zk {
     client: Client,
@@ -61,6 +112,7 @@ fn result_label<T>(r: &ZkResult<T>) -> &'static str {
 
 impl Zk {
     pub fn new(client: Client, acls: Acls<'static>, counter: Arc<RequestCounter>) -> Self {
+        env_failpoints();
         Self {
             client,
             acls,
@@ -108,6 +160,13 @@ impl Zk {
         if r.is_ok() && self.lose_create_reply.swap(false, Ordering::Relaxed) {
             return Err(zkc::Error::ConnectionLoss);
         }
+        if r.is_ok() && env_failpoints().lose_create.fire() {
+            tracing::warn!(
+                path = prefix_path,
+                "failpoint: member create applied, reply lost"
+            );
+            return Err(zkc::Error::ConnectionLoss);
+        }
         r
     }
 
@@ -134,6 +193,10 @@ impl Zk {
     }
 
     fn take_failure(&self, op: &'static str) -> bool {
+        if op == "delete" && env_failpoints().fail_delete.fire() {
+            tracing::warn!("failpoint: delete failed unsent");
+            return true;
+        }
         let mut map = self.fail_unsent.lock().unwrap_or_else(|p| p.into_inner());
         match map.get_mut(op) {
             Some(n) if *n > 0 => {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod checker;
+pub mod ensemble;
 pub mod linkcut;
 pub mod procgw;
 pub mod recorder;

@@ -46,6 +46,9 @@ pub struct GatewaySpec {
     pub session_timeout: Duration,
     /// Extra flags.
     pub extra: Vec<String>,
+    /// Extra environment (e.g. the `ZKGATE_FAILPOINT_*` test seams of `src/coord/zk.rs`),
+    /// set after the harness's own `ZKGATE_*` variables are cleared.
+    pub env: Vec<(String, String)>,
 }
 
 impl GatewaySpec {
@@ -57,6 +60,7 @@ impl GatewaySpec {
             root: root.into(),
             session_timeout,
             extra: Vec::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -114,6 +118,9 @@ impl GatewayProc {
             cmd.env("ZKGATE_LOG", std::env::var_os("ZKGATE_GW_LOG").unwrap());
         } else {
             cmd.env("ZKGATE_LOG", "info");
+        }
+        for (k, v) in &spec.env {
+            cmd.env(k, v);
         }
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())

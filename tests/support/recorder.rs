@@ -349,6 +349,21 @@ impl StreamClient {
         self.requests.as_ref().is_some_and(Requests::try_leave)
     }
 
+    /// Sends `proclaim{value}` on a Campaign stream without waiting (false if the request side
+    /// is full or closed, or this is an Acquire stream).
+    pub fn try_proclaim(&self, value: &[u8]) -> bool {
+        match &self.requests {
+            Some(Requests::Campaign(tx)) => tx
+                .try_send(pb::CampaignRequest {
+                    request: Some(Req::Proclaim(pb::ProclaimValue {
+                        value: value.to_vec(),
+                    })),
+                })
+                .is_ok(),
+            _ => false,
+        }
+    }
+
     /// The first event at or after `since` (any time when `None`) matching `pred`, waiting up
     /// to `within`.
     pub async fn wait_for(
