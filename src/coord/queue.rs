@@ -447,16 +447,6 @@ impl Actor {
             } => {
                 let node = member.node_name();
                 if !self.members.contains_key(&member.sequence) {
-                    // ZooKeeper delivers a watch event to a session before the reply to that
-                    // session's write which triggered it, so our create's NodeCreated is
-                    // usually waiting in the watcher already: take what is there first, which
-                    // spares the actor a round trip per join (it serves every join in turn).
-                    if let Step::Stop = self.drain_events().await {
-                        let _ = reply.send(Err(Refusal::Gone));
-                        return Step::Stop;
-                    }
-                }
-                if !self.members.contains_key(&member.sequence) {
                     // Not seen by the watch: confirm with ZooKeeper rather than guess.
                     match self
                         .session
