@@ -1275,3 +1275,98 @@ async fn follower_cut_from_its_quorum_session_timeout_below_sync_limit() {
 async fn follower_cut_from_its_quorum_session_timeout_above_sync_limit() {
     follower_partition("follower-cut-short-sync", T, 5).await;
 }
+
+/// Heartbeats stop as soon as the gateway knows the leader's znode is gone, even while it
+/// cannot yet tell a resign from a lost session. g1's requests to ZooKeeper are lost while its
+/// notifications still arrive (kept flowing by churn in another election that g1 observes), so
+/// g1's leader is `suspended` and, being suspended, keeps getting heartbeats; then its lease is
+/// resigned through g2. g1 hears the NodeDeleted but cannot prove its session alive, so the
+/// cause stays open until the link decides — and no heartbeat may vouch for a leadership whose
+/// znode is known gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_heartbeat_once_the_znode_is_known_gone() {
+    let _serial = serial().lock().await;
+    let zk = shared_zk();
+    let mut s = Scenario::new("gone-no-heartbeat", T);
+    let e = "gone";
+    let (cut, g1, g2, a, b) = zk_link_setup(&mut s, &zk, e).await;
+    // g1 watches "noise"; g2 churns it, so notifications keep reaching g1.
+    let mut observer = zkgate::proto::election_client::ElectionClient::connect(g1.url())
+        .await
+        .unwrap()
+        .observe(zkgate::proto::ObserveRequest {
+            election: "noise".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let observing =
+        tokio::spawn(async move { while let Ok(Some(_)) = observer.message().await {} });
+    let churn_url = g2.url();
+    let churn_stop = tokio_util::sync::CancellationToken::new();
+    let churn = tokio::spawn({
+        let stop = churn_stop.clone();
+        async move {
+            let mut n = 0;
+            while !stop.is_cancelled() {
+                n += 1;
+                if let Ok(mut c) =
+                    StreamClient::join(&churn_url, "noise", &format!("churn{n}"), "g2").await
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    c.kill();
+                }
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t = s.fault("blackhole g1 -> ZooKeeper (ZooKeeper -> g1 still flows)");
+    cut.set(support::linkcut::LinkMode::BlackholeToTarget);
+    a.wait_for(Some(t), T, |e| matches!(e, Ev::Suspended { .. }))
+        .await
+        .expect("a suspended");
+    let mut client = zkgate::proto::election_client::ElectionClient::connect(g2.url())
+        .await
+        .unwrap();
+    let r = s.fault("resign a's lease through g2");
+    client
+        .resign(zkgate::proto::ResignRequest {
+            lease: a.lease.clone(),
+        })
+        .await
+        .expect("resign by lease");
+    let (tb, _) = b
+        .wait_granted(STEP)
+        .await
+        .expect("b elected after the resign");
+    // g1 hears the deletion as b's gateway does; allow it a moment to arrive (a loaded machine).
+    let quiet_from = tb + Duration::from_millis(600);
+    let (ta, code) = a.wait_end(T * 2).await.expect("a's stream ended");
+    churn_stop.cancel();
+    let _ = churn.await;
+    observing.abort();
+    let late: Vec<_> = a
+        .log()
+        .events
+        .iter()
+        .filter(|(at, e)| *at >= quiet_from && matches!(e, Ev::Heartbeat))
+        .map(|(at, _)| *at - r)
+        .collect();
+    s.say(&format!(
+        "b elected {:?} after the resign; a ended {code:?} {:?} after it; heartbeats to a after b's election: {late:?}",
+        tb - r,
+        ta - r
+    ));
+    assert!(
+        ta > quiet_from + Duration::from_millis(500),
+        "a's stream ended before the window could be checked"
+    );
+    assert!(
+        late.is_empty(),
+        "a got heartbeats after its znode was gone: {late:?}"
+    );
+    cut.pass();
+    s.finish(vec![a, b], &zk, Duration::from_secs(3)).await;
+    drop((g1, g2));
+}
