@@ -583,6 +583,36 @@ async fn zookeeper_leader_killed_sessions_survive() {
     zk.shutdown().await;
 }
 
+/// Joins and leaves `election` through `url` over and over (each stay `stay` long) until the
+/// token is cancelled: every join and leave is a notification to each gateway watching it.
+fn churn(
+    url: String,
+    election: &'static str,
+    stay: Duration,
+) -> (
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let mut n = 0;
+            while !stop.is_cancelled() {
+                n += 1;
+                if let Ok(mut c) =
+                    StreamClient::join(&url, election, &format!("churn{n}"), "churn").await
+                {
+                    tokio::time::sleep(stay).await;
+                    c.kill();
+                }
+                tokio::time::sleep(stay / 2).await;
+            }
+        }
+    });
+    (stop, task)
+}
+
 /// The setup of the ZooKeeper-link scenarios: g1 reaches ZooKeeper through a cutter, g2
 /// directly; `a` leads from g1, `b` waits on g2.
 async fn zk_link_setup(
@@ -813,24 +843,7 @@ async fn one_way_partition_with_notifications_suspends_leader_before_expiry() {
     let e = "one-way";
     let (cut, g1, g2, a, b) = zk_link_setup(&mut s, &zk, e).await;
     // Churn behind b: each join and leave is a notification to g1's watch on the queue.
-    let churn_url = g2.url();
-    let churn_stop = tokio_util::sync::CancellationToken::new();
-    let churn = tokio::spawn({
-        let stop = churn_stop.clone();
-        async move {
-            let mut n = 0;
-            while !stop.is_cancelled() {
-                n += 1;
-                if let Ok(mut c) =
-                    StreamClient::join(&churn_url, "one-way", &format!("churn{n}"), "g2").await
-                {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    c.kill();
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    });
+    let (churn_stop, churn) = churn(g2.url(), "one-way", Duration::from_millis(100));
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let t = s.fault("blackhole g1 -> ZooKeeper (ZooKeeper -> g1 still flows)");
@@ -1302,24 +1315,7 @@ async fn no_heartbeat_once_the_znode_is_known_gone() {
         .into_inner();
     let observing =
         tokio::spawn(async move { while let Ok(Some(_)) = observer.message().await {} });
-    let churn_url = g2.url();
-    let churn_stop = tokio_util::sync::CancellationToken::new();
-    let churn = tokio::spawn({
-        let stop = churn_stop.clone();
-        async move {
-            let mut n = 0;
-            while !stop.is_cancelled() {
-                n += 1;
-                if let Ok(mut c) =
-                    StreamClient::join(&churn_url, "noise", &format!("churn{n}"), "g2").await
-                {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    c.kill();
-                }
-                tokio::time::sleep(Duration::from_millis(30)).await;
-            }
-        }
-    });
+    let (churn_stop, churn) = churn(g2.url(), "noise", Duration::from_millis(50));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let t = s.fault("blackhole g1 -> ZooKeeper (ZooKeeper -> g1 still flows)");
     cut.set(support::linkcut::LinkMode::BlackholeToTarget);

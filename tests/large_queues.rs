@@ -137,6 +137,40 @@ struct BystanderLog {
     other: Vec<String>,
 }
 
+/// Records what a holder stream hears from now on: heartbeats are counted, anything else
+/// (or `2 × silence_limit` of silence) is noted and ends the recording.
+fn record_heartbeats<T: std::fmt::Debug + Send + 'static>(
+    mut stream: Streaming<T>,
+    silence_limit: Duration,
+    is_heartbeat: fn(&T) -> bool,
+) -> (Arc<Mutex<BystanderLog>>, tokio::task::JoinHandle<()>) {
+    let log = Arc::new(Mutex::new(BystanderLog {
+        heartbeats: 0,
+        last_message: Instant::now(),
+        longest_silence: Duration::ZERO,
+        other: Vec::new(),
+    }));
+    let task = tokio::spawn({
+        let log = log.clone();
+        async move {
+            loop {
+                let m = tokio::time::timeout(2 * silence_limit, stream.message()).await;
+                let mut log = log.lock().unwrap();
+                log.longest_silence = log.longest_silence.max(log.last_message.elapsed());
+                log.last_message = Instant::now();
+                match m {
+                    Ok(Ok(Some(msg))) if is_heartbeat(&msg) => log.heartbeats += 1,
+                    other => {
+                        log.other.push(format!("{other:?}"));
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    (log, task)
+}
+
 impl Bystander {
     async fn start(gw: &Gateway) -> Bystander {
         let mut client = gw.client().await;
@@ -153,32 +187,8 @@ impl Bystander {
             }
         };
         let silence_limit: Duration = elected.silence_limit.unwrap().try_into().unwrap();
-        let log = Arc::new(Mutex::new(BystanderLog {
-            heartbeats: 0,
-            last_message: Instant::now(),
-            longest_silence: Duration::ZERO,
-            other: Vec::new(),
-        }));
-        let mut stream: Streaming<pb::CampaignResponse> = c.stream;
-        let task = tokio::spawn({
-            let log = log.clone();
-            async move {
-                loop {
-                    let m = tokio::time::timeout(2 * silence_limit, stream.message()).await;
-                    let mut log = log.lock().unwrap();
-                    log.longest_silence = log.longest_silence.max(log.last_message.elapsed());
-                    log.last_message = Instant::now();
-                    match m {
-                        Ok(Ok(Some(pb::CampaignResponse {
-                            event: Some(Event::Heartbeat(_)),
-                        }))) => log.heartbeats += 1,
-                        other => {
-                            log.other.push(format!("{other:?}"));
-                            return;
-                        }
-                    }
-                }
-            }
+        let (log, task) = record_heartbeats(c.stream, silence_limit, |m| {
+            matches!(m.event, Some(Event::Heartbeat(_)))
         });
         // The lock holder: acquired, then only heartbeats.
         let mut lc = LockClient::connect(gw.url()).await.unwrap();
@@ -204,31 +214,8 @@ impl Bystander {
                 other => panic!("bystander lock: expected acquired, got {other:?}"),
             }
         }
-        let lock_log = Arc::new(Mutex::new(BystanderLog {
-            heartbeats: 0,
-            last_message: Instant::now(),
-            longest_silence: Duration::ZERO,
-            other: Vec::new(),
-        }));
-        let lock_task = tokio::spawn({
-            let log = lock_log.clone();
-            async move {
-                loop {
-                    let m = tokio::time::timeout(2 * silence_limit, lstream.message()).await;
-                    let mut log = log.lock().unwrap();
-                    log.longest_silence = log.longest_silence.max(log.last_message.elapsed());
-                    log.last_message = Instant::now();
-                    match m {
-                        Ok(Ok(Some(pb::AcquireResponse {
-                            event: Some(LEvent::Heartbeat(_)),
-                        }))) => log.heartbeats += 1,
-                        other => {
-                            log.other.push(format!("{other:?}"));
-                            return;
-                        }
-                    }
-                }
-            }
+        let (lock_log, lock_task) = record_heartbeats(lstream, silence_limit, |m| {
+            matches!(m.event, Some(LEvent::Heartbeat(_)))
         });
         Bystander {
             log,
@@ -242,36 +229,27 @@ impl Bystander {
 
     /// Asserts that the leader and the lock holder heard only heartbeats, often enough, so far.
     fn check(&self, silence_limit: Duration) -> usize {
-        {
-            let log = self.lock_log.lock().unwrap();
-            assert!(
-                log.other.is_empty(),
-                "the bystander lock holder heard something other than heartbeats: {:?}",
-                log.other
-            );
-            let longest = log.longest_silence.max(log.last_message.elapsed());
-            assert!(
-                longest < silence_limit,
-                "the bystander lock holder went {longest:?} without a message (silence limit {silence_limit:?})"
-            );
-            assert!(
-                log.heartbeats > 0,
-                "the bystander lock holder heard no heartbeat"
-            );
-        }
-        let log = self.log.lock().unwrap();
-        assert!(
-            log.other.is_empty(),
-            "the bystander leader heard something other than heartbeats: {:?}",
-            log.other
-        );
-        let longest = log.longest_silence.max(log.last_message.elapsed());
-        assert!(
-            longest < silence_limit,
-            "the bystander leader went {longest:?} without a message (silence limit {silence_limit:?})"
-        );
-        log.heartbeats
+        let held = check_log(&self.lock_log, "lock holder", silence_limit);
+        assert!(held > 0, "the bystander lock holder heard no heartbeat");
+        check_log(&self.log, "leader", silence_limit)
     }
+}
+
+/// Asserts that a recorded stream heard only heartbeats, never `silence_limit` apart; returns
+/// how many.
+fn check_log(log: &Mutex<BystanderLog>, who: &str, silence_limit: Duration) -> usize {
+    let log = log.lock().unwrap();
+    assert!(
+        log.other.is_empty(),
+        "the bystander {who} heard something other than heartbeats: {:?}",
+        log.other
+    );
+    let longest = log.longest_silence.max(log.last_message.elapsed());
+    assert!(
+        longest < silence_limit,
+        "the bystander {who} went {longest:?} without a message (silence limit {silence_limit:?})"
+    );
+    log.heartbeats
 }
 
 async fn assert_serving(gw: &Gateway) {
