@@ -20,7 +20,6 @@
 
 mod support;
 
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use support::checker::{self, Ev, StreamLog, Violation};
@@ -43,28 +42,9 @@ fn keepalive_bound(t: Duration) -> Duration {
     t / 5 + t * 2 / 5
 }
 
-/// One scenario at a time.
-fn serial() -> &'static tokio::sync::Mutex<()> {
-    static M: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
-    M.get_or_init(|| tokio::sync::Mutex::new(()))
-}
-
 /// A standalone ZooKeeper shared by the scenarios that do not stop it (isolated by root).
 fn shared_zk() -> String {
-    static ZK: OnceLock<LocalZk> = OnceLock::new();
-    ZK.get_or_init(|| {
-        std::thread::spawn(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(LocalZk::start_standalone(LocalZkOptions::default()))
-                .expect("start shared ZooKeeper")
-        })
-        .join()
-        .unwrap()
-    })
-    .connect_string()
+    support::shared_standalone(LocalZkOptions::default)
 }
 
 /// What a scenario records besides the clients' streams.
@@ -265,7 +245,7 @@ fn last_message_before(c: &StreamClient, t: Instant) -> Option<Instant> {
 /// reset hands over at once; a resign ends the stream OK.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_killed_or_reset_hands_over_at_once() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let zk = shared_zk();
     let mut s = Scenario::new("client-kill", T);
     let g1 = s.gateway("g1", &zk).await;
@@ -315,7 +295,7 @@ async fn client_killed_or_reset_hands_over_at_once() {
 /// znode, and only then is a successor elected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blackholed_client_stops_before_keepalive_releases_it() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let zk = shared_zk();
     let mut s = Scenario::new("client-blackhole", T);
     let g1 = s.gateway("g1", &zk).await;
@@ -368,7 +348,7 @@ async fn blackholed_client_stops_before_keepalive_releases_it() {
 /// gateways are elected within that timeout plus a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_gateway_successor_within_session_timeout_plus_one_second() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let zk = shared_zk();
     let mut s = Scenario::new("gateway-kill9", T);
     let mut g1 = s.gateway("g1", &zk).await;
@@ -407,7 +387,7 @@ async fn killed_gateway_successor_within_session_timeout_plus_one_second() {
 /// of the old gateway ends ABORTED, and the gateway serves again on a fresh session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_gateway_leaders_stop_before_successors_and_end_aborted() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let zk = shared_zk();
     let mut s = Scenario::new("gateway-sigstop", T);
     let mut g1 = s.gateway("g1", &zk).await;
@@ -519,7 +499,7 @@ async fn frozen_gateway_leaders_stop_before_successors_and_end_aborted() {
 /// then `resumed`, and the same candidate keeps leading with the same token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_leader_killed_sessions_survive() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let t = Duration::from_secs(5);
     let mut zk = LocalZk::start_ensemble(3, LocalZkOptions::default())
         .await
@@ -643,7 +623,7 @@ async fn zk_link_setup(
 /// suspended, then resumed with the same leadership; nobody else is elected meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_zookeeper_partition_suspends_then_resumes_same_leader() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let zk = shared_zk();
     let mut s = Scenario::new("zk-link-short", T);
     let e = "blip";
@@ -709,7 +689,7 @@ async fn short_zookeeper_partition_suspends_then_resumes_same_leader() {
 /// is elected after expiry; once healed, the gateway serves again on a new session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_zookeeper_partition_aborts_before_expiry_then_successor() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let zk = shared_zk();
     let mut s = Scenario::new("zk-link-long", T);
     let e = "partition";
@@ -763,7 +743,7 @@ async fn long_zookeeper_partition_aborts_before_expiry_then_successor() {
 /// are suspended then resumed, and the leader keeps leading.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_restart_suspends_then_resumes() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let t = Duration::from_secs(6);
     let mut zk = LocalZk::start_standalone(LocalZkOptions {
         tick_time: Duration::from_millis(500),
@@ -837,7 +817,7 @@ async fn zookeeper_restart_suspends_then_resumes() {
 /// Without the probe, a hears `suspended` only at expiry and this test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_way_partition_with_notifications_suspends_leader_before_expiry() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let zk = shared_zk();
     let mut s = Scenario::new("zk-link-one-way", T);
     let e = "one-way";
@@ -906,7 +886,7 @@ async fn one_way_partition_with_notifications_suspends_leader_before_expiry() {
 /// per candidate here, so each stream is a draw of that race.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_session_ends_every_stream_aborted() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let zk = shared_zk();
     let mut s = Scenario::new("expiry-status", T);
     let mut g1 = s.gateway("g1", &zk).await;
@@ -982,7 +962,7 @@ async fn expired_session_ends_every_stream_aborted() {
 /// retries only `ConnectionLoss`/`Timeout`, so the background release gives up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_in_flight_when_the_link_dies_leave_no_orphans() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let zk = shared_zk();
     let mut s = Scenario::new("in-flight", T);
     let zk_addr = zk.parse().unwrap();
@@ -1078,7 +1058,7 @@ async fn requests_in_flight_when_the_link_dies_leave_no_orphans() {
 /// one holder of the mutex and two of the semaphore at any moment, grants in fencing order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_under_faults_keep_permits_and_fencing() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let zk = shared_zk();
     let mut s = Scenario::new("locks", T);
     let cut = LinkCutter::start(zk.parse().expect("one address"))
@@ -1209,7 +1189,7 @@ async fn locks_under_faults_keep_permits_and_fencing() {
 /// ensemble's leader: the leader is suspended ≈ 0.25 T after the cut and ends ABORTED before
 /// the waiter on another gateway (connected to the quorum side) is elected.
 async fn follower_partition(name: &'static str, t: Duration, sync_limit: u32) {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let (zk, cutters) = support::ensemble::ensemble_with_peer_cutters(sync_limit).await;
     let leader = zk.leader_index().await.expect("the ensemble has a leader");
     let f = (0..3).find(|&i| i != leader).unwrap();
@@ -1298,7 +1278,7 @@ async fn follower_cut_from_its_quorum_session_timeout_above_sync_limit() {
 /// znode is known gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_heartbeat_once_the_znode_is_known_gone() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let zk = shared_zk();
     let mut s = Scenario::new("gone-no-heartbeat", T);
     let e = "gone";

@@ -11,7 +11,7 @@
 mod support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::checker::Ev;
@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::Code;
-use zkgate::localzk::{LocalZk, LocalZkOptions};
+use zkgate::localzk::LocalZkOptions;
 use zkgate::proto as pb;
 use zkgate::proto::campaign_request::Request as Req;
 use zkgate::proto::campaign_response::Event;
@@ -30,31 +30,13 @@ use zkgate::proto::election_client::ElectionClient;
 const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
 const T: Duration = Duration::from_secs(4);
 
-fn serial() -> &'static tokio::sync::Mutex<()> {
-    static M: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
-    M.get_or_init(|| tokio::sync::Mutex::new(()))
-}
-
 /// A standalone ZooKeeper for this binary; empty containers are reaped every second, so "no
 /// znode left" can be checked by counting descendants.
 fn shared_zk() -> String {
-    static ZK: OnceLock<LocalZk> = OnceLock::new();
-    ZK.get_or_init(|| {
-        std::thread::spawn(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(LocalZk::start_standalone(LocalZkOptions {
-                    container_check_interval: Some(Duration::from_secs(1)),
-                    ..Default::default()
-                }))
-                .expect("start ZooKeeper")
-        })
-        .join()
-        .unwrap()
+    support::shared_standalone(|| LocalZkOptions {
+        container_check_interval: Some(Duration::from_secs(1)),
+        ..Default::default()
     })
-    .connect_string()
 }
 
 struct Setup {
@@ -227,7 +209,7 @@ async fn until_elected(stream: &mut tonic::Streaming<pb::CampaignResponse>) {
 /// 1,000 (the per-connection default), the other 45,000 are refused at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_streams_meets_the_limits() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let s = setup("streams", &[]).await;
     let url = s.gw.url();
     let started = Instant::now();
@@ -284,7 +266,7 @@ async fn a_flood_of_streams_meets_the_limits() {
 /// here), `ZKGATE_ISOLATION_NAMES=100000` for the full figure (measured: 263 s, passing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_names_comes_and_goes() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let s = setup("names", &[]).await;
     let url = s.gw.url();
     let names: u64 = std::env::var("ZKGATE_ISOLATION_NAMES")
@@ -327,7 +309,7 @@ async fn a_flood_of_names_comes_and_goes() {
 /// in-flight budget), and by lease from 64 more tasks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proclaim_flood_does_not_disturb_other_leaders() {
-    let _serial = serial().lock().await;
+    let _serial = support::serial().lock().await;
     let extra: Vec<String> = std::env::var("ZKGATE_ISOLATION_EXTRA")
         .map(|v| v.split_whitespace().map(str::to_owned).collect())
         .unwrap_or_default();

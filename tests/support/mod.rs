@@ -9,7 +9,35 @@ pub mod linkcut;
 pub mod procgw;
 pub mod recorder;
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use zkgate::localzk::{LocalZk, LocalZkOptions};
+
+/// One scenario at a time, per test binary (scenarios measure timings on a small machine).
+pub fn serial() -> &'static tokio::sync::Mutex<()> {
+    static M: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
+    M.get_or_init(|| tokio::sync::Mutex::new(()))
+}
+
+/// A standalone ZooKeeper shared by one test binary's scenarios that do not stop it (each
+/// isolated by its root), started with `options` on first use. It dies with the process.
+pub fn shared_standalone(options: fn() -> LocalZkOptions) -> String {
+    static ZK: OnceLock<LocalZk> = OnceLock::new();
+    ZK.get_or_init(|| {
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(LocalZk::start_standalone(options()))
+                .expect("start shared ZooKeeper")
+        })
+        .join()
+        .unwrap()
+    })
+    .connect_string()
+}
 
 /// Every member znode under `root` (`<root>/{elections,locks}/<name>/<member>`).
 pub async fn member_znodes(zk: &zookeeper_client::Client, root: &str) -> Vec<String> {
