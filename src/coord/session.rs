@@ -33,7 +33,7 @@ use zookeeper_client as zkc;
 use zookeeper_client::{Acls, SessionState};
 
 use super::queue::QueueHandle;
-use super::types::{QueueKind, QueueName};
+use super::types::{LeaderInfo, QueueKind, QueueName};
 use super::zk::{is_transport_failure, RequestCounter, Zk};
 use super::{CoordConfig, CoordError};
 use crate::metrics as m;
@@ -359,6 +359,35 @@ impl ZkSession {
         }
     }
 
+    /// The leader as this gateway's watch on the election sees it, if it watches it (a local
+    /// candidate or observer, or a queue still lingering): it knows when that leader took
+    /// office, which a one-off read cannot tell.
+    pub fn watched_leader(&self, election: &QueueName) -> Option<LeaderInfo> {
+        let queue = self
+            .queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(QueueKind::Election, election.clone()))
+            .and_then(Weak::upgrade)?;
+        let leader = queue.view().borrow().leader.clone();
+        leader
+    }
+
+    /// Keeps `queue` (its watch and its view of the members) for [`QUEUE_LINGER`] after the last
+    /// stream that used it, or until the session is over (a drain must not wait for it): a
+    /// client that campaigns or acquires again at once — the common loop — then pays neither
+    /// the watch nor the listing again, and its member is confirmed by its create reply.
+    pub fn linger(&self, queue: Arc<QueueHandle>) {
+        let mut link = self.link();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(QUEUE_LINGER) => {}
+                _ = link.wait_for(|l| matches!(l, Link::Lost(_))) => {}
+            }
+            drop(queue);
+        });
+    }
+
     /// The queue actor for `name` on this session, started on first use. One persistent watch
     /// per queue per session, shared by every local candidate and observer (G4).
     ///
@@ -489,6 +518,9 @@ impl Drop for QueueSlot {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
+
+/// How long an unused queue actor lingers (see [`ZkSession::linger`]).
+const QUEUE_LINGER: Duration = Duration::from_secs(2);
 
 /// A slot of the session pool: the current session, if any.
 pub type Slot = watch::Receiver<Option<Arc<ZkSession>>>;
