@@ -28,18 +28,26 @@ use support::procgw::{GatewayProc, GatewaySpec};
 use support::recorder::StreamClient;
 use tokio::sync::watch;
 use tonic::Code;
+use zkgate::coord::timing::Timing;
+use zkgate::coord::CoordConfig;
 use zkgate::localzk::{LocalZk, LocalZkOptions};
 
 /// The gateways' session timeout in most scenarios (ZooKeeper's tickTime is 250 ms).
 const T: Duration = Duration::from_secs(3);
 const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
 
-/// Defaults derived from T (src/coord/session.rs, src/server.rs).
+/// The gateway's own timing for a session timeout `t` (`zkgate::coord::timing`), never a
+/// copy of its formulas.
+fn timing(t: Duration) -> Timing {
+    let mut cfg = CoordConfig::new("unused");
+    cfg.session_timeout = t;
+    Timing::requested(&cfg)
+}
 fn silence_limit(t: Duration) -> Duration {
-    t * 35 / 100
+    timing(t).silence_limit
 }
 fn keepalive_bound(t: Duration) -> Duration {
-    t / 5 + t * 2 / 5
+    timing(t).dead_client_bound()
 }
 
 /// A standalone ZooKeeper shared by the scenarios that do not stop it (isolated by root).
