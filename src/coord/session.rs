@@ -1,7 +1,7 @@
 //! ZooKeeper sessions held by the gateway, and the clock that decides when a disconnected
 //! session must be presumed lost (G2).
 //!
-//! The gateway multiplexes every stream over a small pool of sessions (SPEC §6: never one per
+//! The gateway multiplexes every stream over a small pool of sessions (contract "Facts that shape the design": never one per
 //! stream). Each pool slot runs a supervisor that connects, publishes the session, follows its
 //! state and, once the session is over, opens a fresh one: nothing is carried over.
 //!
