@@ -249,6 +249,14 @@ impl HoldCore {
         }
     }
 
+    pub(crate) fn end_status(&self) -> Option<Status> {
+        self.state
+            .borrow()
+            .end
+            .as_ref()
+            .map(|(code, msg)| Status::new(*code, msg.clone()))
+    }
+
     pub(crate) fn lost_token(&self) -> CancellationToken {
         self.lost.clone()
     }

@@ -265,7 +265,7 @@ impl Client {
     }
 
     /// Moves on to the endpoint after `from` (round robin), unless another call already moved.
-    fn fail_over_from(&self, from: usize) {
+    fn fail_over_index(&self, from: usize) {
         let next = (from + 1) % self.inner.endpoints.len();
         let _ =
             self.inner
@@ -276,7 +276,15 @@ impl Client {
     /// Moves on to the next endpoint: the helpers do this when a hold was lost with
     /// [`LossReason::moves_endpoint`].
     pub fn fail_over(&self) {
-        self.fail_over_from(self.current_index());
+        self.fail_over_index(self.current_index());
+    }
+
+    /// Moves on from `endpoint` if it is still the current one (a hold on it was lost with
+    /// [`LossReason::moves_endpoint`]).
+    pub fn fail_over_from(&self, endpoint: &Endpoint) {
+        if let Some(i) = self.inner.endpoints.iter().position(|e| e == endpoint) {
+            self.fail_over_index(i);
+        }
     }
 
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
@@ -309,7 +317,7 @@ impl Client {
                     )))
                 }
             }
-            self.fail_over_from(i);
+            self.fail_over_index(i);
             if attempt + 1 < n {
                 tokio::time::sleep(backoff.next_delay()).await;
             }
@@ -511,7 +519,7 @@ impl Client {
                     ))))
                 }
             }
-            self.fail_over_from(i);
+            self.fail_over_index(i);
             if attempt + 1 < n {
                 tokio::time::sleep(backoff.next_delay()).await;
             }
@@ -735,7 +743,7 @@ impl Client {
     }
 
     pub(crate) fn fail_over_after(&self, i: usize) {
-        self.fail_over_from(i);
+        self.fail_over_index(i);
     }
 }
 
@@ -832,6 +840,12 @@ impl Leadership {
             (None, Some(_)) => Ok(()),
             (None, None) => Err(Error::Lost(LossReason::Ended)),
         }
+    }
+
+    /// How the stream ended, once it has (`OK` after a resign by lease elsewhere, `ABORTED`,
+    /// `UNAVAILABLE` …).
+    pub fn end_status(&self) -> Option<Status> {
+        self.core.end_status()
     }
 
     /// The next event of the stream (`queued` first, `lost` last; no heartbeats).
@@ -938,6 +952,11 @@ impl LockHold {
             (None, Some(_)) => Ok(()),
             (None, None) => Err(Error::Lost(LossReason::Ended)),
         }
+    }
+
+    /// How the stream ended, once it has (`DEADLINE_EXCEEDED` after the wait timeout …).
+    pub fn end_status(&self) -> Option<Status> {
+        self.core.end_status()
     }
 
     /// As [`Leadership::next_event`].

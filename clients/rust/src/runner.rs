@@ -39,17 +39,10 @@ fn reason_of(e: &Error) -> LossReason {
 }
 
 impl Client {
-    /// Moves on from `ep` if it is still the current endpoint.
-    fn fail_over_from_endpoint(&self, ep: &Endpoint) {
-        if let Some(i) = self.endpoints().iter().position(|e| e == ep) {
-            self.fail_over_after(i);
-        }
-    }
-
     fn after_loss(&self, reason: LossReason, ep: &Endpoint) {
         tracing::info!(%reason, endpoint = %ep, "hold lost; queueing again");
         if reason.moves_endpoint() {
-            self.fail_over_from_endpoint(ep);
+            self.fail_over_from(ep);
         }
     }
 
