@@ -638,4 +638,55 @@ mod tests {
         std::fs::write(&p, "bogus = 1\n").unwrap();
         assert!(parse(&["--config", p.to_str().unwrap()]).is_err());
     }
+
+    fn client_verb(args: &[&str]) -> Result<Command, String> {
+        Cli::try_parse_from(std::iter::once("zkgate").chain(args.iter().copied()))
+            .map(|c| c.command)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Endpoints are repeatable and comma-separated; the agent's `--id`/`--once` are accepted;
+    /// `--timeout 0` is a try-lock; half a client identity is refused.
+    #[test]
+    fn client_verb_flags() {
+        let Ok(Command::Lock(l)) = client_verb(&[
+            "lock",
+            "n",
+            "--endpoint",
+            "a:1,b:2",
+            "--endpoint",
+            "https://c:3",
+            "--id",
+            "me",
+            "--once",
+            "--timeout",
+            "0",
+            "--permits",
+            "3",
+            "--read",
+            "--output",
+            "json",
+        ]) else {
+            panic!("lock parses")
+        };
+        assert_eq!(l.client.endpoints, ["a:1", "b:2", "https://c:3"]);
+        assert_eq!(l.owner.as_deref(), Some("me"));
+        assert!(!l.command_args.requeue_or(true));
+        assert_eq!(l.timeout, Some(Duration::ZERO));
+        assert_eq!((l.permits, l.read), (3, true));
+        assert_eq!(l.client.output, Output::Json);
+        assert!(l.command.is_empty(), "CMD is optional");
+        let Ok(Command::Elect(e)) = client_verb(&["elect", "n", "--id", "c"]) else {
+            panic!("elect parses")
+        };
+        assert_eq!(e.candidate.as_deref(), Some("c"));
+        assert!(e.command_args.requeue_or(true));
+        assert!(client_verb(&["leader", "n", "--cert", "c.pem"]).is_err());
+        assert!(client_verb(&["leader", "n", "--cert", "c.pem", "--key", "k.pem"]).is_ok());
+        let Ok(Command::Validate(v)) = client_verb(&["validate", "--lock", "n", "42"]) else {
+            panic!("validate parses")
+        };
+        assert!(v.lock && v.token == 42);
+        assert!(client_verb(&["validate", "n", "-1"]).is_err());
+    }
 }
