@@ -728,3 +728,141 @@ async fn by_lease_verbs_lock_flags_and_endpoint_lists() {
     drop(readers);
     wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
 }
+
+/// A CA, a server certificate for 127.0.0.1 and `localhost`, and a client certificate, made
+/// with openssl (as tests/security.rs does).
+fn make_pki(dir: &std::path::Path) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=zkgate-test-ca",
+    ]);
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:gw.test\n",
+    )
+    .unwrap();
+    for who in ["server", "client"] {
+        let (key, csr, pem) = (
+            format!("{who}.key"),
+            format!("{who}.csr"),
+            format!("{who}.pem"),
+        );
+        let subj = format!("/CN={who}");
+        openssl(&[
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", &subj,
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &pem,
+            "-days",
+            "1",
+            "-extfile",
+            "san.ext",
+        ]);
+    }
+}
+
+/// The TLS flags against a gateway that requires client certificates (mTLS): with `--ca`,
+/// `--cert`, `--key` (and `--server-name` for a name the endpoint does not carry) the verbs
+/// work; without a client certificate they are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_flags_reach_a_mutual_tls_gateway() {
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+    let dir = tempfile::tempdir().unwrap();
+    make_pki(dir.path());
+    let path = |f: &str| dir.path().join(f).to_str().unwrap().to_owned();
+    let read = |f: &str| std::fs::read(dir.path().join(f)).unwrap();
+    let zk = shared_zk();
+    let mut cc = zkgate::coord::CoordConfig::new(&zk);
+    cc.root = unique_root();
+    cc.session_timeout = Duration::from_secs(4);
+    let mut cfg = zkgate::server::ServeConfig::new(cc.clone());
+    cfg.tls = Some(
+        ServerTlsConfig::new()
+            .identity(Identity::from_pem(read("server.pem"), read("server.key")))
+            .client_ca_root(Certificate::from_pem(read("ca.pem"))),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let coord = zkgate::coord::Coordinator::start(cc);
+    tokio::spawn(zkgate::server::run_with(
+        coord.clone(),
+        cfg,
+        listener,
+        None,
+        std::future::pending(),
+    ));
+    assert!(coord.wait_connected(Duration::from_secs(20)).await);
+
+    let (ca, cert, key) = (path("ca.pem"), path("client.pem"), path("client.key"));
+    // A bare host:port uses TLS once TLS flags are given; the certificate names `gw.test`,
+    // which the endpoint (an IP) does not carry: --server-name.
+    let endpoint = format!("127.0.0.1:{port}");
+    let tls = [
+        "--ca",
+        &ca,
+        "--cert",
+        &cert,
+        "--key",
+        &key,
+        "--server-name",
+        "gw.test",
+    ];
+    let out = zkgate(&["leader", "tls", "--endpoint", &endpoint])
+        .args(tls)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "a real answer (no leader): {out:?}"
+    );
+    let mut elect = Verb(
+        zkgate(&["elect", "tls", "--output", "json", "--endpoint", &endpoint])
+            .args(tls)
+            .spawn()
+            .unwrap(),
+    );
+    let events = lines(&mut elect.0);
+    assert_eq!(json_line(&events)["event"], "elected");
+    // Without a client certificate the gateway refuses.
+    let https = format!("https://localhost:{port}");
+    let out = zkgate(&["leader", "tls", "--ca", &ca, "--endpoint", &https])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    sigterm(&elect.0);
+    assert_eq!(json_line(&events)["event"], "released");
+    assert_eq!(
+        wait_exit(&mut elect.0, Duration::from_secs(15)).code(),
+        Some(0)
+    );
+}
