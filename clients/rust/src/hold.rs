@@ -388,11 +388,12 @@ async fn drive(mut d: Drive) {
             }
         };
         // The loss, decided once.
+        // The token first: whoever sees the loss in the state also finds the token cancelled.
         lost = true;
         watchdog = None;
+        d.lost.cancel();
         d.state.send_modify(|s| s.lost = Some(reason));
         let _ = d.events.send(HoldEvent::Lost(reason));
-        d.lost.cancel();
         let ended = d.state.borrow().end.is_some();
         if ended || !d.keep_after_loss {
             // Returning drops the stream: the gateway deletes the znode.
