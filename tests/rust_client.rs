@@ -289,10 +289,8 @@ async fn the_watchdog_reports_silence_on_a_frozen_gateway() {
     let took = frozen.elapsed();
     gw.thaw();
     assert_eq!(reason.expect("lost in time"), LossReason::Silence);
-    // Not before the limit (less the heartbeat interval already elapsed), and not much after.
-    assert!(
-        took >= limit - limit / 3,
-        "lost after {took:?}, limit {limit:?}"
-    );
+    // Not before the limit less the heartbeat interval (≤ limit / 3) that may already have
+    // elapsed at the freeze (half the limit, for slack), and within three limits (above).
+    assert!(took >= limit / 2, "lost after {took:?}, limit {limit:?}");
     assert!(!lead.is_leader());
 }
