@@ -382,7 +382,9 @@ async fn drive(mut d: Drive) {
                 }
             },
             () = sleep_until_some(deadline), if deadline.is_some() && !lost => LossReason::Silence,
-            _ = async { keep_alive.as_mut().expect("guarded").0.tick().await }, if keep_alive.is_some() && !lost => {
+            // Kept after a loss too (`keep_after_loss`): the lease must not lapse while the
+            // caller still stops its work.
+            _ = async { keep_alive.as_mut().expect("guarded").0.tick().await }, if keep_alive.is_some() => {
                 (keep_alive.as_mut().expect("guarded").1)();
                 continue;
             }
@@ -508,6 +510,27 @@ mod tests {
             h.granted().await,
             Err(Error::Lost(LossReason::Ended))
         ));
+    }
+
+    /// On loss the stream is cancelled at once (the gateway then deletes the znode), unless
+    /// `keep_after_loss`: then only on release or drop.
+    #[tokio::test(start_paused = true)]
+    async fn the_stream_is_cancelled_on_loss_unless_kept() {
+        let (tx, open) = core(vec![queued(), granted(100)], false);
+        let h = open.await.unwrap();
+        assert_eq!(h.lost().await, LossReason::Silence);
+        tokio::task::yield_now().await;
+        assert!(tx.is_closed(), "cancelled on loss");
+
+        let (tx, open) = core(vec![queued(), granted(100)], true);
+        let h = open.await.unwrap();
+        assert_eq!(h.lost().await, LossReason::Silence);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(!tx.is_closed(), "kept until released");
+        drop(h);
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        assert!(tx.is_closed(), "cancelled on drop");
     }
 
     #[tokio::test]
