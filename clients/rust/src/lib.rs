@@ -116,7 +116,7 @@ pub struct HoldOptions {
 #[derive(Debug, Clone)]
 pub struct LockOptions {
     pub name: String,
-    /// Shown by `Holders` [default: `rust-<pid>`].
+    /// Shown by `Holders` (default: `rust-<pid>`).
     pub owner: String,
     /// 0 or 1: a mutex; N: a semaphore with N permits (all users of a name must agree).
     pub permits: u32,
