@@ -238,8 +238,8 @@ impl ServeArgs {
         coord.zk_tick_time = self.zk_tick_time.or(file.zk_tick_time);
         coord.zk_digest = self.zk_digest.or(file.zk_digest);
         let mut serve = ServeConfig::new(coord);
-        serve.keepalive_interval = self.keepalive_interval.or(file.keepalive_interval);
-        serve.keepalive_timeout = self.keepalive_timeout.or(file.keepalive_timeout);
+        serve.coord.keepalive_interval = self.keepalive_interval.or(file.keepalive_interval);
+        serve.coord.keepalive_timeout = self.keepalive_timeout.or(file.keepalive_timeout);
         serve.name_label_cap = self
             .metrics_name_cap
             .or(file.metrics_name_cap)
@@ -299,7 +299,7 @@ impl ServeArgs {
             }
             serve.tls = Some(tls);
         }
-        serve.check_timing()?;
+        serve.check_timing().map_err(|e| e.to_string())?;
         Ok(Resolved {
             serve,
             listen: self

@@ -1,5 +1,5 @@
 //! The client verbs of the real binary (`zkgate elect`, `lock`, `leader`, `observe`) against a
-//! gateway: `elect -- CMD` / `lock -- CMD` run CMD exactly while they hold (SPEC §5).
+//! gateway: `elect -- CMD` / `lock -- CMD` run CMD exactly while they hold (contract "Command line").
 
 mod common;
 
