@@ -1,8 +1,8 @@
 //! The Java client (`clients/java`): built with `clients/java/build.sh` against Debian's jars,
 //! its JUnit 5 suite run with Debian's console launcher against a fleet of three gateways on
-//! one ZooKeeper (elections, locks, Observe, the watchdog on a frozen gateway, failover from a
-//! drained and from a killed gateway), the conformance agent's protocol, and its checked-in
-//! stubs against a fresh `regen.sh` run.
+//! one ZooKeeper plus a TLS one (elections, locks, Observe, the watchdog on a frozen gateway,
+//! failover from a drained and from a killed gateway, mTLS), the conformance agent's protocol,
+//! and its checked-in stubs against a fresh `regen.sh` run.
 
 mod dev_process;
 mod support;
@@ -33,8 +33,9 @@ const INSTALL: &str = "Install them with `apt-get install -y --no-install-recomm
 /// `javac`, `java` and Debian's jars for gRPC, protobuf and JUnit 5.
 fn java_deps() -> bool {
     require(
-        "the JDK and Debian's gRPC/protobuf/JUnit 5 jars",
-        on_path("javac")
+        "the JDK, openssl and Debian's gRPC/protobuf/JUnit 5 jars",
+        on_path("openssl")
+            && on_path("javac")
             && on_path("java")
             && Path::new(JUNIT).is_file()
             && Path::new("/usr/share/java/grpc-netty.jar").is_file()
@@ -218,6 +219,109 @@ fn candidates_include(gw: &GatewayProc, election: &str, candidate: &str) -> bool
     })
 }
 
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, and server (127.0.0.1, localhost) and client certificates signed by it, in `dir`.
+fn make_pki(dir: &Path) {
+    openssl(
+        dir,
+        &[
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+            "ca.pem", "-days", "1", "-subj", "/CN=zkgate-java-test-ca",
+        ],
+    );
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    for who in ["server", "client"] {
+        let (key, csr, pem) = (
+            format!("{who}.key"),
+            format!("{who}.csr"),
+            format!("{who}.pem"),
+        );
+        openssl(
+            dir,
+            &[
+                "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj",
+                &format!("/CN={who}"),
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", &pem, "-days", "1", "-extfile", "san.ext",
+            ],
+        );
+    }
+}
+
+/// `zkgate serve` with TLS that requires client certificates (procgw's health check speaks
+/// plaintext, so this one is started by hand). Killed on drop.
+struct TlsGateway {
+    child: Child,
+    addr: String,
+}
+
+impl TlsGateway {
+    fn start(zk: &str, root: &str, pki: &Path) -> TlsGateway {
+        let log = pki.join("gateway.log");
+        let pem = |f: &str| pki.join(f).display().to_string();
+        let mut child = Command::new(BIN)
+            .args(["serve", "--log-json", "--zk", zk, "--root", root])
+            .args(["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+            .args(["--zk-tick-time", "250ms", "--session-timeout", "3s"])
+            .args(["--tls-cert", &pem("server.pem"), "--tls-key", &pem("server.key")])
+            .args(["--tls-client-ca", &pem("ca.pem")])
+            .env("ZKGATE_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start the TLS gateway");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(addr) = text
+                .lines()
+                .filter(|l| l.contains("zkgate serving"))
+                .find_map(|l| l.split("\"grpc\":\"Some(").nth(1)?.split(')').next())
+            {
+                return TlsGateway {
+                    addr: addr.to_owned(),
+                    child,
+                };
+            }
+            let exited = child.try_wait().ok().flatten();
+            assert!(
+                exited.is_none() && Instant::now() < deadline,
+                "the TLS gateway did not start ({exited:?}):\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for TlsGateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn java_client_elects_locks_fails_over_and_watches_silence() {
     if !java_deps() || !dev_process::DevGateway::available() {
@@ -237,6 +341,9 @@ fn java_client_elects_locks_fails_over_and_watches_silence() {
             .unwrap_or_else(|e| panic!("gateway {name}: {e}"))
     };
     let (mut gw1, gw2, gw3) = (spawn("gw1"), spawn("gw2"), spawn("gw3"));
+    let pki = tempfile::tempdir().unwrap();
+    make_pki(pki.path());
+    let tls = TlsGateway::start(&zk, &root, pki.path());
 
     let started = Instant::now();
     let out = Command::new("java")
@@ -248,6 +355,8 @@ fn java_client_elects_locks_fails_over_and_watches_silence() {
         .env("ZKGATE_PID2", gw2.pid.to_string())
         .env("ZKGATE_ADDR3", gw3.addr.to_string())
         .env("ZKGATE_PID3", gw3.pid.to_string())
+        .env("ZKGATE_TLS_ADDR", &tls.addr)
+        .env("ZKGATE_TLS_DIR", pki.path())
         .env_remove("ZKGATE_ENDPOINT")
         .stdin(Stdio::null())
         .output()
@@ -265,7 +374,7 @@ fn java_client_elects_locks_fails_over_and_watches_silence() {
     let count = |name: &str| {
         summary_count(&stdout, name).unwrap_or_else(|| panic!("no `{name}` in:\n{stdout}"))
     };
-    assert!(count("tests successful") >= 16, "{stdout}");
+    assert!(count("tests successful") >= 19, "{stdout}");
     for name in [
         "tests failed",
         "tests skipped",

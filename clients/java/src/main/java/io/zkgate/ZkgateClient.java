@@ -4,10 +4,10 @@ import io.grpc.Channel;
 import io.grpc.ManagedChannel;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
-import io.grpc.netty.GrpcSslContexts;
 import io.grpc.netty.NettyChannelBuilder;
 import io.netty.handler.ssl.SslContext;
 import io.netty.handler.ssl.SslContextBuilder;
+import io.netty.handler.ssl.ZkgateJdkAlpn;
 import io.zkgate.v1.CandidatesRequest;
 import io.zkgate.v1.CandidatesResponse;
 import io.zkgate.v1.ElectionGrpc;
@@ -154,14 +154,15 @@ public final class ZkgateClient implements AutoCloseable {
                     .keepAliveTimeout(5, TimeUnit.SECONDS);
             if (ep.tls(hasTlsOptions())) {
                 try {
-                    SslContextBuilder ssl = GrpcSslContexts.forClient();
+                    // Not GrpcSslContexts.forClient(): Debian's Netty lacks its JDK ALPN glue.
+                    SslContextBuilder ssl = SslContextBuilder.forClient();
                     if (caBundle != null) {
                         ssl.trustManager(caBundle);
                     }
                     if (clientCert != null) {
                         ssl.keyManager(clientCert, clientKey);
                     }
-                    SslContext ctx = ssl.build();
+                    SslContext ctx = ZkgateJdkAlpn.clientContext(ssl);
                     b.sslContext(ctx).useTransportSecurity();
                 } catch (Exception e) {
                     throw new IllegalArgumentException("TLS options for " + ep + ": " + e.getMessage(), e);
