@@ -116,7 +116,9 @@ impl Agent {
     /// Waits for the `n`th (1-based) event and returns it.
     fn wait_event(&self, n: usize, within: Duration) -> serde_json::Value {
         self.lines
-            .wait_for(&format!("agent event {n}"), within, |t| t.lines().count() >= n);
+            .wait_for(&format!("agent event {n}"), within, |t| {
+                t.lines().count() >= n
+            });
         let events = self.events();
         assert!(
             events.len() >= n,
@@ -182,7 +184,10 @@ fn agent_protocol(classpath: &str, gw: &mut GatewayProc) {
     let (mut second, mut holder) = (second, holder);
     for agent in [&mut second, &mut holder] {
         let lost = agent.wait_event(2, Duration::from_secs(10));
-        assert_eq!(lost, serde_json::json!({"event": "lost", "reason": "silence"}));
+        assert_eq!(
+            lost,
+            serde_json::json!({"event": "lost", "reason": "silence"})
+        );
         let status = wait_exit(&mut agent.child, Duration::from_secs(10)).expect("agent exits");
         assert_eq!(status.code(), Some(3), "{}", agent.stderr.text());
     }
@@ -199,8 +204,7 @@ fn candidates_include(gw: &GatewayProc, election: &str, candidate: &str) -> bool
         .build()
         .unwrap();
     rt.block_on(async move {
-        let Ok(mut c) =
-            zkgate::proto::election_client::ElectionClient::connect(url.clone()).await
+        let Ok(mut c) = zkgate::proto::election_client::ElectionClient::connect(url.clone()).await
         else {
             return false;
         };
@@ -237,8 +241,19 @@ fn make_pki(dir: &Path) {
     openssl(
         dir,
         &[
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
-            "ca.pem", "-days", "1", "-subj", "/CN=zkgate-java-test-ca",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=zkgate-java-test-ca",
         ],
     );
     std::fs::write(
@@ -255,15 +270,36 @@ fn make_pki(dir: &Path) {
         openssl(
             dir,
             &[
-                "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj",
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+                "-subj",
                 &format!("/CN={who}"),
             ],
         );
         openssl(
             dir,
             &[
-                "x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", &pem, "-days", "1", "-extfile", "san.ext",
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "1",
+                "-extfile",
+                "san.ext",
             ],
         );
     }
@@ -284,7 +320,12 @@ impl TlsGateway {
             .args(["serve", "--log-json", "--zk", zk, "--root", root])
             .args(["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
             .args(["--zk-tick-time", "250ms", "--session-timeout", "3s"])
-            .args(["--tls-cert", &pem("server.pem"), "--tls-key", &pem("server.key")])
+            .args([
+                "--tls-cert",
+                &pem("server.pem"),
+                "--tls-key",
+                &pem("server.key"),
+            ])
             .args(["--tls-client-ca", &pem("ca.pem")])
             .env("ZKGATE_LOG", "info")
             .stdin(Stdio::null())

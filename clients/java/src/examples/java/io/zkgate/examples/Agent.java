@@ -20,6 +20,9 @@ public final class Agent {
     private static final PrintStream OUT = new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out),
             true, StandardCharsets.UTF_8);
 
+    /** Set by the SIGTERM hook, so that the selector's end is not taken for a --once loss. */
+    private static volatile boolean terminating;
+
     private Agent() {}
 
     private static synchronized void emit(String json) {
@@ -164,6 +167,7 @@ public final class Agent {
         }
         // SIGTERM: resign/release (close does), say so, exit 0.
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            terminating = true;
             try {
                 selector.close();
             } catch (Exception e) {
@@ -176,7 +180,9 @@ public final class Agent {
         while (!awaitEnd.apply(Duration.ofDays(1))) {
             // keep waiting
         }
-        System.out.flush();
+        if (terminating) {
+            Thread.sleep(Long.MAX_VALUE); // the SIGTERM hook ended the selector: it exits 0
+        }
         Runtime.getRuntime().halt(3);
     }
 }
