@@ -170,9 +170,13 @@ fn agent_protocol(classpath: &str, gw: &mut GatewayProc) {
     signal(first.child.id(), "TERM");
     let status = wait_exit(&mut first.child, Duration::from_secs(10)).expect("agent exits");
     assert_eq!(status.code(), Some(0), "{}", first.stderr.text());
+    let released = first.wait_event(2, Duration::from_secs(1));
     assert_eq!(
-        first.wait_event(2, Duration::from_secs(1))["event"],
-        "released"
+        released["event"],
+        "released",
+        "{:?}\n{}",
+        first.events(),
+        first.stderr.text()
     );
     let elected2 = second.wait_event(1, Duration::from_secs(10));
     assert_eq!(elected2["event"], "elected", "{elected2}");

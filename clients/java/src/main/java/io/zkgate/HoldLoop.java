@@ -96,16 +96,19 @@ final class HoldLoop implements AutoCloseable {
                     if (closed) {
                         break;
                     }
-                    if (!ZkgateClient.retryable(s)) {
+                    boolean moveOn = ZkgateClient.retryable(s);
+                    if (!moveOn && !ZkgateClient.retryHere(s)) {
                         body.failed(new ZkgateException(s));
                         break;
                     }
                     if (stream.queued()) {
                         backoff.reset();
                     }
-                    LOG.log(System.Logger.Level.INFO, "zkgate: {0} on {1} failed ({2}); trying the next endpoint",
-                            spec.name, client.endpoints().get(ep), s);
-                    ep = client.next(ep);
+                    LOG.log(System.Logger.Level.INFO, "zkgate: {0} on {1} ended before it was granted ({2}); {3}",
+                            spec.name, client.endpoints().get(ep), s, moveOn ? "trying the next endpoint" : "again");
+                    if (moveOn) {
+                        ep = client.next(ep);
+                    }
                     backoff.pause();
                     continue;
                 }

@@ -195,6 +195,21 @@ public final class ZkgateClient implements AutoCloseable {
     }
 
     /**
+     * Whether a Campaign/Acquire stream that ended before it was granted is simply tried again
+     * on the same gateway: it lost its place without a refusal (ABORTED: the gateway's session
+     * ended; OK: resigned or released by lease elsewhere; a cancel or an internal error on the
+     * way). Refusals (a bad name, a permits mismatch, a limit) are not retried.
+     */
+    static boolean retryHere(Status s) {
+        switch (s.getCode()) {
+            case OK, ABORTED, CANCELLED, INTERNAL, UNKNOWN:
+                return true;
+            default:
+                return false;
+        }
+    }
+
+    /**
      * One unary call with failover: UNAVAILABLE moves to the next endpoint after the backoff,
      * until every endpoint was tried twice.
      */

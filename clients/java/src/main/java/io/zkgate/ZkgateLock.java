@@ -129,7 +129,8 @@ public final class ZkgateLock implements AutoCloseable {
                 if (st.getCode() == Status.Code.DEADLINE_EXCEEDED) {
                     return false;
                 }
-                if (!ZkgateClient.retryable(st)) {
+                boolean moveOn = ZkgateClient.retryable(st);
+                if (!moveOn && !ZkgateClient.retryHere(st)) {
                     throw new ZkgateException(st);
                 }
                 if (s.queued()) {
@@ -139,7 +140,9 @@ public final class ZkgateLock implements AutoCloseable {
                 if (!timeLeft && attempts >= client.endpoints().size()) {
                     return false;
                 }
-                ep = client.next(ep);
+                if (moveOn) {
+                    ep = client.next(ep);
+                }
                 backoff.pause();
             }
         }

@@ -10,6 +10,7 @@ import io.zkgate.ZkgateException;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * The conformance agent of clients/CONFORMANCE.md, which tests/cross_language.rs drives:
@@ -71,6 +72,19 @@ public final class Agent {
         Thread.sleep(Long.MAX_VALUE);
     }
 
+    /** Starts {@code selector} unless SIGTERM came first; the hook closes what was registered. */
+    private static void start(AtomicReference<AutoCloseable> running, AutoCloseable selector,
+            Runnable start) throws InterruptedException {
+        synchronized (running) {
+            if (running.get() == null) {
+                running.set(selector);
+                start.run();
+                return;
+            }
+        }
+        Thread.sleep(Long.MAX_VALUE); // terminating: the hook exits
+    }
+
     public static void main(String[] args) throws Exception {
         try {
             run(args);
@@ -100,6 +114,25 @@ public final class Agent {
             }
         }
         ZkgateClient client = ZkgateClient.create();
+        // SIGTERM: resign/release (closing the selector does), say so, exit 0. Registered before
+        // the selector exists, so an early SIGTERM also ends with `released`.
+        AtomicReference<AutoCloseable> running = new AtomicReference<>();
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            terminating = true;
+            AutoCloseable s;
+            synchronized (running) {
+                s = running.getAndSet(() -> { });
+            }
+            try {
+                if (s != null) {
+                    s.close();
+                }
+            } catch (Exception e) {
+                System.err.println("agent: closing: " + e);
+            }
+            emit("{\"event\":\"released\"}");
+            Runtime.getRuntime().halt(0);
+        }, "agent-sigterm"));
         AutoCloseable selector;
         java.util.function.Function<Duration, Boolean> awaitEnd;
         if (verb.equals("elect")) {
@@ -132,7 +165,7 @@ public final class Agent {
                     return false;
                 }
             };
-            s.start();
+            start(running, s, s::start);
         } else {
             LockSelector s = client.lockSelector(client.lock(name).withOwner(id), new LockSelector.Listener() {
                 @Override
@@ -163,19 +196,8 @@ public final class Agent {
                     return false;
                 }
             };
-            s.start();
+            start(running, s, s::start);
         }
-        // SIGTERM: resign/release (close does), say so, exit 0.
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            terminating = true;
-            try {
-                selector.close();
-            } catch (Exception e) {
-                System.err.println("agent: closing: " + e);
-            }
-            emit("{\"event\":\"released\"}");
-            Runtime.getRuntime().halt(0);
-        }, "agent-sigterm"));
         // --once: the selector ends after the first loss; exit 3.
         while (!awaitEnd.apply(Duration.ofDays(1))) {
             // keep waiting
