@@ -39,7 +39,7 @@ public final class Observation implements AutoCloseable {
     private void loop() {
         Backoff backoff = new Backoff();
         int ep = client.preferred();
-        while (!closed) {
+        while (!closed && !client.isClosed()) {
             Context.CancellableContext ctx = Context.current().withCancellation();
             call = ctx;
             if (closed) {

@@ -54,6 +54,7 @@ public final class ZkgateClient implements AutoCloseable {
     private final Duration deadline;
     private final ManagedChannel[] channels;
     private volatile int preferred;
+    private boolean closed;
 
     private ZkgateClient(Builder b) {
         this.endpoints = List.copyOf(b.endpoints == null ? Endpoint.fromEnvironment() : b.endpoints);
@@ -144,7 +145,14 @@ public final class ZkgateClient implements AutoCloseable {
         return caBundle != null || clientCert != null || serverName != null;
     }
 
+    /**
+     * The channel to endpoint {@code index}, made on first use. Its failures are statuses that
+     * the retry rules treat as refusals: a closed client, bad TLS files.
+     */
     synchronized Channel channel(int index) {
+        if (closed) {
+            throw Status.FAILED_PRECONDITION.withDescription("the ZkgateClient is closed").asRuntimeException();
+        }
         ManagedChannel ch = channels[index];
         if (ch == null) {
             Endpoint ep = endpoints.get(index);
@@ -165,7 +173,8 @@ public final class ZkgateClient implements AutoCloseable {
                     SslContext ctx = ZkgateJdkAlpn.clientContext(ssl);
                     b.sslContext(ctx).useTransportSecurity();
                 } catch (Exception e) {
-                    throw new IllegalArgumentException("TLS options for " + ep + ": " + e.getMessage(), e);
+                    throw Status.INVALID_ARGUMENT.withDescription("TLS options for " + ep + ": " + e.getMessage())
+                            .withCause(e).asRuntimeException();
                 }
                 if (serverName != null) {
                     b.overrideAuthority(serverName + ":" + ep.port());
@@ -177,6 +186,10 @@ public final class ZkgateClient implements AutoCloseable {
             channels[index] = ch;
         }
         return ch;
+    }
+
+    synchronized boolean isClosed() {
+        return closed;
     }
 
     /** The endpoint after {@code index}, round robin. */
@@ -351,9 +364,14 @@ public final class ZkgateClient implements AutoCloseable {
         }
     }
 
-    /** Shuts the channels down (open streams are cancelled: their znodes go). */
+    /**
+     * Shuts the channels down (open streams are cancelled: their znodes go). Close the
+     * selectors, locks and observations first; anything still running then stops with a
+     * {@code FAILED_PRECONDITION} refusal instead of retrying.
+     */
     @Override
     public synchronized void close() {
+        closed = true;
         for (ManagedChannel ch : channels) {
             if (ch != null) {
                 ch.shutdownNow();

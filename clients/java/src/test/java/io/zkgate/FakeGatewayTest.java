@@ -170,7 +170,8 @@ class FakeGatewayTest {
             await("lost to silence", WAIT, () -> r.lossCount() == 2);
             long took = r.lostAt.get(1) - since;
             assertEquals(LossReason.SILENCE, r.losses.get(1));
-            assertTrue(took < Duration.ofMillis(300 + 500).toNanos(), "silence decided after " + took / 1_000_000 + " ms");
+            // The bound: silence_limit plus what a loaded machine may add to the watchdog's wake-up.
+            assertTrue(took < Duration.ofMillis(300 + 1000).toNanos(), "silence decided after " + took / 1_000_000 + " ms");
             await("elected on b", WAIT, () -> r.grantCount() == 3);
             assertEquals(b.endpoint(), r.grant(2).endpoint().toString(), "the next gateway after silence");
         }
