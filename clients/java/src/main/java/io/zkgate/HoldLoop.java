@@ -79,10 +79,13 @@ final class HoldLoop implements AutoCloseable {
 
                     @Override
                     public void lost(Leadership hold, LossReason reason) {
-                        body.lost(hold, reason);
-                        Thread w = worker;
-                        if (w != null) {
-                            w.interrupt();
+                        try {
+                            body.lost(hold, reason);
+                        } finally {
+                            Thread w = worker;
+                            if (w != null) {
+                                w.interrupt();
+                            }
                         }
                     }
                 });

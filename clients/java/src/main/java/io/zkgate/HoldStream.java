@@ -71,7 +71,8 @@ final class HoldStream {
 
     private void monitor() {
         Duration ttl = spec.ttl();
-        long keepAliveEvery = ttl == null ? Long.MAX_VALUE : Math.max(1, ttl.toNanos() / 3);
+        // Without a ttl there is nothing to keep alive: a day is "never" and cannot overflow.
+        long keepAliveEvery = ttl == null ? TimeUnit.DAYS.toNanos(1) : Math.max(1, ttl.toNanos() / 3);
         long nextKeepAlive = System.nanoTime() + keepAliveEvery;
         long lastMessage = System.nanoTime();
         try {
@@ -89,7 +90,7 @@ final class HoldStream {
                         lose(LossReason.SILENCE);
                         return;
                     }
-                    if (now >= nextKeepAlive) {
+                    if (ttl != null && now - nextKeepAlive >= 0) {
                         sender.keepAlive();
                         nextKeepAlive = now + keepAliveEvery;
                     }
@@ -104,7 +105,11 @@ final class HoldStream {
                     case GRANTED -> {
                         Leadership granted = new Leadership(spec, client.endpoints().get(endpoint), ev, this);
                         hold = granted;
-                        observer.granted(granted);
+                        try {
+                            observer.granted(granted);
+                        } catch (RuntimeException e) {
+                            LOG.log(System.Logger.Level.WARNING, "zkgate: a granted callback failed", e);
+                        }
                         this.granted.complete(granted);
                     }
                     case SUSPENDED -> {
@@ -141,6 +146,8 @@ final class HoldStream {
         LOG.log(System.Logger.Level.INFO, "zkgate: lost {0} on {1}: {2}", spec.name, h.endpoint(), reason.wire());
         try {
             observer.lost(h, reason);
+        } catch (RuntimeException e) {
+            LOG.log(System.Logger.Level.WARNING, "zkgate: a loss callback failed", e);
         } finally {
             over.complete(null);
         }
