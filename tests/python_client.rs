@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use dev_process::*;
+use support::procgw::{GatewayProc, GatewaySpec};
 
 /// Whether `python3` can import every module in `modules`.
 fn python_has(modules: &[&str]) -> bool {
@@ -45,7 +46,8 @@ fn python_helpers_elect_lock_fail_over_and_watch_silence() {
     // A short session timeout keeps the frozen-gateway test short: silence_limit = 1.05 s.
     let gw = DevGateway::start(&["--session-timeout", "3s"]);
     // g2: the fleet tests' second gateway (same ZooKeeper and root), which one of them drains.
-    let (_rt, g2) = second_gateway(&gw);
+    let spec = GatewaySpec::binary(BIN, &gw.zk, "/zkgate", Duration::from_secs(3));
+    let (_rt, g2) = GatewayProc::spawn_sync("g2", spec);
     let started = std::time::Instant::now();
     let out = Command::new("python3")
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
@@ -111,17 +113,6 @@ fn python_stubs_match_the_protos() {
              (with grpcio-tools from clients/python/requirements-dev.txt)"
         );
     }
-}
-
-/// A second gateway process on `gw`'s ZooKeeper and root (`/zkgate`), and the runtime that
-/// started it (keep both alive: dropping the gateway kills it).
-pub fn second_gateway(gw: &DevGateway) -> (tokio::runtime::Runtime, support::procgw::GatewayProc) {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let spec = support::procgw::GatewaySpec::binary(BIN, &gw.zk, "/zkgate", Duration::from_secs(3));
-    let g2 = rt
-        .block_on(support::procgw::GatewayProc::spawn("g2", spec))
-        .unwrap_or_else(|e| panic!("{e}"));
-    (rt, g2)
 }
 
 #[test]

@@ -161,6 +161,19 @@ impl GatewayProc {
         Ok(gw)
     }
 
+    /// [`spawn`](Self::spawn) for synchronous tests: also returns the runtime that started it
+    /// (keep both alive; dropping the gateway kills it).
+    ///
+    /// # Panics
+    /// If the gateway does not start.
+    pub fn spawn_sync(name: &str, spec: GatewaySpec) -> (tokio::runtime::Runtime, GatewayProc) {
+        let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+        let gw = rt
+            .block_on(GatewayProc::spawn(name, spec))
+            .unwrap_or_else(|e| panic!("{e}"));
+        (rt, gw)
+    }
+
     /// Reads the bound gRPC address from the log (`--listen 127.0.0.1:0`).
     async fn wait_listening(&mut self, within: Duration) -> Result<SocketAddr, String> {
         let deadline = Instant::now() + within;
