@@ -623,7 +623,7 @@ async fn kill(fleet: &Fleet, langs: &[&'static Lang], table: &mut Table) {
         table
             .entry(next)
             .or_default()
-            .insert("kill: elected after", ms(at - killed[i]));
+            .insert("kill: took over after", ms(at - killed[i]));
         // Nobody else was ever reported leader of this election in between.
         assert_eq!(leaders[i].holds().len(), 1, "{}", leaders[i].describe());
     }
@@ -642,12 +642,12 @@ async fn drain(fleet: &mut Fleet, langs: &[&'static Lang], table: &mut Table) {
     let mut ys: Vec<Agent> = Vec::new();
     {
         let gws = [&fleet.g1, &fleet.g2];
-        for i in 0..n {
+        for (i, l) in langs.iter().enumerate() {
             xs.push(Agent::start(
-                langs[i],
+                l,
                 "lock",
                 &lock(i),
-                &format!("{}-x", langs[i].name),
+                &format!("{}-x", l.name),
                 &gws,
             ));
         }
@@ -842,7 +842,7 @@ async fn five_clients_fail_over_alike_on_kill_drain_and_freeze() {
     let freeze_took = t.elapsed();
 
     let columns = [
-        "kill: elected after",
+        "kill: took over after",
         "drain: lost after",
         "drain: re-acquired after",
         "freeze: lost after",
