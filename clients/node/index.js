@@ -279,7 +279,7 @@ function settle(item) {
  * (`_onMessage`) and which message gives the hold up (`_leaveMessage`).
  */
 export class HolderStream extends EventEmitter {
-  constructor(client, openCall, firstRequest, { onLost, lostError, okReason, start, lossHook }) {
+  constructor(client, openCall, firstRequest, { onLost, lostError, okReason, start, lossHook, grantHook }) {
     super();
     this.lease = null;
     this.position = null;
@@ -296,6 +296,7 @@ export class HolderStream extends EventEmitter {
     this._okReason = okReason;
     this._onLost = onLost;
     this._lossHook = lossHook;
+    this._grantHook = grantHook;
     this._client = client;
     this._openCall = openCall;
     this._firstRequest = firstRequest;
@@ -539,6 +540,8 @@ export class HolderStream extends EventEmitter {
           this.silenceLimitMs = durationMs(grant.silenceLimit) ?? null;
           this._granted = true;
           this._armWatchdog();
+          // Synchronously, so that it comes before any loss this stream reports.
+          if (this._grantHook) userCode(() => this._grantHook(this));
           this._emitEvent(response.event, { ...grant.fields, silenceLimitMs: this.silenceLimitMs });
         }
         break;
@@ -647,12 +650,12 @@ if (Symbol.asyncDispose) {
  * object's own `resign()`/`cancel()`/`close()`.
  */
 export class Campaign extends HolderStream {
-  constructor(client, election, candidate, value, { onLost, start, lossHook } = {}) {
+  constructor(client, election, candidate, value, { onLost, start, lossHook, grantHook } = {}) {
     super(
       client,
       (index) => client._stubs(index).election.Campaign(),
       { join: { election, candidate, value: toBytes(value) } },
-      { onLost, lostError: LeadershipLost, okReason: 'resigned', start, lossHook },
+      { onLost, lostError: LeadershipLost, okReason: 'resigned', start, lossHook, grantHook },
     );
     this.election = election;
     this.candidate = candidate;
@@ -754,7 +757,11 @@ const LOCK_MODES = { write: 'LOCK_MODE_WRITE', read: 'LOCK_MODE_READ' };
  * Campaign, with `acquired` {fencingToken, silenceLimitMs} in place of `elected`.
  */
 export class LockHold extends HolderStream {
-  constructor(client, name, { owner, permits = 1, mode = 'write', waitTimeoutMs, ttlMs, onLost, start, lossHook } = {}) {
+  constructor(
+    client,
+    name,
+    { owner, permits = 1, mode = 'write', waitTimeoutMs, ttlMs, onLost, start, lossHook, grantHook } = {},
+  ) {
     if (!(mode in LOCK_MODES)) throw new TypeError(`mode must be 'write' or 'read', not ${mode}`);
     super(
       client,
@@ -769,7 +776,7 @@ export class LockHold extends HolderStream {
           ttl: durationOf(ttlMs),
         },
       },
-      { onLost, lostError: LockLost, okReason: 'released', start, lossHook },
+      { onLost, lostError: LockLost, okReason: 'released', start, lossHook, grantHook },
     );
     this.name = name;
     this.fencingToken = null;
@@ -1019,7 +1026,7 @@ export class Client {
   standbyCampaign(election, candidate, value = Buffer.alloc(0), options = {}) {
     return new Standby(
       this,
-      (start, lossHook) => new Campaign(this, election, candidate, value, { start, lossHook }),
+      (start, lossHook, grantHook) => new Campaign(this, election, candidate, value, { start, lossHook, grantHook }),
       options,
     );
   }
@@ -1027,7 +1034,11 @@ export class Client {
   /** Stays queued for lock `name` across losses: a Standby. `lockOptions`: as for `acquire`
    *  (`owner`, `permits`, `mode`, `ttlMs`); `options`: as for `standbyCampaign`. */
   standbyLock(name, lockOptions = {}, options = {}) {
-    return new Standby(this, (start, lossHook) => new LockHold(this, name, { ...lockOptions, start, lossHook }), options);
+    return new Standby(
+      this,
+      (start, lossHook, grantHook) => new LockHold(this, name, { ...lockOptions, start, lossHook, grantHook }),
+      options,
+    );
   }
 
   /**
@@ -1174,6 +1185,12 @@ export class Standby extends EventEmitter {
     this.done.catch(() => {}); // surfaced through onError / error; awaiting `done` rethrows
   }
 
+  _reportGrant(stream) {
+    this.holding = true;
+    this.emit('granted', stream);
+    if (this._onGranted) userCode(() => this._onGranted(stream));
+  }
+
   _reportLoss(stream) {
     this.holding = false;
     this.emit('lost', stream.loss ?? Loss.ENDED, stream);
@@ -1186,15 +1203,16 @@ export class Standby extends EventEmitter {
     let result;
     try {
       while (!this._stop.signal.aborted) {
-        const s = this._open(index, (st) => this._reportLoss(st));
+        const s = this._open(
+          index,
+          (st) => this._reportLoss(st),
+          (st) => this._reportGrant(st),
+        );
         this.current = s;
         await s._until(() => s.queued);
         if (s.queued) backoff.reset();
         await s._until(() => s._granted);
         if (s._granted && !s.lost) {
-          this.holding = true;
-          this.emit('granted', s);
-          if (this._onGranted) userCode(() => this._onGranted(s));
           if (this._work) {
             result = await this._work(s);
             if (!s.lost) {

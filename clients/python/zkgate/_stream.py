@@ -86,6 +86,7 @@ class HolderStream:
         on_lost: Optional[Callable[[str], None]],
         start: Optional[int] = None,
         loss_hook: Optional[Callable[["HolderStream"], None]] = None,
+        grant_hook: Optional[Callable[["HolderStream"], None]] = None,
     ) -> None:
         self.lease: Optional[str] = None
         self.position: Optional[int] = None
@@ -99,6 +100,7 @@ class HolderStream:
         self.end_details: Optional[str] = None
         self._on_lost = on_lost
         self._loss_hook = loss_hook
+        self._grant_hook = grant_hook
         self._closing = False
         self._done = threading.Event()
         self._state = threading.Condition()
@@ -268,6 +270,7 @@ class HolderStream:
 
     def _handle(self, response: Any) -> None:
         kind = response.WhichOneof("event")
+        granted = False
         with self._state:
             if kind == "queued":
                 self.lease = response.queued.lease
@@ -280,7 +283,11 @@ class HolderStream:
                     self.silence_limit = seconds(grant.silence_limit)
                 if not self.lost.is_set():
                     self._granted.set()
+                    granted = True
             self._state.notify_all()
+        if granted and self._grant_hook is not None:
+            # On this (the reading) thread, so that it comes before any loss this stream reports.
+            self._grant_hook(self)
         if kind == "suspended" and self._holding:
             stop = seconds(response.suspended.stop_within)
             self._lose(

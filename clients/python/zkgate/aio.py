@@ -113,7 +113,7 @@ class _HolderStream:
     lost_error: type = Exception
     ok_end_reason = "ended"
 
-    def _open(self, target, open_call, first_request, on_lost, start, loss_hook) -> None:
+    def _open(self, target, open_call, first_request, on_lost, start, loss_hook, grant_hook) -> None:
         self.lease: Optional[str] = None
         self.position: Optional[int] = None
         self.silence_limit: Optional[float] = None
@@ -126,6 +126,7 @@ class _HolderStream:
         self.end_details: Optional[str] = None
         self._on_lost = on_lost
         self._loss_hook = loss_hook
+        self._grant_hook = grant_hook
         self._closing = False
         self._done = asyncio.Event()
         self._changed = asyncio.Condition()
@@ -295,6 +296,8 @@ class _HolderStream:
                 self.silence_limit = seconds(grant.silence_limit)
             if not self.lost.is_set():
                 self._granted.set()
+                if self._grant_hook is not None:  # before any loss this stream reports
+                    self._grant_hook(self)
         await self._notify()
         if kind == "suspended" and self._holding:
             stop = seconds(response.suspended.stop_within)
@@ -335,6 +338,7 @@ class Campaign(_HolderStream):
         on_lost: Optional[Callable[[str], None]] = None,
         start: Optional[int] = None,
         _loss_hook=None,
+        _grant_hook=None,
     ):
         self.election, self.candidate = election, candidate
         self.leader: Optional[epb.Leader] = None
@@ -345,6 +349,7 @@ class Campaign(_HolderStream):
             on_lost,
             start,
             _loss_hook,
+            _grant_hook,
         )
         self.elected = self._granted
 
@@ -403,6 +408,7 @@ class Lock(_HolderStream):
         on_lost: Optional[Callable[[str], None]] = None,
         start: Optional[int] = None,
         _loss_hook=None,
+        _grant_hook=None,
     ):
         if mode not in _MODES:
             raise ValueError(f"mode must be 'write' or 'read', not {mode!r}")
@@ -423,6 +429,7 @@ class Lock(_HolderStream):
             on_lost,
             start,
             _loss_hook,
+            _grant_hook,
         )
         self.acquired = self._granted
         if ttl is not None:
@@ -499,6 +506,11 @@ class Standby:
         self._stop = asyncio.Event()
         self.done = asyncio.get_running_loop().create_task(self._run())
 
+    def _report_grant(self, stream) -> None:
+        self.holding.set()
+        if self._on_granted is not None:
+            self._on_granted(stream)
+
     def _report_loss(self, stream) -> None:
         self.holding.clear()
         if self._on_lost is not None:
@@ -510,16 +522,13 @@ class Standby:
         result = None
         try:
             while not self._stop.is_set():
-                s = self._open_stream(self._fleet, index, self._report_loss)
+                s = self._open_stream(self._fleet, index, self._report_loss, self._report_grant)
                 self.current = s
                 await s._wait_for(s.queued.is_set, None, "queued")
                 if s.queued.is_set():
                     backoff.reset()
                 await s._wait_for(s._granted.is_set, None, "granted")
                 if s._granted.is_set() and not s.lost.is_set():
-                    self.holding.set()
-                    if self._on_granted is not None:
-                        self._on_granted(s)
                     if self._work is not None:
                         result = await self._work(s)
                         if not s.lost.is_set():
@@ -585,7 +594,9 @@ class Standby:
 def standby_campaign(target, election: str, candidate: str, value: bytes = b"", **kwargs) -> Standby:
     return Standby(
         target,
-        lambda fleet, start, hook: Campaign(fleet, election, candidate, value, start=start, _loss_hook=hook),
+        lambda fleet, start, lost, granted: Campaign(
+            fleet, election, candidate, value, start=start, _loss_hook=lost, _grant_hook=granted
+        ),
         **kwargs,
     )
 
@@ -593,8 +604,9 @@ def standby_campaign(target, election: str, candidate: str, value: bytes = b"", 
 def standby_lock(target, name: str, *, owner: str, permits: int = 1, mode: str = "write", ttl=None, **kwargs) -> Standby:
     return Standby(
         target,
-        lambda fleet, start, hook: Lock(
-            fleet, name, owner=owner, permits=permits, mode=mode, ttl=ttl, start=start, _loss_hook=hook
+        lambda fleet, start, lost, granted: Lock(
+            fleet, name, owner=owner, permits=permits, mode=mode, ttl=ttl, start=start,
+            _loss_hook=lost, _grant_hook=granted,
         ),
         **kwargs,
     )

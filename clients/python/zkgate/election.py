@@ -83,6 +83,7 @@ class Campaign(HolderStream):
         on_lost: Optional[Callable[[str], None]] = None,
         start: Optional[int] = None,
         _loss_hook: Optional[Callable[[HolderStream], None]] = None,
+        _grant_hook: Optional[Callable[[HolderStream], None]] = None,
     ):
         self.election = election
         self.candidate = candidate
@@ -95,6 +96,7 @@ class Campaign(HolderStream):
             on_lost,
             start,
             _loss_hook,
+            _grant_hook,
         )
         self.elected = self._granted
 

@@ -84,6 +84,7 @@ class Lock(HolderStream):
         on_lost: Optional[Callable[[str], None]] = None,
         start: Optional[int] = None,
         _loss_hook: Optional[Callable[[HolderStream], None]] = None,
+        _grant_hook: Optional[Callable[[HolderStream], None]] = None,
     ):
         if mode not in _MODES:
             raise ValueError(f"mode must be 'write' or 'read', not {mode!r}")
@@ -106,6 +107,7 @@ class Lock(HolderStream):
             on_lost,
             start,
             _loss_hook,
+            _grant_hook,
         )
         self.acquired = self._granted
         if ttl is not None:

@@ -44,8 +44,8 @@ class Refused(Exception):
 class Standby:
     """Holds again after every loss; see the module doc.
 
-    ``open_stream(fleet, start, loss_hook)`` opens one :class:`HolderStream` starting on
-    endpoint ``start`` (use :func:`standby_campaign` / :func:`standby_lock`). Callbacks run on
+    ``open_stream(fleet, start, loss_hook, grant_hook)`` opens one :class:`HolderStream`
+    starting on endpoint ``start`` (use :func:`standby_campaign` / :func:`standby_lock`). Callbacks run on
     the helper's threads: ``on_granted(stream)`` when elected/acquired, ``on_lost(reason,
     stream)`` when a hold is lost, ``on_error(exc)`` when it gives up. ``work(stream)``, if
     given, runs on the helper's thread while each hold lasts and must return once
@@ -60,7 +60,7 @@ class Standby:
     def __init__(
         self,
         target: Target,
-        open_stream: Callable[[Any, int, Callable[[HolderStream], None]], HolderStream],
+        open_stream: Callable[..., HolderStream],
         *,
         on_granted: Optional[Callable[[HolderStream], None]] = None,
         on_lost: Optional[Callable[[str, HolderStream], None]] = None,
@@ -85,6 +85,11 @@ class Standby:
         self._thread = threading.Thread(target=self._run, name="zkgate-standby", daemon=True)
         self._thread.start()
 
+    def _report_grant(self, stream: HolderStream) -> None:
+        self.holding.set()
+        if self._on_granted is not None:
+            self._on_granted(stream)
+
     def _report_loss(self, stream: HolderStream) -> None:
         self.holding.clear()
         if self._on_lost is not None:
@@ -98,7 +103,9 @@ class Standby:
                 with self._lock:
                     if self._stop.is_set():
                         break
-                    s = self._open_stream(self._fleet, index, self._report_loss)
+                    s = self._open_stream(
+                        self._fleet, index, self._report_loss, self._report_grant
+                    )
                     self.current = s
                 with s._state:
                     s._state.wait_for(lambda: s.queued.is_set() or s.lost.is_set())
@@ -107,9 +114,6 @@ class Standby:
                     s._state.wait_for(lambda: s._granted.is_set() or s.lost.is_set())
                     granted = s._granted.is_set() and not s.lost.is_set()
                 if granted:
-                    self.holding.set()
-                    if self._on_granted is not None:
-                        self._on_granted(s)
                     if self._work is not None:
                         self.result = self._work(s)
                         if not s.lost.is_set():  # the work is done: give the hold up, stop
@@ -174,8 +178,8 @@ def standby_campaign(
     """A :class:`Standby` campaigning in ``election`` (``kwargs``: :class:`Standby`'s)."""
     return Standby(
         target,
-        lambda fleet, start, hook: Campaign(
-            fleet, election, candidate, value, start=start, _loss_hook=hook
+        lambda fleet, start, lost, granted: Campaign(
+            fleet, election, candidate, value, start=start, _loss_hook=lost, _grant_hook=granted
         ),
         **kwargs,
     )
@@ -194,9 +198,9 @@ def standby_lock(
     """A :class:`Standby` queueing for lock ``name`` (``kwargs``: :class:`Standby`'s)."""
     return Standby(
         target,
-        lambda fleet, start, hook: Lock(
+        lambda fleet, start, lost, granted: Lock(
             fleet, name, owner=owner, permits=permits, mode=mode, ttl=ttl, start=start,
-            _loss_hook=hook,
+            _loss_hook=lost, _grant_hook=granted,
         ),
         **kwargs,
     )
