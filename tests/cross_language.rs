@@ -434,6 +434,29 @@ impl Agent {
     }
 }
 
+/// The agent's protocol (CONFORMANCE.md): a loss is reported once per grant, and only for a hold
+/// (a waiter whose gateway fails held nothing); no second grant while holding; nothing after
+/// `released`.
+fn protocol(evs: &[(Instant, Ev)]) -> Result<(), String> {
+    let mut holding = false;
+    let mut released = false;
+    for (i, (_, e)) in evs.iter().enumerate() {
+        let bad = |what: &str| Err(format!("protocol violation at event #{i} ({e:?}): {what}"));
+        if released && *e != Ev::Exited {
+            return bad("an event after `released`");
+        }
+        match e {
+            Ev::Granted { .. } if holding => return bad("a second grant without a loss"),
+            Ev::Granted { .. } => holding = true,
+            Ev::Lost(_) if !holding => return bad("`lost` without a hold (a waiter held nothing)"),
+            Ev::Lost(_) => holding = false,
+            Ev::Released => released = true,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Blocks until event `nth` is in `log`: the event, or what went wrong.
 fn wait_nth(log: &Log, nth: usize) -> Result<(Instant, Ev), String> {
     let deadline = Instant::now() + STEP;
@@ -446,6 +469,7 @@ fn wait_nth(log: &Log, nth: usize) -> Result<(Instant, Ev), String> {
         {
             return Err(format!("{e:?}"));
         }
+        protocol(&evs)?;
         if let Some(ev) = evs.get(nth) {
             if ev.1 == Ev::Exited {
                 return Err(format!("the agent exited before event #{nth}"));
@@ -688,11 +712,15 @@ async fn drain(fleet: &mut Fleet, langs: &[&'static Lang], table: &mut Table) {
             if x_evs.len() > 2 {
                 break;
             }
-            let y_evs = y.events();
-            if let Some((_, Ev::Granted { endpoint, .. })) = y_evs.first() {
-                assert_eq!(endpoint, &g2_url, "{}", y.describe());
-                y.terminate().await;
-                continue;
+            if y.terminated.is_none() {
+                if let Some((_, Ev::Granted { endpoint, .. })) = y.events().first() {
+                    assert_eq!(endpoint, &g2_url, "{}", y.describe());
+                    y.terminate().await;
+                    continue;
+                }
+                if let Err(e) = protocol(&y.events()) {
+                    panic!("{e}: {}", y.describe());
+                }
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
             assert!(
