@@ -63,6 +63,20 @@ fn node_helpers_elect_lock_fail_over_and_watch_silence() {
     // g2: the fleet tests' second gateway (same ZooKeeper and root), which one of them drains.
     let spec = GatewaySpec::binary(BIN, &gw.zk, "/zkgate", Duration::from_secs(3));
     let (_rt, g2) = GatewayProc::spawn_sync("g2", spec);
+    // g3: a gateway with mutual TLS (server certificate for 127.0.0.1 and localhost).
+    let pki = tempfile::tempdir().unwrap();
+    support::pki::make_pki(pki.path());
+    let mut spec = GatewaySpec::binary(BIN, &gw.zk, "/zkgate", Duration::from_secs(3));
+    let file = |f: &str| pki.path().join(f).display().to_string();
+    spec.extra = vec![
+        "--tls-cert".into(),
+        file("server.pem"),
+        "--tls-key".into(),
+        file("server.key"),
+        "--tls-client-ca".into(),
+        file("ca.pem"),
+    ];
+    let (_rt3, g3) = GatewayProc::spawn_sync("g3", spec);
     let started = Instant::now();
     let out = Command::new("node")
         // One file at a time: the election and lock files each freeze the shared gateway.
@@ -73,6 +87,8 @@ fn node_helpers_elect_lock_fail_over_and_watch_silence() {
         .env("ZKGATE_PID", gw.pid().to_string())
         .env("ZKGATE_FLEET", format!("http://{},{}", gw.grpc, g2.url()))
         .env("ZKGATE_PID2", g2.pid.to_string())
+        .env("ZKGATE_TLS_ADDR", g3.addr.to_string())
+        .env("ZKGATE_TLS_DIR", pki.path())
         .env_remove("NODE_OPTIONS")
         .stdin(Stdio::null())
         .output()

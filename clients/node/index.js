@@ -852,6 +852,9 @@ export class Client {
     /** Index of the endpoint new calls start on. */
     this.current = 0;
     this.deadlineMs = deadlineMs;
+    if (tls && (tls.cert == null) !== (tls.key == null)) {
+      throw new TypeError('a client certificate needs its key, and a key its certificate');
+    }
     this._tls = tls;
     this._credentials = credentials;
     this._channelOptions = { ...(channelOptions ?? {}) };
@@ -864,7 +867,6 @@ export class Client {
     if (!ep.tls) return grpc.credentials.createInsecure();
     const pem = (v) => (v == null ? null : Buffer.isBuffer(v) ? v : Buffer.from(v));
     const t = this._tls ?? {};
-    if ((t.cert == null) !== (t.key == null)) throw new TypeError('a client certificate needs its key, and a key its certificate');
     return grpc.credentials.createSsl(pem(t.ca), pem(t.key), pem(t.cert));
   }
 

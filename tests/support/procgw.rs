@@ -152,6 +152,14 @@ impl GatewayProc {
             _dir: dir,
         };
         gw.addr = gw.wait_listening(Duration::from_secs(20)).await?;
+        if gw.spec.extra.iter().any(|a| a == "--tls-cert") {
+            // The health check below speaks plaintext: a TLS gateway is ready once its
+            // ZooKeeper session is.
+            return gw
+                .wait_logged("ZooKeeper session established", Duration::from_secs(20))
+                .await
+                .map(|()| gw);
+        }
         if !gw.wait_serving(Duration::from_secs(20)).await {
             return Err(format!(
                 "gateway {name} never became SERVING:\n{}",
@@ -206,6 +214,24 @@ impl GatewayProc {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    async fn wait_logged(&self, what: &str, within: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + within;
+        while !std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .contains(what)
+        {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "gateway {} never logged {what:?}:\n{}",
+                    self.name,
+                    self.log_tail(30)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
     }
 
     pub fn url(&self) -> String {

@@ -4,8 +4,10 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 
-import { Backoff, Client, Loss, parseEndpoints } from '../index.js';
+import { Backoff, Client, Loss, Status, parseEndpoints } from '../index.js';
 import { ADDR, NEEDS_ADDR, STEP, electionName, sleep, within } from './helpers.js';
 
 const FLEET = process.env.ZKGATE_FLEET ? process.env.ZKGATE_FLEET.split(',') : null;
@@ -139,5 +141,38 @@ test(
       await y?.close();
       client.close();
     }
+  },
+);
+
+const TLS_ADDR = process.env.ZKGATE_TLS_ADDR || '';
+const TLS_DIR = process.env.ZKGATE_TLS_DIR || '';
+
+test(
+  'mutual TLS with a server-name override (ZKGATE_TLS_ADDR: client certificates required)',
+  { skip: TLS_ADDR && TLS_DIR ? false : 'needs ZKGATE_TLS_ADDR and ZKGATE_TLS_DIR', timeout: 60000 },
+  async () => {
+    const port = TLS_ADDR.split(':').pop();
+    const pem = (f) => readFileSync(path.join(TLS_DIR, f));
+    // 127.0.0.2 refuses (failover); the certificate names 127.0.0.1 and localhost, and the
+    // override makes the client verify "localhost".
+    const fleet = new Client(`https://127.0.0.2:${port},https://127.0.0.1:${port}`, {
+      tls: { ca: pem('ca.pem'), cert: pem('client.pem'), key: pem('client.key'), serverName: 'localhost' },
+    });
+    const election = electionName();
+    try {
+      const lead = await fleet.elect(election, 't', 't', { timeoutMs: STEP });
+      assert.equal((await fleet.leader(election)).candidate, 't');
+      assert.equal(lead.endpoint, `https://127.0.0.1:${port}`);
+      await lead.close();
+    } finally {
+      fleet.close();
+    }
+    const noCert = new Client(`https://127.0.0.1:${port}`, { tls: { ca: pem('ca.pem') } });
+    try {
+      await assert.rejects(noCert.leader(election), (e) => e.code !== undefined && e.code !== Status.NOT_FOUND);
+    } finally {
+      noCert.close();
+    }
+    assert.throws(() => new Client(`https://127.0.0.1:${port}`, { tls: { cert: pem('client.pem') } }), TypeError);
   },
 );

@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 
+import grpc
 import pytest
 
 import zkgate
@@ -125,3 +126,33 @@ def test_standby_requeues_on_the_next_gateway_when_one_drains(fleet, election):
         x.close()
         if y is not None:
             y.close()
+
+
+def test_mutual_tls_with_a_server_name_override():
+    """ZKGATE_TLS_ADDR: a gateway requiring client certificates signed by ZKGATE_TLS_DIR/ca.pem;
+    its certificate names 127.0.0.1 and localhost."""
+    addr, pki = os.environ.get("ZKGATE_TLS_ADDR"), os.environ.get("ZKGATE_TLS_DIR")
+    if not addr or not pki:
+        pytest.skip("set ZKGATE_TLS_ADDR and ZKGATE_TLS_DIR (tests/python_client.rs does)")
+    port = addr.rsplit(":", 1)[1]
+    files = {k: os.path.join(pki, f) for k, f in [("ca", "ca.pem"), ("cert", "client.pem"), ("key", "client.key")]}
+    election = f"tls-{uuid.uuid4().hex[:8]}"
+    # Dialled by another name than the certificate's: the override makes it verify "localhost".
+    fleet = zkgate.Fleet(
+        f"https://127.0.0.2:{port},https://127.0.0.1:{port}",
+        tls=zkgate.Tls(server_name="localhost", **files),
+    )
+    try:
+        with zkgate.elect(fleet, election, "t", timeout=STEP) as lead:
+            assert zkgate.leader(fleet, election).candidate == "t"
+            assert lead.fencing_token > 0
+    finally:
+        fleet.close()
+    no_cert = zkgate.Fleet(f"https://127.0.0.1:{port}", tls=zkgate.Tls(ca=files["ca"]))
+    try:
+        with pytest.raises(grpc.RpcError):
+            zkgate.leader(no_cert, election)
+    finally:
+        no_cert.close()
+    with pytest.raises(ValueError):
+        zkgate.Tls(cert=files["cert"]).credentials()

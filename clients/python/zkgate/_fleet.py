@@ -70,9 +70,11 @@ class Tls:
     key: Union[bytes, str, None] = None
     server_name: Optional[str] = None
 
-    def credentials(self) -> grpc.ChannelCredentials:
+    def __post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
             raise ValueError("a client certificate needs its key, and a key its certificate")
+
+    def credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(
             root_certificates=_pem(self.ca),
             private_key=_pem(self.key),
