@@ -88,6 +88,35 @@ test('holders and candidates follow next_page_token', { skip: NEEDS_ADDR, timeou
   }
 });
 
+test('a standby holds again after a release by lease elsewhere; runWhileLeader returns work\'s result', { skip: NEEDS_ADDR, timeout: 60000 }, async () => {
+  const gw = new Client(ADDR);
+  const name = `${electionName()}-standby`;
+  const granted = [];
+  const lost = [];
+  const sb = gw.standbyLock(name, { owner: 's' }, {
+    onGranted: (h) => granted.push(h.fencingToken),
+    onLost: (reason) => lost.push(reason),
+  });
+  try {
+    const first = await within(STEP, sb.waitGranted(), 'the first grant');
+    assert.ok(sb.holding);
+    await gw.releaseLock(first.lease); // from "elsewhere": the hold ends OK, reason `ended`
+    const deadline = performance.now() + STEP;
+    while (granted.length < 2) {
+      assert.ok(performance.now() < deadline, `granted ${granted}, lost ${lost}`);
+      await sleep(10);
+    }
+    assert.deepEqual(lost, [Loss.ENDED]);
+    assert.ok(granted[1] > granted[0]);
+  } finally {
+    await sb.close();
+  }
+  assert.equal((await gw.holders(name)).holders.length, 0, 'close() released it');
+  const result = await gw.runWhileLeader(electionName(), 'w', 'w', async (c) => ['worked', c.isLeader]);
+  assert.deepEqual(result, ['worked', true]);
+  gw.close();
+});
+
 test(
   'a standby requeues on the next gateway when one drains; observe follows (drains g2: runs last)',
   { skip: FLEET && PID2 ? false : 'needs ZKGATE_FLEET and ZKGATE_PID2', timeout: 60000 },

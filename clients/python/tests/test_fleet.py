@@ -68,6 +68,34 @@ def test_holders_and_candidates_follow_pages(addr, election):
             x.close()
 
 
+def test_standby_lock_holds_again_and_run_while_holding_returns(addr):
+    name = f"standby-{uuid.uuid4().hex[:8]}"
+    granted, lost = [], []
+    sb = zkgate.standby_lock(
+        addr, name, owner="s", on_granted=lambda h: granted.append(h.fencing_token),
+        on_lost=lambda reason, h: lost.append(reason),
+    )
+    try:
+        first = sb.wait_granted(STEP)
+        zkgate.release(addr, first.lease)  # from "elsewhere": the hold ends OK, reason `ended`
+        deadline = time.monotonic() + STEP
+        while len(granted) < 2:
+            assert time.monotonic() < deadline, (granted, lost)
+            time.sleep(0.01)
+        assert lost == ["ended"] and granted[1] > granted[0]
+    finally:
+        sb.close()
+    assert list(zkgate.holders(addr, name).holders) == [], "close() released it"
+
+    def work(held):
+        assert held.is_held
+        return "worked"
+
+    assert zkgate.run_while_holding(work, addr, name, owner="w") == "worked"
+    with pytest.raises(zkgate.Refused):
+        zkgate.run_while_holding(work, addr, "bad name!", owner="w")
+
+
 def test_standby_requeues_on_the_next_gateway_when_one_drains(fleet, election):
     """g2 is drained (SIGTERM): the holder reports `unavailable` and both it and the waiter go on
     through g1; observe follows without going back in fencing tokens. Kills g2: run last."""
