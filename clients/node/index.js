@@ -1225,7 +1225,9 @@ export class Standby extends EventEmitter {
           }
         }
         await s._until(() => false);
-        await Promise.race([s.waitDone(), sleepMs(5000)]);
+        const gaveUp = new AbortController();
+        await Promise.race([s.waitDone(), sleepMs(5000, gaveUp.signal)]);
+        gaveUp.abort(); // clears the timer
         this.holding = false;
         await s.close();
         if (this._stop.signal.aborted) break;
