@@ -6,7 +6,10 @@
 //! - **drain**: X holds a lock through g1 while the next language's Y waits; g1 is SIGTERMed
 //!   (drained): X reports `lost` with reason `unavailable` and acquires again through g2 (if Y
 //!   gets there first, Y is stopped so that X can); X's and Y's reported hold intervals never
-//!   overlap and every grant has a larger fencing token than the one before.
+//!   overlap — except that X's `lost` may come after Y's grant by X's own reaction time, within
+//!   [`DRAIN_REACTION_BOUND`] (the gateway deletes a drained holder's znode without waiting for
+//!   the client to read its status; measured and printed) — and every grant has a larger fencing
+//!   token than the one before.
 //! - **freeze**: every language's agent is elected through g1 only; g1 is SIGSTOPped: every
 //!   agent reports `lost` (`silence` or `suspended`) within the silence limit plus
 //!   [`FREEZE_SLACK`], and no sooner than two thirds of it; after SIGCONT each is elected again.
@@ -45,6 +48,14 @@ const STEP: Duration = Duration::from_secs(30);
 /// Beyond the silence limit, what a frozen gateway's leaders may take to report the loss: the
 /// watchdog's timer firing late and the agent's line reaching us on a loaded two-core machine.
 const FREEZE_SLACK: Duration = Duration::from_millis(1000);
+/// How late a drained holder's `lost(unavailable)` may come after its successor's grant. A
+/// draining gateway ends the holder's stream and then at once deletes its znode: it cannot wait
+/// for the client to read the status, so the successor may be granted (a few milliseconds later,
+/// through the other gateway) before the holder has reacted. The holder's reaction time is the
+/// only window (its fencing token is already stale then); a JVM running its loss path for the
+/// first time has been measured at up to 250 ms here. The table prints the measured lateness
+/// ("drain: late by"). Every other hand-over (SIGKILL, SIGTERM, freeze) is checked strictly.
+const DRAIN_REACTION_BOUND: Duration = Duration::from_millis(1000);
 
 fn silence_limit() -> Duration {
     T * 35 / 100
@@ -398,40 +409,58 @@ impl Agent {
         );
     }
 
-    /// The hold intervals this agent reported: (grant instant, token, end instant).
-    fn holds(&self) -> Vec<(Instant, u64, Instant)> {
-        let evs = self.events();
+    /// The hold intervals this agent reported.
+    fn holds(&self) -> Vec<Hold> {
         let mut out = Vec::new();
         let mut open: Option<(Instant, u64)> = None;
-        for (at, e) in &evs {
+        for (at, e) in &self.events() {
             match e {
-                Ev::Granted { token, .. } => {
-                    assert!(
-                        open.is_none(),
-                        "two grants without a loss: {}",
-                        self.describe()
-                    );
-                    open = Some((*at, *token));
-                }
-                Ev::Lost(_) => {
-                    if let Some((g, t)) = open.take() {
-                        out.push((g, t, *at));
-                    }
-                }
-                Ev::Released => {
-                    if let Some((g, t)) = open.take() {
-                        out.push((g, t, self.terminated.unwrap_or(*at).min(*at)));
+                Ev::Granted { token, .. } => open = Some((*at, *token)),
+                Ev::Lost(_) | Ev::Released => {
+                    if let Some((granted, token)) = open.take() {
+                        let by_loss = matches!(e, Ev::Lost(_));
+                        // Told to stop, the agent stops acting as holder at once; its `released`
+                        // line follows the gateway's confirmation.
+                        let end = if by_loss {
+                            *at
+                        } else {
+                            self.terminated.unwrap_or(*at).min(*at)
+                        };
+                        out.push(Hold {
+                            granted,
+                            token,
+                            end,
+                            by_loss,
+                            who: self.label.clone(),
+                        });
                     }
                 }
                 _ => {}
             }
         }
-        if let Some((g, t)) = open {
+        if let Some((granted, token)) = open {
             let end = self.killed.or(self.terminated).unwrap_or_else(Instant::now);
-            out.push((g, t, end));
+            out.push(Hold {
+                granted,
+                token,
+                end,
+                by_loss: false,
+                who: self.label.clone(),
+            });
         }
         out
     }
+}
+
+/// One reported hold: from the grant line to its end (see the module doc).
+#[derive(Debug)]
+struct Hold {
+    granted: Instant,
+    token: u64,
+    end: Instant,
+    /// Ended by the agent's own `lost` line (not by the harness's SIGTERM or SIGKILL).
+    by_loss: bool,
+    who: String,
 }
 
 /// The agent's protocol (CONFORMANCE.md): a loss is reported once per grant, and only for a hold
@@ -747,31 +776,39 @@ async fn drain(fleet: &mut Fleet, langs: &[&'static Lang], table: &mut Table) {
             assert!(matches!(e, Ev::Granted { .. }), "{}", ys[i].describe());
             ys[i].terminate().await;
         }
-        // The reported holds of X and Y never overlap, and tokens grow grant after grant.
-        let mut holds: Vec<(Instant, u64, Instant, &str)> = Vec::new();
-        for a in [&xs[i], &ys[i]] {
-            holds.extend(
-                a.holds()
-                    .into_iter()
-                    .map(|(g, t, e)| (g, t, e, a.label.as_str())),
-            );
-        }
-        holds.sort_by_key(|h| h.0);
+        // The reported holds of X and Y never overlap, and tokens grow grant after grant. One
+        // exception, bounded: see DRAIN_REACTION_BOUND.
+        let mut holds: Vec<Hold> = xs[i].holds();
+        holds.extend(ys[i].holds());
+        holds.sort_by_key(|h| h.granted);
+        let mut overlap = Duration::ZERO;
         for w in holds.windows(2) {
             let (a, b) = (&w[0], &w[1]);
+            let over = a.end.saturating_duration_since(b.granted);
+            let allowed = if a.by_loss {
+                DRAIN_REACTION_BOUND
+            } else {
+                Duration::ZERO
+            };
             assert!(
-                a.2 <= b.0,
-                "overlapping holds of lock {}: {} until +{:?} and {} from +{:?}\n{}\n{}",
+                over <= allowed,
+                "overlapping holds of lock {}: {} until +{:?} and {} from +{:?} \
+                 (allowed: {allowed:?})\n{}\n{}",
                 lock(i),
-                a.3,
-                a.2 - drained.min(a.2),
-                b.3,
-                b.0 - drained.min(b.0),
+                a.who,
+                a.end.saturating_duration_since(drained),
+                b.who,
+                b.granted.saturating_duration_since(drained),
                 xs[i].describe(),
                 ys[i].describe()
             );
-            assert!(b.1 > a.1, "fencing tokens did not grow: {holds:?}");
+            overlap = overlap.max(over);
+            assert!(b.token > a.token, "fencing tokens did not grow: {holds:?}");
         }
+        table
+            .entry(langs[i].name)
+            .or_default()
+            .insert("drain: late by", ms(overlap));
     }
     fleet.restart_g1().await;
 }
@@ -873,6 +910,7 @@ async fn five_clients_fail_over_alike_on_kill_drain_and_freeze() {
         "kill: took over after",
         "drain: lost after",
         "drain: re-acquired after",
+        "drain: late by",
         "freeze: lost after",
     ];
     let mut out = format!(
