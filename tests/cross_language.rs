@@ -21,7 +21,9 @@
 //! runs from the `elected`/`acquired` line to the `lost` line, or to the SIGTERM the harness sent
 //! before a `released` line (the agent gives the hold up once told to stop; its `released` line
 //! comes after the gateway confirmed, possibly after the successor's grant), or to the SIGKILL.
-//! Lines are timestamped as the harness reads them.
+//! Lines are timestamped as the harness reads them, and each agent's lines are checked against
+//! the agent protocol as they arrive (a `lost` only for a hold — a waiter whose gateway fails
+//! held nothing —, no second grant while holding, nothing after `released`).
 //!
 //! A per-language table of the measured times is printed at the end (to stderr, past the test
 //! harness's capture).
