@@ -43,7 +43,7 @@ use support::procgw::{GatewayProc, GatewaySpec};
 use zkgate::localzk::LocalZkOptions;
 use zkgate::proto as pb;
 
-/// The gateways' session timeout: silence_limit = 35 % of it = 1.05 s.
+/// The gateways' session timeout (silence limit 1.05 s).
 const T: Duration = Duration::from_secs(3);
 /// How long any one expected event may take (a JVM starting on a busy two-core machine).
 const STEP: Duration = Duration::from_secs(30);
@@ -59,8 +59,9 @@ const FREEZE_SLACK: Duration = Duration::from_millis(1000);
 /// ("drain: late by"). Every other hand-over (SIGKILL, SIGTERM, freeze) is checked strictly.
 const DRAIN_REACTION_BOUND: Duration = Duration::from_millis(1000);
 
+/// The gateways' silence limit for [`T`], from the gateway's own timing rules.
 fn silence_limit() -> Duration {
-    T * 35 / 100
+    zkgate::coord::timing::default_silence_limit(T, T)
 }
 
 // ------------------------------------------------------------------------------------ languages

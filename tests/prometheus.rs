@@ -131,7 +131,9 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 fn assert_known_metrics(file: &str, names: &BTreeSet<String>) {
     let unknown: Vec<&String> = names
         .iter()
-        .filter(|n| !CONTRACT_METRICS.contains(&n.as_str()) && !ELECTION_GAUGES.contains(&n.as_str()))
+        .filter(|n| {
+            !CONTRACT_METRICS.contains(&n.as_str()) && !ELECTION_GAUGES.contains(&n.as_str())
+        })
         .collect();
     assert!(
         unknown.is_empty(),
