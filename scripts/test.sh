@@ -22,6 +22,11 @@ ensure_systemd_analyze
 ensure_deploy_checkers
 say "tools ready in $(($(date +%s) - start)) s: $(java -version 2>&1 | head -1); $(grpcurl -version 2>&1); python3 $(python3 -c 'import grpc; print("grpcio", grpc.__version__)')"
 
+# The conformance agents tests/cross_language.rs starts (the Python, Node and Rust ones need no
+# build step of their own).
+say "building the Java client (clients/java/build.sh)"
+bash clients/java/build.sh >/dev/null
+
 say "cargo fmt --check"
 cargo fmt --all --check
 say "cargo clippy --all-targets -- -D warnings"

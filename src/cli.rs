@@ -602,7 +602,17 @@ impl Supervision {
         }
     }
 
-    fn lost(&self, reason: LossReason) {
+    /// A round ended. Only a granted hold can be *lost* (the `lost` event of
+    /// `clients/CONFORMANCE.md`); a waiter whose stream ends just queues again.
+    fn lost(&self, reason: LossReason, granted: bool) {
+        if !granted {
+            eprintln!(
+                "zkgate: the stream ended before {} was granted ({})",
+                self.what,
+                reason.as_str()
+            );
+            return;
+        }
         if self.json {
             self.event(json!({ "event": "lost", "reason": reason.as_str() }));
         }
@@ -803,7 +813,7 @@ async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrup
             }
         }
     }
-    sup.lost(reason);
+    sup.lost(reason, granted);
     // CMD first: nobody else may take over while it still runs on our behalf.
     if let Some(c) = cmd.take() {
         stop_command(c, grace).await;
