@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls exactly this). Installs what is missing
-# (ZooKeeper, promtool, grpcurl, the Python client's packages, buildah, systemd-analyze and the
-# deploy kit's checkers), then checks formatting and
+# (ZooKeeper, promtool, grpcurl, the Python client's packages, the Node client's, Go with the Go
+# client's Debian packages, buildah, systemd-analyze and the deploy kit's checkers), then checks formatting and
 # clippy lints and runs every test. Extra arguments go to `cargo test`, e.g.
 #   scripts/test.sh --test walkthrough
 set -euo pipefail
@@ -16,6 +16,7 @@ ensure_promtool
 ensure_grpcurl
 ensure_python_client_deps
 ensure_node_client
+ensure_go
 ensure_buildah
 ensure_systemd_analyze
 ensure_deploy_checkers
