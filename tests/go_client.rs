@@ -1,7 +1,8 @@
 //! The Go client (`clients/go`): its `go test` suite against three real gateways on one
 //! ZooKeeper (elections: order, failover when the leader's stream ends, observe; locks: mutex,
 //! semaphore, try-lock, ttl keep-alive, read-write; failover from a drained and from a killed
-//! gateway to the main one; the watchdog on a frozen gateway), the conformance agent and the
+//! gateway to the main one; the watchdog on a frozen gateway; TLS and mTLS against a fourth
+//! gateway the Go test starts with certificates it makes), the conformance agent and the
 //! example building (`go vet`, `gofmt`), and its checked-in stubs against a fresh `regen.sh`
 //! run.
 //!
@@ -101,6 +102,7 @@ async fn go_helpers_elect_lock_fail_over_and_watch_silence() {
     let (main, drain, kill) = tokio::join!(spawn("main"), spawn("drain"), spawn("kill"));
 
     let started = Instant::now();
+    let (zk, root) = (zk.clone(), root.clone());
     let out = tokio::task::spawn_blocking({
         let (main, drain, kill) = (
             (main.addr, main.pid),
@@ -118,6 +120,10 @@ async fn go_helpers_elect_lock_fail_over_and_watch_silence() {
                 .env("ZKGATE_KILL_ADDR", kill.0.to_string())
                 .env("ZKGATE_KILL_PID", kill.1.to_string())
                 .env("ZKGATE_SESSION_TIMEOUT_MS", T.as_millis().to_string())
+                // For the TLS test, which starts its own gateway with its own certificates.
+                .env("ZKGATE_BIN", BIN)
+                .env("ZKGATE_ZK", zk)
+                .env("ZKGATE_ROOT", root)
                 .env_remove("ZKGATE_ENDPOINT")
                 .stdin(Stdio::null())
                 .output()
