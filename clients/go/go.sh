@@ -7,6 +7,10 @@
 # fetches grpc and protobuf). ZKGATE_GO_MODULES=1 forces module mode.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+# go needs a build cache; without HOME (some CI sandboxes) it has no default.
+if [ -z "${GOCACHE:-}" ] && [ -z "${HOME:-}" ] && [ -z "${XDG_CACHE_HOME:-}" ]; then
+    export GOCACHE="$here/bin/.gocache"
+fi
 debian=/usr/share/gocode
 if [ "${ZKGATE_GO_MODULES:-}" != 1 ] && [ -d "$debian/src/google.golang.org/grpc" ] &&
     [ -d "$debian/src/google.golang.org/protobuf" ]; then
