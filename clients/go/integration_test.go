@@ -556,7 +556,7 @@ func TestTTLKeepAlive(t *testing.T) {
 	select {
 	case <-l.Done():
 		t.Fatalf("lost a kept-alive ttl lock: %v", l.Err())
-	case <-time.After(8 * ttl):
+	case <-time.After(5 * ttl):
 	}
 	if h, _ := holders(t, c, name); len(h) != 1 || h[0].FencingToken != l.FencingToken() {
 		t.Fatalf("holders %+v", h)
@@ -580,29 +580,64 @@ func TestRunWhileHolding(t *testing.T) {
 	waitFor(t, "the lock released", func() bool { h, _ := holders(t, c, name); return len(h) == 0 })
 }
 
-// failoverLeader runs RunWhileLeader on [victim, main]; once it leads on the victim, hurt
-// (drain or kill) the victim, and check that the loss reads "unavailable" and that it leads
-// again on the main gateway with a larger token within `bound`. An observer on the same pair
-// follows it across, its tokens never going down.
-func failoverLeader(t *testing.T, victim, main string, hurt func(), bound time.Duration) {
+// term is one grant seen by a run-while helper.
+type term struct {
+	endpoint string
+	token    uint64
+}
+
+// failover runs RunWhileLeader and RunWhileHolding on [victim, main]; once both hold on the
+// victim, hurt (drain or kill) it, and check that both losses read "unavailable" and that both
+// hold again on the main gateway with larger tokens within `bound`. An observer on the same
+// pair follows the election across, its tokens never going down.
+func failover(t *testing.T, victim, main string, hurt func(), bound time.Duration) {
 	c := newClient(t, victim, main)
 	observer := newClient(t, victim, main)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	name := uniqueName(t)
-	terms := make(chan *zkgate.Leadership, 4)
-	reasons := make(chan zkgate.LossReason, 4)
-	run := async(func() (struct{}, error) {
+	type run struct {
+		what    string
+		terms   chan term
+		reasons chan zkgate.LossReason
+		done    <-chan result[struct{}]
+	}
+	newRun := func(what string) *run {
+		return &run{what: what, terms: make(chan term, 4), reasons: make(chan zkgate.LossReason, 4)}
+	}
+	holding := func(r *run, endpoint string, token uint64, fctx context.Context, reason func() zkgate.LossReason) error {
+		r.terms <- term{endpoint, token}
+		<-fctx.Done()
+		r.reasons <- reason()
+		return nil
+	}
+	leader, holder := newRun("leader"), newRun("lock holder")
+	leader.done = async(func() (struct{}, error) {
 		return struct{}{}, c.RunWhileLeader(ctx, name, "f", nil, func(fctx context.Context, l *zkgate.Leadership) error {
-			terms <- l
-			<-fctx.Done()
-			reasons <- l.Reason()
-			return nil
+			return holding(leader, l.Endpoint(), l.FencingToken(), fctx, l.Reason)
 		})
 	})
-	first := <-terms
-	if first.Endpoint() != victim {
-		t.Fatalf("elected on %s, want %s (the first endpoint)", first.Endpoint(), victim)
+	holder.done = async(func() (struct{}, error) {
+		return struct{}{}, c.RunWhileHolding(ctx, name+"-lock", func(fctx context.Context, l *zkgate.Lock) error {
+			return holding(holder, l.Endpoint(), l.FencingToken(), fctx, l.Reason)
+		})
+	})
+	nextTerm := func(r *run, within time.Duration) term {
+		t.Helper()
+		select {
+		case tm := <-r.terms:
+			return tm
+		case <-time.After(within):
+			t.Fatalf("the %s did not hold (again)", r.what)
+		}
+		panic("unreachable")
+	}
+	firsts := map[*run]term{}
+	for _, r := range []*run{leader, holder} {
+		firsts[r] = nextTerm(r, wait)
+		if firsts[r].endpoint != victim {
+			t.Fatalf("the %s holds on %s, want %s (the first endpoint)", r.what, firsts[r].endpoint, victim)
+		}
 	}
 	obs := observer.Observe(ctx, name)
 	var seen uint64
@@ -625,42 +660,44 @@ func failoverLeader(t *testing.T, victim, main string, hurt func(), bound time.D
 			}
 		}
 	}
-	observe(func(l zkgate.Leader) bool { return l.FencingToken == first.FencingToken() })
+	observe(func(l zkgate.Leader) bool { return l.FencingToken == firsts[leader].token })
 
 	hurt()
 	start := time.Now()
-	select {
-	case r := <-reasons:
-		if r != zkgate.LossUnavailable {
-			t.Fatalf("loss reason %q, want unavailable", r)
+	for _, r := range []*run{leader, holder} {
+		select {
+		case reason := <-r.reasons:
+			if reason != zkgate.LossUnavailable {
+				t.Fatalf("the %s's loss reason is %q, want unavailable", r.what, reason)
+			}
+		case <-time.After(wait):
+			t.Fatalf("the %s saw no loss after the gateway went away", r.what)
 		}
-	case <-time.After(wait):
-		t.Fatal("no loss after the gateway went away")
 	}
-	var second *zkgate.Leadership
-	select {
-	case second = <-terms:
-	case <-time.After(bound + wait):
-		t.Fatal("not elected again")
+	seconds := map[*run]term{}
+	for _, r := range []*run{leader, holder} {
+		second := nextTerm(r, bound+wait)
+		took := time.Since(start)
+		t.Logf("the %s holds again on %s %v after the gateway went away", r.what, second.endpoint, took)
+		if second.endpoint != main || second.token <= firsts[r].token {
+			t.Fatalf("the %s's second term on %s token %d (first %d)", r.what, second.endpoint, second.token, firsts[r].token)
+		}
+		if took > bound {
+			t.Fatalf("the %s held again after %v, bound %v", r.what, took, bound)
+		}
+		seconds[r] = second
 	}
-	took := time.Since(start)
-	t.Logf("elected again on %s %v after the gateway went away", second.Endpoint(), took)
-	if second.Endpoint() != main || second.FencingToken() <= first.FencingToken() {
-		t.Fatalf("second term on %s token %d (first %d)", second.Endpoint(), second.FencingToken(), first.FencingToken())
-	}
-	if took > bound {
-		t.Fatalf("re-elected after %v, bound %v", took, bound)
-	}
-	observe(func(l zkgate.Leader) bool { return l.FencingToken == second.FencingToken() })
+	observe(func(l zkgate.Leader) bool { return l.FencingToken == seconds[leader].token })
 	cancel()
-	<-run
+	<-leader.done
+	<-holder.done
 }
 
 func TestFailoverFromDrainedGateway(t *testing.T) {
 	main, _ := gateway(t, "")
 	victim, pid := gateway(t, "DRAIN_")
 	// A drain deletes the znodes at once: the bound is the backoff plus a new campaign.
-	failoverLeader(t, victim, main, func() {
+	failover(t, victim, main, func() {
 		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -672,7 +709,7 @@ func TestFailoverFromKilledGateway(t *testing.T) {
 	victim, pid := gateway(t, "KILL_")
 	// The killed gateway's znode lives until its session expires (T), then the successor is
 	// elected within a second (G6); plus the client's backoff.
-	failoverLeader(t, victim, main, func() {
+	failover(t, victim, main, func() {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
