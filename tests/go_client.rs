@@ -1,7 +1,8 @@
 //! The Go client (`clients/go`): its `go test` suite against three real gateways on one
-//! ZooKeeper (elections: order, failover when the leader's stream ends, observe; locks: mutex,
-//! semaphore, try-lock, ttl keep-alive, read-write; failover from a drained and from a killed
-//! gateway to the main one; the watchdog on a frozen gateway; TLS and mTLS against a fourth
+//! ZooKeeper — `zkgate dev` plus two `zkgate serve` on its ZooKeeper — (elections: order,
+//! failover when the leader's stream ends, observe; locks: mutex, semaphore, try-lock, ttl
+//! keep-alive, read-write; failover from a drained and from a killed gateway to the main one;
+//! `suspended` when ZooKeeper freezes; the watchdog on a frozen gateway; TLS and mTLS against a fourth
 //! gateway the Go test starts with certificates it makes), the conformance agent and the
 //! example building (`go vet`, `gofmt`), and its checked-in stubs against a fresh `regen.sh`
 //! run.
@@ -18,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use dev_process::{on_path, repo_file, require, DevGateway, BIN};
 use support::procgw::{GatewayProc, GatewaySpec};
-use zkgate::localzk::LocalZkOptions;
 
 /// The gateways' session timeout: short, so that the killed gateway's session expires soon
 /// (its leader's successor waits for that) and silence_limit (35%) is 1.05 s.
@@ -89,8 +89,13 @@ async fn go_helpers_elect_lock_fail_over_and_watch_silence() {
         String::from_utf8_lossy(&unformatted.stdout)
     );
 
-    let zk = support::shared_standalone(LocalZkOptions::default);
-    let root = support::unique_root("go");
+    // The main gateway is `zkgate dev`: it prints its ZooKeeper's pid, which the Go test
+    // freezes to make the gateway send `suspended`. The other gateways share that ZooKeeper.
+    let dev = tokio::task::spawn_blocking(|| DevGateway::start(&["--session-timeout", "3s"]))
+        .await
+        .unwrap();
+    let zk = dev.zk.clone();
+    let root = "/zkgate".to_owned(); // zkgate dev's
     let spawn = |name: &'static str| {
         let spec = GatewaySpec::binary(BIN, &zk, &root, T);
         async move {
@@ -99,13 +104,14 @@ async fn go_helpers_elect_lock_fail_over_and_watch_silence() {
                 .unwrap_or_else(|e| panic!("{e}"))
         }
     };
-    let (main, drain, kill) = tokio::join!(spawn("main"), spawn("drain"), spawn("kill"));
+    let (drain, kill) = tokio::join!(spawn("drain"), spawn("kill"));
 
     let started = Instant::now();
     let (zk, root) = (zk.clone(), root.clone());
     let out = tokio::task::spawn_blocking({
-        let (main, drain, kill) = (
-            (main.addr, main.pid),
+        let (main, zk_pid, drain, kill) = (
+            (dev.grpc, dev.pid()),
+            dev.zk_pid,
             (drain.addr, drain.pid),
             (kill.addr, kill.pid),
         );
@@ -115,6 +121,7 @@ async fn go_helpers_elect_lock_fail_over_and_watch_silence() {
                 .current_dir(&dir)
                 .env("ZKGATE_ADDR", main.0.to_string())
                 .env("ZKGATE_PID", main.1.to_string())
+                .env("ZKGATE_ZK_PID", zk_pid.to_string())
                 .env("ZKGATE_DRAIN_ADDR", drain.0.to_string())
                 .env("ZKGATE_DRAIN_PID", drain.1.to_string())
                 .env("ZKGATE_KILL_ADDR", kill.0.to_string())
@@ -137,17 +144,17 @@ async fn go_helpers_elect_lock_fail_over_and_watch_silence() {
     println!("go test ran in {:?}", started.elapsed());
     assert!(
         out.status.success(),
-        "go test failed ({})\n{stdout}\n{}\n--- main gateway log ---\n{}",
+        "go test failed ({})\n{stdout}\n{}\n--- zkgate dev stderr ---\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr),
-        main.log_tail(40)
+        dev.stderr.text()
     );
     assert!(stdout.contains("--- PASS"), "no Go test ran: {stdout}");
     assert!(
         !stdout.contains("--- SKIP"),
         "every Go test must run here: {stdout}"
     );
-    drop((main, drain, kill));
+    drop((dev, drain, kill));
 }
 
 #[test]

@@ -2,7 +2,8 @@ package zkgate_test
 
 // Tests against real gateways on one ZooKeeper, started by tests/go_client.rs, which passes:
 //
-//	ZKGATE_ADDR, ZKGATE_PID              the main gateway (frozen by the last test)
+//	ZKGATE_ADDR, ZKGATE_PID              the main gateway (frozen by the watchdog test)
+//	ZKGATE_ZK_PID                        the ZooKeeper of every gateway (frozen by one test)
 //	ZKGATE_DRAIN_ADDR, ZKGATE_DRAIN_PID  a gateway TestFailoverFromDrainedGateway drains
 //	ZKGATE_KILL_ADDR, ZKGATE_KILL_PID    a gateway TestFailoverFromKilledGateway kills
 //	ZKGATE_SESSION_TIMEOUT_MS            the gateways' session timeout
@@ -714,6 +715,53 @@ func TestFailoverFromKilledGateway(t *testing.T) {
 			t.Fatal(err)
 		}
 	}, sessionTimeout(t)+3*time.Second)
+}
+
+// suspended: when the gateway loses ZooKeeper (here: ZooKeeper frozen), it tells its leaders
+// and holders at once, and the helper gives the hold up with reason "suspended". Once
+// ZooKeeper is back, the given-up znodes are gone.
+func TestSuspendedWhenTheGatewayLosesZooKeeper(t *testing.T) {
+	addr, _ := gateway(t, "")
+	zkPid, err := strconv.Atoi(os.Getenv("ZKGATE_ZK_PID"))
+	if err != nil {
+		t.Fatalf("ZKGATE_ZK_PID: %v", err)
+	}
+	c := newClient(t, addr)
+	ctx := context.Background()
+	name := uniqueName(t)
+	l, err := c.Campaign(ctx, name, "suspended", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk, err := c.Lock(ctx, name+"-lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(zkPid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			_ = syscall.Kill(zkPid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(thaw)
+	waitClosed(t, "the leader's loss", l.Done())
+	waitClosed(t, "the lock holder's loss", lk.Done())
+	thaw()
+	if l.Reason() != zkgate.LossSuspended || lk.Reason() != zkgate.LossSuspended {
+		t.Fatalf("loss reasons %q and %q, want suspended", l.Reason(), lk.Reason())
+	}
+	waitFor(t, "the given-up leadership gone", func() bool {
+		_, err := c.Leader(ctx, name)
+		return errors.Is(err, zkgate.ErrNoLeader)
+	})
+	waitFor(t, "the given-up lock gone", func() bool {
+		h, w, err := c.Holders(ctx, name+"-lock")
+		return err == nil && len(h) == 0 && w == 0
+	})
 }
 
 // The watchdog: a frozen gateway sends nothing, and a leader and a lock holder on it count as
