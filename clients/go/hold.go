@@ -117,11 +117,7 @@ func (c *Client) openStream(i int, open func(ctx context.Context, conn *grpc.Cli
 		cancel()
 		return nil, err
 	}
-	s := &stream{
-		c: c, epIdx: i, endpoint: c.endpoints[i].name, cancel: cancel, rpc: rpc,
-		queued: make(chan struct{}), granted: make(chan struct{}),
-		done: make(chan struct{}), ended: make(chan struct{}),
-	}
+	s := newStream(c, i, cancel, rpc)
 	go s.run(ctx)
 	if ka, ok := rpc.(interface{ keepAliveInterval() time.Duration }); ok && ka.keepAliveInterval() > 0 {
 		// From the first message on: the ttl runs while queued too, for all the client knows.
@@ -130,6 +126,15 @@ func (c *Client) openStream(i int, open func(ctx context.Context, conn *grpc.Cli
 	return s, nil
 }
 
+func newStream(c *Client, i int, cancel context.CancelFunc, rpc holderRPC) *stream {
+	return &stream{
+		c: c, epIdx: i, endpoint: c.endpoints[i].name, cancel: cancel, rpc: rpc,
+		queued: make(chan struct{}), granted: make(chan struct{}),
+		done: make(chan struct{}), ended: make(chan struct{}),
+	}
+}
+
+// run reads the stream until it ends; ctx is the stream's own context.
 func (s *stream) run(ctx context.Context) {
 	events := make(chan event)
 	failed := make(chan error, 1)
