@@ -3,7 +3,7 @@
 // leads. Start two or three of them, then stop, freeze (kill -STOP) or drain the gateway the
 // leader uses: the leader stops at once, and another takes over.
 //
-//	ZKGATE_ENDPOINT=http://127.0.0.1:50051,http://127.0.0.1:50052 go run ./examples/leader [NAME]
+//	ZKGATE_ENDPOINT=http://127.0.0.1:50051,http://127.0.0.1:50052 ./go.sh run ./examples/leader [NAME]
 package main
 
 import (
