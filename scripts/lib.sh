@@ -145,6 +145,23 @@ ensure_java_client() {
     apt_install "${JAVA_CLIENT_PACKAGES[@]}"
 }
 
+# Go and the Go packages clients/go builds against OFFLINE (clients/go/go.sh: GOPATH mode over
+# /usr/share/gocode, no module proxy), plus protoc and the Go plugins that tests/go_client.rs
+# regenerates the stubs with. golang-github-golang-protobuf-1-5-dev is named so that apt picks
+# it, not the 1.3 API, for golang-google-grpc-dev: only 1.5 works with the generated code.
+ensure_go() {
+    local gocode=/usr/share/gocode/src
+    if command -v go >/dev/null 2>&1 && command -v protoc >/dev/null 2>&1 &&
+        command -v protoc-gen-go >/dev/null 2>&1 && command -v protoc-gen-go-grpc >/dev/null 2>&1 &&
+        [ -f "$gocode/google.golang.org/grpc/go.mod" ] &&
+        [ -f "$gocode/google.golang.org/protobuf/go.mod" ] &&
+        grep -q google.golang.org/protobuf "$gocode/github.com/golang/protobuf/go.mod" 2>/dev/null; then
+        return 0
+    fi
+    apt_install golang-go golang-google-grpc-dev golang-google-protobuf-dev \
+        golang-github-golang-protobuf-1-5-dev protobuf-compiler protoc-gen-go protoc-gen-go-grpc
+}
+
 # The Rust toolchain cannot come from Debian (its cargo is too old for this crate) and rustup's
 # own servers may be out of reach; say so rather than fail obscurely.
 ensure_cargo() {
