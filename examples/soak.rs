@@ -35,8 +35,7 @@
 //! the end within `stop_within`, a resign/release ended within T + 3 s. Exit status 1 on any
 //! safety or in-stream violation or leftover znode.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use zkgate_testkit as support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -50,7 +49,7 @@ use support::procgw::{GatewayProc, GatewaySpec, ProcState};
 use support::recorder::StreamClient;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use zkgate::localzk::LocalZk;
+use zkgate_testkit::localzk::LocalZk;
 
 #[derive(Debug, Parser)]
 #[command(about = "randomized fault soak for zkgate")]
@@ -395,7 +394,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
     // Peer links through link cutters, for follower partitions.
     let (mut zk, peers) = support::ensemble::ensemble_with_peer_cutters(args.sync_limit).await;
     let connect = zk.connect_string();
-    let root = support::unique_root("soak");
+    let root = support::named_root("soak");
     println!("ZooKeeper ensemble {connect}, root {root}");
     let exe = std::env::current_exe().expect("own path");
     let mut gateways = Vec::new();
@@ -553,7 +552,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
     for task in tasks {
         let _ = task.await;
     }
-    let znodes = support::wait_no_members(&connect, &root, t + Duration::from_secs(5)).await;
+    let znodes = support::members_gone_at(&connect, &root, t + Duration::from_secs(5)).await;
 
     // Recovery: for each fault and election, the time until it had a holder again.
     // Elections and locks: for a lock, "held again" means at least one permit held.

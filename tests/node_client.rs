@@ -2,7 +2,7 @@
 //! (ordering, failover, in-stream resign, proclaim, Leader and Observe, the watchdog on a frozen
 //! gateway) plus its hermetic tests against a scripted in-process gateway.
 
-mod dev_process;
+use zkgate_testkit::dev_process;
 
 use std::process::{Command, Stdio};
 use std::time::Instant;

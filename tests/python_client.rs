@@ -3,7 +3,7 @@
 //! managers, the watchdog on a frozen gateway), and its
 //! checked-in stubs against a fresh `regen.sh` run.
 
-mod dev_process;
+use zkgate_testkit::dev_process;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
