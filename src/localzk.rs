@@ -39,6 +39,7 @@
 //! unpacked Apache binary tarball (`lib/*.jar` or `zookeeper*.jar`, plus
 //! `conf/`).  Java is taken from `$JAVA_HOME/bin/java` or from `PATH`.
 
+use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
@@ -87,7 +88,7 @@ const POLL: Duration = Duration::from_millis(50);
 /// Number of log lines included in [`LocalZkError::Unhealthy`].
 const LOG_TAIL_LINES: usize = 40;
 
-/// The wrapper run as `sh -c WRAPPER zkgate-localzk CLEANUP_DIR java ARGS...`.
+/// The wrapper run as `sh -c WRAPPER NAME CLEANUP_DIR PROGRAM ARGS...` ([`TiedChild`]).
 ///
 /// * fd 3 keeps the read end of our stdin pipe; the JVM gets `/dev/null` as
 ///   stdin and the log file (the wrapper's stderr) as stdout and stderr.
@@ -235,15 +236,126 @@ struct Install {
     classpath: String,
 }
 
-/// A running JVM together with the wrapper shell that owns it.
-struct Proc {
-    /// The `sh` wrapper; it exits once the JVM is gone.
+/// A child process tied to the lifetime of ours (see the module docs): started through the
+/// lifeline wrapper, so it is `kill -9`ed when our process exits for any reason.  A ZooKeeper
+/// JVM here; a gateway process in the test kit.
+#[derive(Debug)]
+pub struct TiedChild {
+    /// The `sh` wrapper; it exits once the child is gone.
     wrapper: Child,
     /// Our end of the wrapper's stdin.  Never written to; closing it (or our
-    /// process dying) makes the wrapper kill the JVM.
+    /// process dying) makes the wrapper kill the child.
     _lifeline: ChildStdin,
-    /// The JVM's pid, the target of every signal.
-    java_pid: u32,
+    /// The child's pid, the target of every signal.
+    pid: u32,
+}
+
+impl TiedChild {
+    /// The command that runs `program` under the wrapper; add the program's arguments,
+    /// environment, directory and stderr (its stdout goes to the same place), then
+    /// [`TiedChild::spawn`].  `cleanup_dir`, if any, is deleted when our process dies.
+    pub fn command(name: &str, program: impl AsRef<OsStr>, cleanup_dir: Option<&Path>) -> Command {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(WRAPPER_SCRIPT)
+            .arg(name)
+            .arg(cleanup_dir.map_or(OsStr::new(""), Path::as_os_str))
+            .arg(program);
+        cmd
+    }
+
+    /// Spawns a [`TiedChild::command`] in its own process group (so a terminal's Ctrl-C
+    /// reaches only our process) and reads the child's pid.
+    ///
+    /// # Errors
+    /// The wrapper cannot be spawned, or ([`io::ErrorKind::InvalidData`]) reports no pid.
+    pub async fn spawn(mut cmd: Command) -> io::Result<TiedChild> {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .process_group(0);
+        let mut wrapper = cmd.spawn()?;
+        let lifeline = wrapper.stdin.take().expect("stdin is piped");
+        let stdout = wrapper.stdout.take().expect("stdout is piped");
+        // The wrapper prints the pid right after forking, or exits (EOF).
+        let line = tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            BufReader::new(stdout).read_line(&mut line).map(|_| line)
+        })
+        .await
+        .map_err(io::Error::other)?;
+        match line.map(|l| l.trim().parse::<u32>()) {
+            Ok(Ok(pid)) => Ok(TiedChild {
+                wrapper,
+                _lifeline: lifeline,
+                pid,
+            }),
+            other => {
+                // Close the lifeline and reap the wrapper before reporting.
+                drop(lifeline);
+                let _ = wrapper.kill();
+                let _ = wrapper.wait();
+                Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("the wrapper did not report a pid ({other:?})"),
+                ))
+            }
+        }
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The child's exit status once it is gone (the wrapper exits with it).
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.wrapper.try_wait().ok().flatten()
+    }
+
+    /// Waits (blocking) for the child to be gone.
+    ///
+    /// # Errors
+    /// As [`Child::wait`].
+    pub fn wait(&mut self) -> io::Result<ExitStatus> {
+        self.wrapper.wait()
+    }
+
+    /// Whether the child is gone.  Normally the wrapper exits only after
+    /// reaping it; if the wrapper was killed by a signal instead, the child's
+    /// pid is checked directly.
+    pub fn exited(&mut self) -> bool {
+        match self.wrapper.try_wait() {
+            Ok(None) => false,
+            Ok(Some(status)) if status.signal().is_none() => true,
+            Ok(Some(_)) | Err(_) => !pid_alive(self.pid),
+        }
+    }
+
+    /// Sends `signal` (a name such as `TERM` or `STOP`) to the child.
+    ///
+    /// # Errors
+    /// `kill` failed (with its message).
+    pub fn signal(&self, signal: &str) -> Result<(), LocalZkError> {
+        send_signal(self.pid, signal)
+    }
+
+    /// SIGKILLs the child if it is still there, closes the lifeline and waits up to `limit`
+    /// for the wrapper to exit.  Blocking: for `Drop`.
+    pub fn kill_and_wait(mut self, limit: Duration) {
+        if !self.exited() {
+            let _ = send_signal(self.pid, "KILL");
+        }
+        let TiedChild {
+            mut wrapper,
+            _lifeline: lifeline,
+            ..
+        } = self;
+        drop(lifeline);
+        let deadline = Instant::now() + limit;
+        while matches!(wrapper.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 /// One server of a [`ServerSet`]: its directory, its ports and its process, if running.
@@ -254,7 +366,7 @@ pub struct ZkServer {
     /// for (an ensemble's quorum and election ports). Chosen afresh on every start attempt.
     ports: Vec<u16>,
     dir: PathBuf,
-    proc: Option<Proc>,
+    proc: Option<TiedChild>,
 }
 
 impl ZkServer {
@@ -294,7 +406,7 @@ impl ZkServer {
     /// The JVM pid, or `None` if it was stopped or killed.  A server that crashed on its own
     /// keeps its pid here until [`ServerSet::is_running`] notices the exit.
     pub fn pid(&self) -> Option<u32> {
-        self.proc.as_ref().map(|p| p.java_pid)
+        self.proc.as_ref().map(TiedChild::pid)
     }
 }
 
@@ -488,7 +600,7 @@ impl ServerSet {
             return false;
         };
         if let Some(proc) = &mut server.proc {
-            if proc_exited(proc) {
+            if proc.exited() {
                 server.proc = None;
             }
         }
@@ -631,71 +743,37 @@ impl ServerSet {
             .append(true)
             .open(&log_path)
             .map_err(io_err(format!("opening {}", log_path.display())))?;
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(WRAPPER_SCRIPT)
-            .arg("zkgate-localzk")
-            .arg(match &self.tempdir {
-                Some(tmp) => tmp.path().as_os_str(),
-                None => std::ffi::OsStr::new(""),
-            })
-            .arg(&self.install.java)
-            .args([
-                "-Xms16m",
-                "-Xmx256m",
-                // Fast start-up and a small footprint matter more here than
-                // peak throughput.
-                "-XX:+UseSerialGC",
-                "-XX:TieredStopAtLevel=1",
-                "-XX:-UsePerfData",
-                "-Djava.net.preferIPv4Stack=true",
-            ])
-            .args(&self.jvm_options)
-            .arg(format!("-Dzookeeper.log.dir={}", server.dir.display()))
-            .arg("-Dzookeeper.root.logger=INFO,CONSOLE")
-            .arg("-Dzookeeper.console.threshold=INFO")
-            .arg("-cp")
-            .arg(&self.install.classpath)
-            .arg(MAIN_CLASS)
-            .arg(server.dir.join("zoo.cfg"))
-            .current_dir(&server.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            // Keep terminal signals (Ctrl-C) away from the wrapper; see the
-            // module docs.
-            .process_group(0);
-        let mut wrapper = cmd.spawn().map_err(io_err("spawning sh for ZooKeeper"))?;
-        let lifeline = wrapper.stdin.take().expect("stdin is piped");
-        let stdout = wrapper.stdout.take().expect("stdout is piped");
-        // The wrapper prints the pid right after forking, or exits (EOF).
-        let line = tokio::task::spawn_blocking(move || {
-            let mut line = String::new();
-            BufReader::new(stdout).read_line(&mut line).map(|_| line)
-        })
-        .await
-        .map_err(|e| LocalZkError::Io {
-            context: "reading the ZooKeeper pid".into(),
-            source: io::Error::other(e),
-        })?;
-        let java_pid = match line.map(|l| l.trim().parse::<u32>()) {
-            Ok(Ok(pid)) => pid,
-            other => {
-                // Close the lifeline and reap the wrapper before reporting.
-                drop(lifeline);
-                let _ = wrapper.kill();
-                let _ = wrapper.wait();
-                return Err(
-                    self.unhealthy(i, format!("the wrapper did not report a pid ({other:?})"))
-                );
+        let cleanup = self.tempdir.as_ref().map(tempfile::TempDir::path);
+        let mut cmd = TiedChild::command("zkgate-localzk", &self.install.java, cleanup);
+        cmd.args([
+            "-Xms16m",
+            "-Xmx256m",
+            // Fast start-up and a small footprint matter more here than
+            // peak throughput.
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-XX:-UsePerfData",
+            "-Djava.net.preferIPv4Stack=true",
+        ])
+        .args(&self.jvm_options)
+        .arg(format!("-Dzookeeper.log.dir={}", server.dir.display()))
+        .arg("-Dzookeeper.root.logger=INFO,CONSOLE")
+        .arg("-Dzookeeper.console.threshold=INFO")
+        .arg("-cp")
+        .arg(&self.install.classpath)
+        .arg(MAIN_CLASS)
+        .arg(server.dir.join("zoo.cfg"))
+        .current_dir(&server.dir)
+        .stderr(log);
+        let proc = match TiedChild::spawn(cmd).await {
+            Ok(proc) => proc,
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                return Err(self.unhealthy(i, e.to_string()))
             }
+            Err(e) => return Err(io_err("spawning sh for ZooKeeper")(e)),
         };
-        tracing::debug!(server = i, pid = java_pid, addr = %self.servers[i].client_addr(), "started local ZooKeeper");
-        self.servers[i].proc = Some(Proc {
-            wrapper,
-            _lifeline: lifeline,
-            java_pid,
-        });
+        tracing::debug!(server = i, pid = proc.pid(), addr = %self.servers[i].client_addr(), "started local ZooKeeper");
+        self.servers[i].proc = Some(proc);
         Ok(())
     }
 
@@ -716,7 +794,7 @@ impl ServerSet {
                 let Some(proc) = server.proc.as_mut() else {
                     return Err(self.unhealthy(i, "no process".into()));
                 };
-                if let Ok(Some(status)) = proc.wrapper.try_wait() {
+                if let Some(status) = proc.try_wait() {
                     server.proc = None;
                     let reason = format!("the JVM exited ({})", describe(status));
                     return Err(self.unhealthy(i, reason));
@@ -753,7 +831,7 @@ impl ServerSet {
         loop {
             let gone = match self.servers[i].proc.as_mut() {
                 None => true,
-                Some(proc) => proc_exited(proc),
+                Some(proc) => proc.exited(),
             };
             if gone {
                 return true;
@@ -780,26 +858,19 @@ impl Drop for ServerSet {
     /// wrappers kill them too) and waits up to a few seconds for all of them
     /// to be gone.  Best effort: errors are ignored.
     fn drop(&mut self) {
-        let mut procs: Vec<Proc> = self
+        let mut procs: Vec<TiedChild> = self
             .servers
             .iter_mut()
             .filter_map(|s| s.proc.take())
             .collect();
+        // Signal all before waiting for any: they die in parallel.
         for proc in &mut procs {
-            if !proc_exited(proc) {
-                let _ = send_signal(proc.java_pid, "KILL");
+            if !proc.exited() {
+                let _ = proc.signal("KILL");
             }
         }
-        let mut wrappers: Vec<Child> = procs
-            .into_iter()
-            .map(|p| p.wrapper) // drops the lifeline
-            .collect();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !wrappers.is_empty() && Instant::now() < deadline {
-            wrappers.retain_mut(|w| matches!(w.try_wait(), Ok(None)));
-            if !wrappers.is_empty() {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+        for proc in procs {
+            proc.kill_and_wait(Duration::from_secs(5));
         }
     }
 }
@@ -861,17 +932,6 @@ impl LocalZk {
     }
 }
 
-/// Whether the JVM of `proc` is gone.  Normally the wrapper exits only after
-/// reaping the JVM; if the wrapper was killed by a signal instead, the JVM's
-/// pid is checked directly.
-fn proc_exited(proc: &mut Proc) -> bool {
-    match proc.wrapper.try_wait() {
-        Ok(None) => false,
-        Ok(Some(status)) if status.signal().is_none() => true,
-        Ok(Some(_)) | Err(_) => !pid_alive(proc.java_pid),
-    }
-}
-
 /// Whether `pid` exists and is not a zombie.
 fn pid_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -888,7 +948,10 @@ fn pid_alive(pid: u32) -> bool {
 
 /// Sends `signal` (a name such as `TERM` or `STOP`, or `0`) to `pid` with the
 /// shell's `kill`, which keeps this crate free of `unsafe`.
-fn send_signal(pid: u32, signal: &str) -> Result<(), LocalZkError> {
+///
+/// # Errors
+/// `kill` failed (with its message).
+pub fn send_signal(pid: u32, signal: &str) -> Result<(), LocalZkError> {
     let output = Command::new("sh")
         .args([
             "-c",
