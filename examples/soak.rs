@@ -41,7 +41,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use rand::prelude::*;
 use support::checker::{self, Ev, StreamLog};
 use support::linkcut::{LinkCutter, LinkMode};
@@ -110,6 +110,10 @@ struct GatewayCmd {
     #[arg(long)]
     log_json: bool,
     #[command(flatten)]
+    #[allow(
+        dead_code,
+        reason = "declares the flags; zkgate::config::load reads them from the matches, with the file"
+    )]
     serve: zkgate::config::ServeArgs,
 }
 
@@ -121,14 +125,15 @@ fn main() -> std::process::ExitCode {
         .build()
         .expect("runtime");
     if argv.get(1).map(String::as_str) == Some("gateway") {
-        let cmd = GatewayCmd::parse_from(argv[1..].iter());
-        return rt.block_on(gateway(cmd));
+        let matches = GatewayCmd::command().get_matches_from(argv[1..].iter());
+        let cmd = GatewayCmd::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        return rt.block_on(gateway(cmd, matches));
     }
     let args = Args::parse();
     rt.block_on(soak(args))
 }
 
-async fn gateway(cmd: GatewayCmd) -> std::process::ExitCode {
+async fn gateway(cmd: GatewayCmd, matches: clap::ArgMatches) -> std::process::ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ZKGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let fmt = tracing_subscriber::fmt()
@@ -139,7 +144,7 @@ async fn gateway(cmd: GatewayCmd) -> std::process::ExitCode {
     } else {
         fmt.init();
     }
-    let r = match cmd.serve.resolve() {
+    let r = match zkgate::config::load(&matches).and_then(zkgate::config::ServeArgs::resolve) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("soak gateway: {e}");
