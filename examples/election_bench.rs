@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::ReceiverStream;
 use zkgate::coord::{CoordConfig, Coordinator};
-use zkgate::localzk::{LocalZk, LocalZkOptions};
 use zkgate::proto as pb;
 use zkgate::proto::campaign_response::Event;
 use zkgate::proto::election_client::ElectionClient;
 use zkgate::server::{self, ServeConfig};
+use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 
 type Client = ElectionClient<tonic::transport::Channel>;
 

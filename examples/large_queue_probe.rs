@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use zkgate::localzk::{LocalZk, LocalZkOptions};
+use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 use zookeeper_client as zkc;
 
 fn protected_prefix() -> String {

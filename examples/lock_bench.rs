@@ -20,12 +20,12 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use zkgate::coord::{CoordConfig, Coordinator};
-use zkgate::localzk::{LocalZk, LocalZkOptions};
 use zkgate::proto as pb;
 use zkgate::proto::acquire_request::Request as Req;
 use zkgate::proto::acquire_response::Event;
 use zkgate::proto::lock_client::LockClient;
 use zkgate::server::{self, ServeConfig};
+use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 
 type Client = LockClient<tonic::transport::Channel>;
 

@@ -12,8 +12,7 @@
 //! per-connection limit), 1,000 members per election except one election of 20,000 members
 //! (read back with `Candidates`, page by page).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use zkgate_testkit as support;
 
 use std::time::{Duration, Instant};
 
@@ -21,11 +20,11 @@ use support::procgw::{GatewayProc, GatewaySpec};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
-use zkgate::localzk::{LocalZk, LocalZkOptions};
 use zkgate::proto as pb;
 use zkgate::proto::campaign_request::Request as Req;
 use zkgate::proto::campaign_response::Event;
 use zkgate::proto::election_client::ElectionClient;
+use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 
 fn arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
@@ -87,7 +86,7 @@ async fn main() {
         "{} is missing: run `cargo build --release` first",
         bin.display()
     );
-    let root = support::unique_root("scale");
+    let root = support::named_root("scale");
     let mut spec = GatewaySpec::binary(
         bin.to_str().unwrap(),
         &zk.connect_string(),

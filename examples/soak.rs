@@ -35,14 +35,13 @@
 //! the end within `stop_within`, a resign/release ended within T + 3 s. Exit status 1 on any
 //! safety or in-stream violation or leftover znode.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use zkgate_testkit as support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use rand::prelude::*;
 use support::checker::{self, Ev, StreamLog};
 use support::linkcut::{LinkCutter, LinkMode};
@@ -50,7 +49,7 @@ use support::procgw::{GatewayProc, GatewaySpec, ProcState};
 use support::recorder::StreamClient;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use zkgate::localzk::LocalZk;
+use zkgate_testkit::localzk::LocalZk;
 
 #[derive(Debug, Parser)]
 #[command(about = "randomized fault soak for zkgate")]
@@ -111,6 +110,10 @@ struct GatewayCmd {
     #[arg(long)]
     log_json: bool,
     #[command(flatten)]
+    #[allow(
+        dead_code,
+        reason = "declares the flags; zkgate::config::load reads them from the matches, with the file"
+    )]
     serve: zkgate::config::ServeArgs,
 }
 
@@ -122,14 +125,15 @@ fn main() -> std::process::ExitCode {
         .build()
         .expect("runtime");
     if argv.get(1).map(String::as_str) == Some("gateway") {
-        let cmd = GatewayCmd::parse_from(argv[1..].iter());
-        return rt.block_on(gateway(cmd));
+        let matches = GatewayCmd::command().get_matches_from(argv[1..].iter());
+        let cmd = GatewayCmd::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        return rt.block_on(gateway(cmd, matches));
     }
     let args = Args::parse();
     rt.block_on(soak(args))
 }
 
-async fn gateway(cmd: GatewayCmd) -> std::process::ExitCode {
+async fn gateway(cmd: GatewayCmd, matches: clap::ArgMatches) -> std::process::ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ZKGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let fmt = tracing_subscriber::fmt()
@@ -140,7 +144,7 @@ async fn gateway(cmd: GatewayCmd) -> std::process::ExitCode {
     } else {
         fmt.init();
     }
-    let r = match cmd.serve.resolve() {
+    let r = match zkgate::config::load(&matches).and_then(zkgate::config::ServeArgs::resolve) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("soak gateway: {e}");
@@ -395,7 +399,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
     // Peer links through link cutters, for follower partitions.
     let (mut zk, peers) = support::ensemble::ensemble_with_peer_cutters(args.sync_limit).await;
     let connect = zk.connect_string();
-    let root = support::unique_root("soak");
+    let root = support::named_root("soak");
     println!("ZooKeeper ensemble {connect}, root {root}");
     let exe = std::env::current_exe().expect("own path");
     let mut gateways = Vec::new();
@@ -553,7 +557,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
     for task in tasks {
         let _ = task.await;
     }
-    let znodes = support::wait_no_members(&connect, &root, t + Duration::from_secs(5)).await;
+    let znodes = support::members_gone_at(&connect, &root, t + Duration::from_secs(5)).await;
 
     // Recovery: for each fault and election, the time until it had a holder again.
     // Elections and locks: for a lock, "held again" means at least one permit held.

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use zkgate::localzk::{LocalZk, LocalZkOptions};
+use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 use zookeeper_client as zkc;
 
 #[tokio::main]

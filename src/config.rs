@@ -1,14 +1,17 @@
 //! The command line: `serve` settings from flags, environment variables (`ZKGATE_*`) and an
-//! optional TOML file, in that order of precedence; and the `dev` and client verbs.
+//! optional TOML file, in that order of precedence, declared once ([`ServeArgs`]) and merged
+//! in one place ([`load`]); and the `dev` and client verbs.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
-use serde::Deserialize;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
+use serde::{Deserialize, Serialize};
 
-use crate::coord::{CoordConfig, DEFAULT_ROOT, DEFAULT_SESSION_TIMEOUT};
+use crate::api::limits;
+use crate::coord::{CoordConfig, DEFAULT_ROOT};
 use crate::server::ServeConfig;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
@@ -58,124 +61,218 @@ pub enum Command {
     Validate(ValidateArgs),
 }
 
-/// `serve` flags. Every flag also reads `ZKGATE_<NAME>` and the `--config` TOML file (keys as
-/// the long flag names, with `_` for `-`).
-#[derive(Debug, Args, Default, Clone)]
+/// Every `zkgate serve` setting, declared once. A field is at the same time a flag (`zk_tick_time`
+/// → `--zk-tick-time`), an environment variable (`ZKGATE_ZK_TICK_TIME`) and a key of the
+/// `--config` TOML file (`zk_tick_time`), with its default in the `arg` attribute; [`load`]
+/// merges them (flags > environment > file > defaults), and the test
+/// `every_setting_is_reachable_from_flag_env_and_file` keeps the three in step.
+#[derive(Debug, Args, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ServeArgs {
-    /// TOML file with any of these settings.
+    /// TOML file with any of these settings (keys as the flag names, with `_` for `-`)
     #[arg(long, env = "ZKGATE_CONFIG")]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// ZooKeeper connect string, HOST:PORT[,HOST:PORT…] [default: 127.0.0.1:2181]
-    #[arg(long, env = "ZKGATE_ZK")]
-    pub zk: Option<String>,
-    /// Root znode [default: /zkgate]
-    #[arg(long, env = "ZKGATE_ROOT")]
-    pub root: Option<String>,
-    /// gRPC listen address [default: 127.0.0.1:50051]
-    #[arg(long, env = "ZKGATE_LISTEN")]
-    pub listen: Option<SocketAddr>,
-    /// HTTP address for /metrics, /healthz, /readyz [default: 127.0.0.1:9090]
-    #[arg(long, env = "ZKGATE_HTTP")]
-    pub http: Option<SocketAddr>,
-    /// Requested ZooKeeper session timeout, e.g. 10s [default: 10s]
-    #[arg(long, env = "ZKGATE_SESSION_TIMEOUT", value_parser = humantime::parse_duration)]
-    pub session_timeout: Option<Duration>,
-    /// ZooKeeper sessions shared by all streams [default: 1]
-    #[arg(long, env = "ZKGATE_ZK_SESSIONS")]
-    pub zk_sessions: Option<usize>,
-    /// Largest candidate value in bytes [default: 65536]
-    #[arg(long, env = "ZKGATE_MAX_VALUE_BYTES")]
-    pub max_value_bytes: Option<usize>,
+    /// ZooKeeper connect string, HOST:PORT[,HOST:PORT…]
+    #[arg(long, env = "ZKGATE_ZK", default_value = DEFAULT_ZK)]
+    pub zk: String,
+    /// Root znode
+    #[arg(long, env = "ZKGATE_ROOT", default_value = DEFAULT_ROOT)]
+    pub root: String,
+    /// gRPC listen address
+    #[arg(long, env = "ZKGATE_LISTEN", default_value = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// HTTP address for /metrics, /healthz, /readyz
+    #[arg(long, env = "ZKGATE_HTTP", default_value = DEFAULT_HTTP)]
+    pub http: SocketAddr,
+    /// Requested ZooKeeper session timeout, e.g. 10s
+    #[arg(long, env = "ZKGATE_SESSION_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[serde(with = "humantime_serde")]
+    pub session_timeout: Duration,
+    /// ZooKeeper sessions shared by all streams
+    #[arg(long, env = "ZKGATE_ZK_SESSIONS", default_value_t = 1)]
+    pub zk_sessions: usize,
+    /// Largest candidate value in bytes
+    #[arg(long, env = "ZKGATE_MAX_VALUE_BYTES", default_value_t = crate::coord::types::DEFAULT_MAX_VALUE_BYTES)]
+    pub max_value_bytes: usize,
     /// Leaders stop this long before the server could expire the session [default: 10% of the session timeout]
     #[arg(long, env = "ZKGATE_STOP_MARGIN", value_parser = humantime::parse_duration)]
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub stop_margin: Option<Duration>,
     /// A leader hearing nothing for this long must assume it lost [default: 35% of the session timeout]
     #[arg(long, env = "ZKGATE_SILENCE_LIMIT", value_parser = humantime::parse_duration)]
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub silence_limit: Option<Duration>,
     /// The ZooKeeper ensemble's tickTime: the G2 deadline allows half a tick for the ensemble's
     /// leader to hear of a session held by a follower [default: 2s, ZooKeeper's default]
     #[arg(long, env = "ZKGATE_ZK_TICK_TIME", value_parser = humantime::parse_duration)]
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub zk_tick_time: Option<Duration>,
     /// HTTP/2 keepalive ping interval [default: 20% of the session timeout]
     #[arg(long, env = "ZKGATE_KEEPALIVE_INTERVAL", value_parser = humantime::parse_duration)]
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub keepalive_interval: Option<Duration>,
     /// Unanswered keepalive ping → connection dead, znodes released [default: 40% of the session timeout]
     #[arg(long, env = "ZKGATE_KEEPALIVE_TIMEOUT", value_parser = humantime::parse_duration)]
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub keepalive_timeout: Option<Duration>,
     /// ZooKeeper digest auth `user:password`; znodes then get a creator-only ACL
     #[arg(long, env = "ZKGATE_ZK_DIGEST")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zk_digest: Option<String>,
-    /// Distinct election/lock names that get their own metric label before `other` [default: 100]
-    #[arg(long, env = "ZKGATE_METRICS_NAME_CAP")]
-    pub metrics_name_cap: Option<usize>,
-    /// Open Campaign + Acquire streams on this gateway; past it RESOURCE_EXHAUSTED [default: 50000]
-    #[arg(long, env = "ZKGATE_MAX_HOLDER_STREAMS")]
-    pub max_holder_streams: Option<usize>,
-    /// Open Campaign + Acquire streams per client connection [default: 1000]
-    #[arg(long, env = "ZKGATE_MAX_HOLDER_STREAMS_PER_CONNECTION")]
-    pub max_holder_streams_per_connection: Option<usize>,
-    /// Open Observe streams per client connection [default: 1000]
-    #[arg(long, env = "ZKGATE_MAX_OBSERVE_STREAMS_PER_CONNECTION")]
-    pub max_observe_streams_per_connection: Option<usize>,
-    /// Distinct elections + locks in use on this gateway at once [default: 10000]
-    #[arg(long, env = "ZKGATE_MAX_QUEUES")]
-    pub max_queues: Option<usize>,
-    /// Proclaimed bytes in flight per ZooKeeper session; in-stream proclaims wait, Proclaim by lease gets RESOURCE_EXHAUSTED [default: 4194304]
-    #[arg(long, env = "ZKGATE_MAX_PROCLAIM_BYTES_IN_FLIGHT")]
-    pub max_proclaim_bytes_in_flight: Option<usize>,
-    /// A Campaign/Acquire stream must send join/acquire within this [default: 10s]
-    #[arg(long, env = "ZKGATE_FIRST_MESSAGE_TIMEOUT", value_parser = humantime::parse_duration)]
-    pub first_message_timeout: Option<Duration>,
-    /// Largest packet sent to or expected from ZooKeeper, in bytes; keep it below the servers'
-    /// jute.maxbuffer. Multi-reads are paged to fit, and it bounds a queue's size [default: 983040, 1 MiB − 64 KiB]
-    #[arg(long, env = "ZKGATE_ZK_MAX_PACKET")]
-    pub zk_max_packet: Option<usize>,
+    /// Distinct election/lock names that get their own metric label before `other`
+    #[arg(long, env = "ZKGATE_METRICS_NAME_CAP", default_value_t = crate::metrics::DEFAULT_NAME_LABEL_CAP)]
+    pub metrics_name_cap: usize,
+    /// Open Campaign + Acquire streams on this gateway; past it RESOURCE_EXHAUSTED
+    #[arg(long, env = "ZKGATE_MAX_HOLDER_STREAMS", default_value_t = limits::DEFAULT_HOLDER_STREAMS_PER_GATEWAY)]
+    pub max_holder_streams: usize,
+    /// Open Campaign + Acquire streams per client connection
+    #[arg(long, env = "ZKGATE_MAX_HOLDER_STREAMS_PER_CONNECTION", default_value_t = limits::DEFAULT_HOLDER_STREAMS_PER_CONNECTION)]
+    pub max_holder_streams_per_connection: usize,
+    /// Open Observe streams per client connection
+    #[arg(long, env = "ZKGATE_MAX_OBSERVE_STREAMS_PER_CONNECTION", default_value_t = limits::DEFAULT_OBSERVE_STREAMS_PER_CONNECTION)]
+    pub max_observe_streams_per_connection: usize,
+    /// Distinct elections + locks in use on this gateway at once
+    #[arg(long, env = "ZKGATE_MAX_QUEUES", default_value_t = crate::coord::DEFAULT_MAX_QUEUES)]
+    pub max_queues: usize,
+    /// Proclaimed bytes in flight per ZooKeeper session; in-stream proclaims wait, Proclaim by lease gets RESOURCE_EXHAUSTED
+    #[arg(long, env = "ZKGATE_MAX_PROCLAIM_BYTES_IN_FLIGHT", default_value_t = crate::coord::DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT)]
+    pub max_proclaim_bytes_in_flight: usize,
+    /// A Campaign/Acquire stream must send join/acquire within this
+    #[arg(long, env = "ZKGATE_FIRST_MESSAGE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[serde(with = "humantime_serde")]
+    pub first_message_timeout: Duration,
+    /// Largest packet sent to or expected from ZooKeeper, in bytes (default 1 MiB − 64 KiB); keep
+    /// it below the servers' jute.maxbuffer. Multi-reads are paged to fit, and it bounds a queue's size
+    #[arg(long, env = "ZKGATE_ZK_MAX_PACKET", default_value_t = crate::coord::paging::DEFAULT_ZK_MAX_PACKET)]
+    pub zk_max_packet: usize,
     /// PEM certificate for TLS on the gRPC port (needs --tls-key; half a TLS setup is refused)
     #[arg(long, env = "ZKGATE_TLS_CERT")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_cert: Option<PathBuf>,
     /// PEM private key for TLS (needs --tls-cert)
     #[arg(long, env = "ZKGATE_TLS_KEY")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_key: Option<PathBuf>,
     /// PEM CA bundle: require client certificates signed by it (mTLS; needs --tls-cert and --tls-key)
     #[arg(long, env = "ZKGATE_TLS_CLIENT_CA")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Log as JSON lines: the global `--log-json` / `ZKGATE_LOG_JSON` (which every verb takes),
+    /// here so that the file can set it too.
+    #[arg(skip)]
+    #[serde(default)]
+    pub log_json: bool,
 }
 
-/// The same settings as a TOML file.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct FileConfig {
-    zk: Option<String>,
-    root: Option<String>,
-    listen: Option<SocketAddr>,
-    http: Option<SocketAddr>,
-    #[serde(with = "humantime_serde")]
-    session_timeout: Option<Duration>,
-    zk_sessions: Option<usize>,
-    max_value_bytes: Option<usize>,
-    #[serde(with = "humantime_serde")]
-    stop_margin: Option<Duration>,
-    #[serde(with = "humantime_serde")]
-    silence_limit: Option<Duration>,
-    #[serde(with = "humantime_serde")]
-    zk_tick_time: Option<Duration>,
-    #[serde(with = "humantime_serde")]
-    keepalive_interval: Option<Duration>,
-    #[serde(with = "humantime_serde")]
-    keepalive_timeout: Option<Duration>,
-    zk_digest: Option<String>,
-    metrics_name_cap: Option<usize>,
-    max_holder_streams: Option<usize>,
-    max_holder_streams_per_connection: Option<usize>,
-    max_observe_streams_per_connection: Option<usize>,
-    max_queues: Option<usize>,
-    max_proclaim_bytes_in_flight: Option<usize>,
-    #[serde(with = "humantime_serde")]
-    first_message_timeout: Option<Duration>,
-    zk_max_packet: Option<usize>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    tls_client_ca: Option<PathBuf>,
+/// Why `zkgate serve` refuses to start: a setting that cannot be read or does not fit.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// `matches` are not those of a command with the `serve` settings (a bug).
+    #[error(transparent)]
+    Args(#[from] clap::Error),
+    /// The `--config` file cannot be read.
+    #[error("reading {}: {source}", path.display())]
+    ReadFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The `--config` file is not TOML, has an unknown key, or a value of the wrong type.
+    #[error("{}: {source}", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    /// The root znode is not an absolute path.
+    #[error("--root {0:?} must be an absolute znode path like /zkgate")]
+    Root(String),
+    /// A candidate value could not be stored in one znode.
+    #[error("--max-value-bytes must stay below ZooKeeper's 1 MiB jute limit (at most {MAX_VALUE_BYTES})")]
+    ValueTooLarge,
+    /// `--zk-max-packet` leaves no room for the largest value (the sentence names both).
+    #[error("{0}")]
+    PacketBudget(String),
+    /// Half a TLS setup: never served as plaintext.
+    #[error("{0}: refusing to start without TLS")]
+    HalfTls(&'static str),
+    /// A TLS file cannot be read.
+    #[error("reading {}: {source}", path.display())]
+    ReadTls {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The timing settings break the order under README "Timing" (the sentence names them).
+    #[error("{0}")]
+    Timing(#[from] crate::coord::timing::TimingError),
+}
+
+/// The largest `--max-value-bytes`: a value and its znode's overhead fit ZooKeeper's 1 MiB.
+pub const MAX_VALUE_BYTES: usize = 900 * 1024;
+
+/// The `serve` settings of one command line: its flags and environment (parsed into `matches`
+/// by clap), over the `--config` file, over the defaults.
+///
+/// A setting comes from the file only where clap took its default: clap already put flags
+/// over the environment over the defaults, and says which of them each value came from.
+///
+/// # Errors
+/// [`ConfigError::ReadFile`], and [`ConfigError::File`] for a file that is no TOML, has an
+/// unknown key or a value of the wrong type.
+pub fn load(matches: &ArgMatches) -> Result<ServeArgs, ConfigError> {
+    let mut args = ServeArgs::from_arg_matches(matches)?;
+    let has = |id: &str| matches.ids().any(|known| known.as_str() == id);
+    if has("log_json") {
+        args.log_json = matches.get_flag("log_json");
+    }
+    let Some(path) = args.config.clone() else {
+        return Ok(args);
+    };
+    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::ReadFile {
+        path: path.clone(),
+        source,
+    })?;
+    let file_error = |source| ConfigError::File {
+        path: path.clone(),
+        source,
+    };
+    let mut merged: toml::Table = text.parse().map_err(file_error)?;
+    let given = toml::Table::try_from(&args).expect("the settings serialize to a TOML table");
+    for (key, value) in given {
+        let from_flag_or_env = has(&key)
+            && matches!(
+                matches.value_source(&key),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            );
+        if from_flag_or_env || !merged.contains_key(&key) {
+            merged.insert(key, value);
+        }
+    }
+    let mut settings: ServeArgs = merged.try_into().map_err(file_error)?;
+    settings.config = Some(path);
+    Ok(settings)
 }
 
 /// Fully resolved `serve` settings.
@@ -184,134 +281,87 @@ pub struct Resolved {
     pub serve: ServeConfig,
     pub listen: SocketAddr,
     pub http: SocketAddr,
+    pub log_json: bool,
 }
 
 impl ServeArgs {
-    /// Merges flags/env over the TOML file over defaults, and loads TLS material.
+    /// Checks the merged settings ([`load`]) and turns them into the gateway's configuration,
+    /// loading the TLS material.
     ///
     /// # Errors
-    /// Unreadable or invalid config file or TLS files; a bad root.
-    pub fn resolve(self) -> Result<Resolved, String> {
-        let file: FileConfig = match &self.config {
-            Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .map_err(|e| format!("reading {}: {e}", p.display()))?;
-                toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
-            }
-            None => FileConfig::default(),
-        };
-        let root = self
-            .root
-            .or(file.root)
-            .unwrap_or_else(|| DEFAULT_ROOT.to_owned());
+    /// A [`ConfigError`] naming the setting at fault.
+    pub fn resolve(self) -> Result<Resolved, ConfigError> {
+        let root = self.root;
         if !root.starts_with('/') || (root.len() > 1 && root.ends_with('/')) || root.contains("//")
         {
-            return Err(format!(
-                "--root {root:?} must be an absolute znode path like /zkgate"
-            ));
+            return Err(ConfigError::Root(root));
         }
-        let mut coord =
-            CoordConfig::new(self.zk.or(file.zk).unwrap_or_else(|| DEFAULT_ZK.to_owned()));
+        if self.max_value_bytes > MAX_VALUE_BYTES {
+            return Err(ConfigError::ValueTooLarge);
+        }
+        let mut coord = CoordConfig::new(self.zk);
         coord.root = root;
-        coord.session_timeout = self
-            .session_timeout
-            .or(file.session_timeout)
-            .unwrap_or(DEFAULT_SESSION_TIMEOUT);
-        coord.pool_size = self.zk_sessions.or(file.zk_sessions).unwrap_or(1).max(1);
-        coord.max_value_bytes = self
-            .max_value_bytes
-            .or(file.max_value_bytes)
-            .unwrap_or(crate::coord::types::DEFAULT_MAX_VALUE_BYTES);
-        if coord.max_value_bytes > 900 * 1024 {
-            return Err(
-                "--max-value-bytes must stay below ZooKeeper's 1 MiB jute limit (at most 921600)"
-                    .into(),
-            );
-        }
-        coord.zk_max_packet = self
-            .zk_max_packet
-            .or(file.zk_max_packet)
-            .unwrap_or(crate::coord::paging::DEFAULT_ZK_MAX_PACKET);
-        coord.check_packet_budget()?;
-        coord.stop_margin = self.stop_margin.or(file.stop_margin);
-        coord.silence_limit = self.silence_limit.or(file.silence_limit);
-        coord.zk_tick_time = self.zk_tick_time.or(file.zk_tick_time);
-        coord.zk_digest = self.zk_digest.or(file.zk_digest);
+        coord.session_timeout = self.session_timeout;
+        coord.pool_size = self.zk_sessions.max(1);
+        coord.max_value_bytes = self.max_value_bytes;
+        coord.zk_max_packet = self.zk_max_packet;
+        coord
+            .check_packet_budget()
+            .map_err(ConfigError::PacketBudget)?;
+        coord.stop_margin = self.stop_margin;
+        coord.silence_limit = self.silence_limit;
+        coord.zk_tick_time = self.zk_tick_time;
+        coord.zk_digest = self.zk_digest;
+        coord.max_queues = self.max_queues;
+        coord.max_proclaim_bytes_in_flight = self.max_proclaim_bytes_in_flight;
         let mut serve = ServeConfig::new(coord);
-        serve.coord.keepalive_interval = self.keepalive_interval.or(file.keepalive_interval);
-        serve.coord.keepalive_timeout = self.keepalive_timeout.or(file.keepalive_timeout);
-        serve.name_label_cap = self
-            .metrics_name_cap
-            .or(file.metrics_name_cap)
-            .unwrap_or(crate::metrics::DEFAULT_NAME_LABEL_CAP);
-        let defaults = crate::api::limits::StreamLimits::default();
-        serve.limits = crate::api::limits::StreamLimits {
-            holder_streams_per_gateway: self
-                .max_holder_streams
-                .or(file.max_holder_streams)
-                .unwrap_or(defaults.holder_streams_per_gateway),
-            holder_streams_per_connection: self
-                .max_holder_streams_per_connection
-                .or(file.max_holder_streams_per_connection)
-                .unwrap_or(defaults.holder_streams_per_connection),
-            observe_streams_per_connection: self
-                .max_observe_streams_per_connection
-                .or(file.max_observe_streams_per_connection)
-                .unwrap_or(defaults.observe_streams_per_connection),
-            first_message_timeout: self
-                .first_message_timeout
-                .or(file.first_message_timeout)
-                .unwrap_or(defaults.first_message_timeout),
+        serve.coord.keepalive_interval = self.keepalive_interval;
+        serve.coord.keepalive_timeout = self.keepalive_timeout;
+        serve.name_label_cap = self.metrics_name_cap;
+        serve.limits = limits::StreamLimits {
+            holder_streams_per_gateway: self.max_holder_streams,
+            holder_streams_per_connection: self.max_holder_streams_per_connection,
+            observe_streams_per_connection: self.max_observe_streams_per_connection,
+            first_message_timeout: self.first_message_timeout,
         };
-        serve.coord.max_queues = self
-            .max_queues
-            .or(file.max_queues)
-            .unwrap_or(crate::coord::DEFAULT_MAX_QUEUES);
-        serve.coord.max_proclaim_bytes_in_flight = self
-            .max_proclaim_bytes_in_flight
-            .or(file.max_proclaim_bytes_in_flight)
-            .unwrap_or(crate::coord::DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT);
-        let cert = self.tls_cert.or(file.tls_cert);
-        let key = self.tls_key.or(file.tls_key);
-        let client_ca = self.tls_client_ca.or(file.tls_client_ca);
-        // Fail closed: half a TLS setup must not start a plaintext gateway. Checked after the
-        // merge, so each setting may come from a different source (flag, env, file).
-        match (&cert, &key) {
-            (Some(_), None) => {
-                return Err("tls_cert is set but tls_key is not (--tls-key, ZKGATE_TLS_KEY or tls_key in the config file): refusing to start without TLS".into());
-            }
-            (None, Some(_)) => {
-                return Err("tls_key is set but tls_cert is not (--tls-cert, ZKGATE_TLS_CERT or tls_cert in the config file): refusing to start without TLS".into());
-            }
-            (None, None) if client_ca.is_some() => {
-                return Err("tls_client_ca is set but tls_cert and tls_key are not: mTLS needs the server's own certificate and key; refusing to start without TLS".into());
-            }
-            _ => {}
-        }
-        if let (Some(cert), Some(key)) = (cert, key) {
-            let read =
-                |p: &PathBuf| std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display()));
-            let mut tls = tonic::transport::ServerTlsConfig::new().identity(
-                tonic::transport::Identity::from_pem(read(&cert)?, read(&key)?),
-            );
-            if let Some(ca) = client_ca {
-                tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(read(&ca)?));
-            }
-            serve.tls = Some(tls);
-        }
-        serve.check_timing().map_err(|e| e.to_string())?;
+        serve.tls = tls(self.tls_cert, self.tls_key, self.tls_client_ca)?;
+        serve.check_timing()?;
         Ok(Resolved {
             serve,
-            listen: self
-                .listen
-                .or(file.listen)
-                .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid")),
-            http: self
-                .http
-                .or(file.http)
-                .unwrap_or_else(|| DEFAULT_HTTP.parse().expect("valid")),
+            listen: self.listen,
+            http: self.http,
+            log_json: self.log_json,
         })
     }
+}
+
+/// The TLS setup, or none. Fails closed: half a TLS setup must not start a plaintext gateway.
+/// Checked after the merge, so each half may come from a different source (flag, env, file).
+fn tls(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+) -> Result<Option<tonic::transport::ServerTlsConfig>, ConfigError> {
+    let (cert, key) = match (cert, key) {
+        (Some(cert), Some(key)) => (cert, key),
+        (Some(_), None) => return Err(ConfigError::HalfTls("tls_cert is set but tls_key is not (--tls-key, ZKGATE_TLS_KEY or tls_key in the config file)")),
+        (None, Some(_)) => return Err(ConfigError::HalfTls("tls_key is set but tls_cert is not (--tls-cert, ZKGATE_TLS_CERT or tls_cert in the config file)")),
+        (None, None) if client_ca.is_some() => return Err(ConfigError::HalfTls("tls_client_ca is set but tls_cert and tls_key are not: mTLS needs the server's own certificate and key")),
+        (None, None) => return Ok(None),
+    };
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(|source| ConfigError::ReadTls {
+            path: path.clone(),
+            source,
+        })
+    };
+    let mut tls = tonic::transport::ServerTlsConfig::new().identity(
+        tonic::transport::Identity::from_pem(read(&cert)?, read(&key)?),
+    );
+    if let Some(ca) = client_ca {
+        tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(read(&ca)?));
+    }
+    Ok(Some(tls))
 }
 
 /// `dev` flags. Port 0 picks a free port; the bound addresses are printed as `gRPC ADDR` and
@@ -530,19 +580,33 @@ tries once). Without CMD the lock is held until SIGINT/SIGTERM, then released (e
 
 #[cfg(test)]
 mod tests {
+    use clap::{Args, CommandFactory};
+
     use super::*;
 
+    /// The tests that read the environment (clap reads `ZKGATE_*` for every parse) or set it
+    /// take this lock.
+    fn env_lock() -> std::sync::MutexGuard<'static, ()> {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        LOCK.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `zkgate serve ARGS…` merged ([`load`]), not yet resolved.
+    fn settings(args: &[&str]) -> Result<ServeArgs, String> {
+        let matches = Cli::command()
+            .try_get_matches_from(
+                std::iter::once("zkgate")
+                    .chain(std::iter::once("serve"))
+                    .chain(args.iter().copied()),
+            )
+            .map_err(|e| e.to_string())?;
+        load(matches.subcommand_matches("serve").unwrap()).map_err(|e| e.to_string())
+    }
+
     fn parse(args: &[&str]) -> Result<Resolved, String> {
-        let cli = Cli::try_parse_from(
-            std::iter::once("zkgate")
-                .chain(std::iter::once("serve"))
-                .chain(args.iter().copied()),
-        )
-        .map_err(|e| e.to_string())?;
-        match cli.command {
-            Command::Serve(a) => a.resolve(),
-            _ => unreachable!(),
-        }
+        let _env = env_lock();
+        settings(args)?.resolve().map_err(|e| e.to_string())
     }
 
     #[test]
@@ -688,5 +752,237 @@ mod tests {
         };
         assert!(v.lock && v.token == 42);
         assert!(client_verb(&["validate", "n", "-1"]).is_err());
+    }
+
+    /// Two values for each setting, neither its default, as they are written in the TOML file
+    /// (a flag or a variable takes the same text, or for `log_json` the bare flag).
+    fn samples(key: &str) -> Option<(toml::Value, toml::Value)> {
+        use toml::Value::{Boolean as B, Integer as I, String as S};
+        let s = |a: &str, b: &str| Some((S(a.into()), S(b.into())));
+        let i = |a: i64, b: i64| Some((I(a), I(b)));
+        match key {
+            "zk" => s("zk1:2181", "zk2:2181"),
+            "root" => s("/one", "/two"),
+            "listen" => s("127.0.0.1:1001", "127.0.0.1:1002"),
+            "http" => s("127.0.0.1:1003", "127.0.0.1:1004"),
+            "session_timeout" => s("7s", "8s"),
+            "zk_sessions" => i(2, 3),
+            "max_value_bytes" => i(2048, 4096),
+            "stop_margin" => s("300ms", "400ms"),
+            "silence_limit" => s("2s", "3s"),
+            "zk_tick_time" => s("1s", "500ms"),
+            "keepalive_interval" => s("1s", "2s"),
+            "keepalive_timeout" => s("3s", "4s"),
+            "zk_digest" => s("a:1", "b:2"),
+            "metrics_name_cap" => i(7, 8),
+            "max_holder_streams" => i(11, 12),
+            "max_holder_streams_per_connection" => i(13, 14),
+            "max_observe_streams_per_connection" => i(15, 16),
+            "max_queues" => i(17, 18),
+            "max_proclaim_bytes_in_flight" => i(19, 20),
+            "first_message_timeout" => s("3s", "4s"),
+            "zk_max_packet" => i(500_000, 600_000),
+            "tls_cert" => s("/one.pem", "/two.pem"),
+            "tls_key" => s("/one.key", "/two.key"),
+            "tls_client_ca" => s("/one-ca.pem", "/two-ca.pem"),
+            "log_json" => Some((B(true), B(false))),
+            _ => None,
+        }
+    }
+
+    /// Every setting: the field names that are flags (clap) and keys (serde), except the file
+    /// itself; `log_json` is the global flag.
+    fn every_setting() -> Vec<String> {
+        let cmd = ServeArgs::augment_args(clap::Command::new("serve"));
+        let mut keys: Vec<String> = cmd
+            .get_arguments()
+            .map(|a| a.get_id().as_str().to_owned())
+            .filter(|id| id != "config")
+            .collect();
+        keys.push("log_json".into());
+        keys
+    }
+
+    /// The merged value of `key`, as the file would write it.
+    fn value_of(settings: &ServeArgs, key: &str) -> Option<toml::Value> {
+        toml::Table::try_from(settings).unwrap().get(key).cloned()
+    }
+
+    /// The command line that sets `key` to `value` with a flag.
+    fn flag(key: &str, value: &toml::Value) -> Vec<String> {
+        let name = format!("--{}", key.replace('_', "-"));
+        match value {
+            toml::Value::Boolean(true) => vec![name],
+            toml::Value::String(s) => vec![name, s.clone()],
+            other => vec![name, other.to_string()],
+        }
+    }
+
+    /// Sets `ZKGATE_<KEY>` to `value` (or removes it), under [`env_lock`].
+    fn set_env(key: &str, value: Option<&toml::Value>) {
+        let var = format!("ZKGATE_{}", key.to_uppercase());
+        match value {
+            Some(toml::Value::String(s)) => std::env::set_var(var, s),
+            Some(other) => std::env::set_var(var, other.to_string()),
+            None => std::env::remove_var(var),
+        }
+    }
+
+    /// So a setting cannot fall out of one source again (as `log_json` once fell out of the
+    /// file): each one is reachable as a flag, a variable and a key, and flags > environment >
+    /// file > defaults holds for each.
+    #[test]
+    fn every_setting_is_reachable_from_flag_env_and_file() {
+        let _env = env_lock();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("z.toml");
+        let with_file = |value: &toml::Value, key: &str, more: &[String]| {
+            std::fs::write(&file, format!("{key} = {value}\n")).unwrap();
+            let mut args = vec!["--config".to_owned(), file.to_str().unwrap().to_owned()];
+            args.extend_from_slice(more);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            settings(&args).unwrap_or_else(|e| panic!("{key}: {e}"))
+        };
+        let plain = |more: &[String]| {
+            let args: Vec<&str> = more.iter().map(String::as_str).collect();
+            settings(&args).unwrap_or_else(|e| panic!("{more:?}: {e}"))
+        };
+        let cmd = ServeArgs::augment_args(clap::Command::new("serve"));
+        for key in every_setting() {
+            let (a, b) = samples(&key)
+                .unwrap_or_else(|| panic!("setting {key} has no samples in this test: add two"));
+            if let Some(arg) = cmd.get_arguments().find(|x| x.get_id() == key.as_str()) {
+                let env = format!("ZKGATE_{}", key.to_uppercase());
+                assert_eq!(
+                    arg.get_long(),
+                    Some(key.replace('_', "-").as_str()),
+                    "{key}"
+                );
+                assert_eq!(arg.get_env(), Some(std::ffi::OsStr::new(&env)), "{key}");
+            }
+            let default = value_of(&plain(&[]), &key);
+            assert_ne!(default.as_ref(), Some(&a), "{key}: sample a is the default");
+            // Each source alone.
+            assert_eq!(
+                value_of(&plain(&flag(&key, &a)), &key),
+                Some(a.clone()),
+                "{key} flag"
+            );
+            set_env(&key, Some(&a));
+            assert_eq!(value_of(&plain(&[]), &key), Some(a.clone()), "{key} env");
+            set_env(&key, None);
+            assert_eq!(
+                value_of(&with_file(&a, &key, &[]), &key),
+                Some(a.clone()),
+                "{key} file"
+            );
+            // The environment over the file, a flag over the environment.
+            set_env(&key, Some(&b));
+            assert_eq!(
+                value_of(&with_file(&a, &key, &[]), &key),
+                Some(b.clone()),
+                "{key}: env > file"
+            );
+            let flagged = with_file(&b, &key, &flag(&key, &a));
+            assert_eq!(
+                value_of(&flagged, &key),
+                Some(a.clone()),
+                "{key}: flag > env"
+            );
+            set_env(&key, None);
+            assert_eq!(
+                value_of(&plain(&[]), &key),
+                default,
+                "{key}: back to the default"
+            );
+        }
+    }
+
+    /// The defaults written in the `arg` attributes as text are the library's constants.
+    #[test]
+    fn flag_defaults_are_the_library_defaults() {
+        let r = parse(&[]).unwrap();
+        assert_eq!(
+            r.serve.coord.session_timeout,
+            crate::coord::DEFAULT_SESSION_TIMEOUT
+        );
+        assert_eq!(r.serve.coord.root, DEFAULT_ROOT);
+        assert_eq!(r.serve.coord.zk, DEFAULT_ZK);
+        assert_eq!(r.http.to_string(), DEFAULT_HTTP);
+        let limits = limits::StreamLimits::default();
+        assert_eq!(
+            r.serve.limits.first_message_timeout,
+            limits.first_message_timeout
+        );
+        assert_eq!(
+            r.serve.limits.holder_streams_per_gateway,
+            limits.holder_streams_per_gateway
+        );
+        assert!(!r.log_json);
+    }
+
+    /// A bad setting is a typed error that names it.
+    #[test]
+    fn bad_settings_are_typed_startup_errors() {
+        let _env = env_lock();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("z.toml");
+        let path = p.to_str().unwrap();
+        let load_args = |args: &[&str]| -> Result<Resolved, ConfigError> {
+            let matches = Cli::command()
+                .try_get_matches_from(["zkgate", "serve"].iter().chain(args))
+                .unwrap();
+            load(matches.subcommand_matches("serve").unwrap()).and_then(ServeArgs::resolve)
+        };
+        let missing = dir.path().join("missing.toml");
+        let e = load_args(&["--config", missing.to_str().unwrap()]).unwrap_err();
+        assert!(matches!(e, ConfigError::ReadFile { .. }), "{e}");
+        for (text, word) in [
+            ("bogus = 1\n", "bogus"),
+            ("zk_sessions = \"many\"\n", "zk_sessions"),
+            ("session_timeout = \"soon\"\n", "session_timeout"),
+            ("config = \"/etc/other.toml\"\n", "config"),
+            ("zk = \n", ""),
+        ] {
+            std::fs::write(&p, text).unwrap();
+            let e = load_args(&["--config", path]).unwrap_err();
+            assert!(matches!(e, ConfigError::File { .. }), "{text}: {e}");
+            assert!(
+                e.to_string().contains(path) && e.to_string().contains(word),
+                "{text}: {e}"
+            );
+        }
+        let e = load_args(&["--root", "zkgate"]).unwrap_err();
+        assert!(matches!(e, ConfigError::Root(_)), "{e}");
+        let e = load_args(&["--max-value-bytes", "2000000"]).unwrap_err();
+        assert!(matches!(e, ConfigError::ValueTooLarge), "{e}");
+        let e = load_args(&["--zk-max-packet", "65536"]).unwrap_err();
+        assert!(matches!(e, ConfigError::PacketBudget(_)), "{e}");
+        let e = load_args(&["--tls-key", path]).unwrap_err();
+        assert!(matches!(e, ConfigError::HalfTls(_)), "{e}");
+        let e = load_args(&["--tls-cert", "/nonexistent.pem", "--tls-key", path]).unwrap_err();
+        assert!(matches!(e, ConfigError::ReadTls { .. }), "{e}");
+        let e = load_args(&["--silence-limit", "9s"]).unwrap_err();
+        assert!(matches!(e, ConfigError::Timing(_)), "{e}");
+    }
+
+    /// `log_json` from the file, and the global flag over it.
+    #[test]
+    fn log_json_from_the_file_and_the_global_flag() {
+        let _env = env_lock();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("z.toml");
+        std::fs::write(&p, "log_json = true\n").unwrap();
+        let path = p.to_str().unwrap();
+        assert!(settings(&["--config", path]).unwrap().log_json);
+        std::fs::write(&p, "log_json = false\n").unwrap();
+        let matches = Cli::command()
+            .try_get_matches_from(["zkgate", "--log-json", "serve", "--config", path])
+            .unwrap();
+        assert!(
+            load(matches.subcommand_matches("serve").unwrap())
+                .unwrap()
+                .log_json
+        );
     }
 }

@@ -14,9 +14,11 @@
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`metrics`]: every metric name, described once; [`grpc_metrics`]: the tower layer that
 //!   counts gRPC calls.
-//! - [`config`]: the command line (`serve`, `dev`, client verbs).
+//! - [`config`]: the command line: `serve`'s settings, declared once and merged from flags,
+//!   `ZKGATE_*` and the TOML file in one place; `dev` and the client verbs.
 //! - [`logging`]: the binary's log setup (`ZKGATE_LOG`; the ZooKeeper client capped at `info`).
-//! - [`localzk`]: start and stop real local ZooKeeper servers (`zkgate dev`, tests).
+//! - [`localzk`]: start and stop real local ZooKeeper servers, tied to our process (`zkgate
+//!   dev`; the test kit, `crates/testkit`, adds ensembles and fault injection on top).
 //! - [`cli`]: the client verbs (`elect`, `lock`, `observe`, `leader`, `candidates`, `holders`,
 //!   `resign`, `release`, `validate`), built on the Rust client crate `zkgate-client`
 //!   (`clients/rust`); [`held_command`]: the

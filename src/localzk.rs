@@ -2,10 +2,12 @@
 //!
 //! `zkgate dev` and the integration tests need an actual ZooKeeper (a mock
 //! would not reproduce session expiry, ephemeral-node cleanup or leader
-//! fail-over), but nobody should have to run one by hand.  [`LocalZk`] starts
-//! either one standalone server or an ensemble on free loopback ports, in a
-//! scratch directory, and can stop, kill, restart, pause and resume individual
-//! servers so that tests can provoke failures.
+//! fail-over), but nobody should have to run one by hand.  [`ServerSet`] starts
+//! servers on free loopback ports, in a scratch directory, and stops them;
+//! [`LocalZk`] is the one standalone server of `zkgate dev`.  Ensembles and
+//! fault injection (pause, resume, restart, the leader's index, peer links
+//! through link cutters) are test tools and live in the test kit
+//! (`crates/testkit`), built on [`ServerSet`].
 //!
 //! # Nothing is ever left running
 //!
@@ -37,6 +39,7 @@
 //! unpacked Apache binary tarball (`lib/*.jar` or `zookeeper*.jar`, plus
 //! `conf/`).  Java is taken from `$JAVA_HOME/bin/java` or from `PATH`.
 
+use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
@@ -73,7 +76,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// chosen by binding and releasing them, so another process can grab one in
 /// between; retrying with new ports makes that race harmless.
 const START_ATTEMPTS: usize = 3;
-/// Grace period after SIGTERM before [`LocalZk::stop`] escalates to SIGKILL.
+/// Grace period after SIGTERM before [`ServerSet::stop`] escalates to SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How long to wait for a process to disappear after SIGKILL.
 const KILL_WAIT: Duration = Duration::from_secs(10);
@@ -85,7 +88,7 @@ const POLL: Duration = Duration::from_millis(50);
 /// Number of log lines included in [`LocalZkError::Unhealthy`].
 const LOG_TAIL_LINES: usize = 40;
 
-/// The wrapper run as `sh -c WRAPPER zkgate-localzk CLEANUP_DIR java ARGS...`.
+/// The wrapper run as `sh -c WRAPPER NAME CLEANUP_DIR PROGRAM ARGS...` ([`TiedChild`]).
 ///
 /// * fd 3 keeps the read end of our stdin pipe; the JVM gets `/dev/null` as
 ///   stdin and the log file (the wrapper's stderr) as stdout and stderr.
@@ -164,7 +167,7 @@ pub enum LocalZkError {
         /// The number of servers.
         len: usize,
     },
-    /// [`LocalZk::start`] was called for a server that is still running.
+    /// [`ServerSet::spawn`] was called for a server that is still running.
     #[error("ZooKeeper server {server} is already running")]
     AlreadyRunning {
         /// 0-based index of the server.
@@ -197,67 +200,29 @@ fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> LocalZkError 
     move |source| LocalZkError::Io { context, source }
 }
 
-/// Options for [`LocalZk::start_standalone`] and [`LocalZk::start_ensemble`].
+/// Options for [`LocalZk::start_standalone`], the server `zkgate dev` runs.
 #[derive(Debug, Clone)]
 pub struct LocalZkOptions {
     /// ZooKeeper's `tickTime`.  The server clamps every session timeout to
-    /// 2..=20 ticks, so the default of 250 ms lets tests use session timeouts
-    /// between 500 ms and 5 s (ZooKeeper's own default, 2 s, would force
-    /// sessions of at least 4 s and make expiry tests slow).
+    /// 2..=20 ticks, so the default of 250 ms allows session timeouts between
+    /// 500 ms and 5 s (ZooKeeper's own default, 2 s, would force sessions of
+    /// at least 4 s).
     pub tick_time: Duration,
     /// `maxClientCnxns`: connections allowed per client IP.  Everything here
     /// connects from 127.0.0.1, so the default is 0 (unlimited) rather than
     /// ZooKeeper's 60.
     pub max_client_cnxns: u32,
-    /// `maxSessionTimeout`, when set: the server grants no longer session (tests of a
-    /// gateway whose requested timeout is cut down). `None`: ZooKeeper's 20 ticks.
-    pub max_session_timeout: Option<Duration>,
-    /// How often the server reaps empty container znodes (`znode.container.checkIntervalMs`,
-    /// with no per-minute cap when set). `None`: ZooKeeper's default, once a minute.
-    pub container_check_interval: Option<Duration>,
-    /// `syncLimit` of an ensemble, in ticks (default 5): how long a follower cut off from its
-    /// leader keeps serving its clients by itself.
-    pub sync_limit: u32,
-    /// How server `from` reaches the quorum and election ports of server `to` in an ensemble
-    /// (default: directly). A test puts a link cutter on each peer link with this, to cut one
-    /// server off from the others while its clients still reach it.
-    pub peer_route: Option<PeerRoute>,
     /// Where to put configuration, data and logs (one `zkN` directory per
     /// server).  `None` (the default) uses a fresh temporary directory that is
-    /// deleted when the [`LocalZk`] is dropped; a given directory is kept, and
+    /// deleted when the servers are dropped; a given directory is kept, and
     /// existing data in it is reused.
     pub base_dir: Option<PathBuf>,
-}
-
-/// One direction of one peer link of an ensemble (0-based server indexes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PeerLink {
-    pub from: usize,
-    pub to: usize,
-    /// The leader-election port rather than the quorum port.
-    pub election: bool,
-}
-
-/// Maps a peer link and the real address of its target port to the address server `from`
-/// should use instead (see [`LocalZkOptions::peer_route`]). Called again for every start
-/// attempt, since ports are picked afresh each time.
-#[derive(Clone)]
-pub struct PeerRoute(pub std::sync::Arc<dyn Fn(PeerLink, SocketAddr) -> SocketAddr + Send + Sync>);
-
-impl std::fmt::Debug for PeerRoute {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PeerRoute(..)")
-    }
 }
 
 impl Default for LocalZkOptions {
     fn default() -> Self {
         Self {
             tick_time: Duration::from_millis(250),
-            max_session_timeout: None,
-            container_check_interval: None,
-            sync_limit: 5,
-            peer_route: None,
             max_client_cnxns: 0,
             base_dir: None,
         }
@@ -271,136 +236,257 @@ struct Install {
     classpath: String,
 }
 
-/// A running JVM together with the wrapper shell that owns it.
-struct Proc {
-    /// The `sh` wrapper; it exits once the JVM is gone.
+/// A child process tied to the lifetime of ours (see the module docs): started through the
+/// lifeline wrapper, so it is `kill -9`ed when our process exits for any reason.  A ZooKeeper
+/// JVM here; a gateway process in the test kit.
+#[derive(Debug)]
+pub struct TiedChild {
+    /// The `sh` wrapper; it exits once the child is gone.
     wrapper: Child,
     /// Our end of the wrapper's stdin.  Never written to; closing it (or our
-    /// process dying) makes the wrapper kill the JVM.
+    /// process dying) makes the wrapper kill the child.
     _lifeline: ChildStdin,
-    /// The JVM's pid, the target of every signal.
-    java_pid: u32,
+    /// The child's pid, the target of every signal.
+    pid: u32,
 }
 
-/// One server of a [`LocalZk`].
-struct Server {
-    /// ZooKeeper server id (`myid`), index + 1.
-    id: usize,
-    client_port: u16,
-    /// Quorum and election ports, only meaningful in an ensemble.
-    peer_port: u16,
-    election_port: u16,
-    dir: PathBuf,
-    proc: Option<Proc>,
-}
-
-impl Server {
-    fn client_addr(&self) -> SocketAddr {
-        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.client_port))
+impl TiedChild {
+    /// The command that runs `program` under the wrapper; add the program's arguments,
+    /// environment, directory and stderr (its stdout goes to the same place), then
+    /// [`TiedChild::spawn`].  `cleanup_dir`, if any, is deleted when our process dies.
+    pub fn command(name: &str, program: impl AsRef<OsStr>, cleanup_dir: Option<&Path>) -> Command {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(WRAPPER_SCRIPT)
+            .arg(name)
+            .arg(cleanup_dir.map_or(OsStr::new(""), Path::as_os_str))
+            .arg(program);
+        cmd
     }
 
-    fn log_path(&self) -> PathBuf {
+    /// Spawns a [`TiedChild::command`] in its own process group (so a terminal's Ctrl-C
+    /// reaches only our process) and reads the child's pid.
+    ///
+    /// # Errors
+    /// The wrapper cannot be spawned, or ([`io::ErrorKind::InvalidData`]) reports no pid.
+    pub async fn spawn(mut cmd: Command) -> io::Result<TiedChild> {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .process_group(0);
+        let mut wrapper = cmd.spawn()?;
+        let lifeline = wrapper.stdin.take().expect("stdin is piped");
+        let stdout = wrapper.stdout.take().expect("stdout is piped");
+        // The wrapper prints the pid right after forking, or exits (EOF).
+        let line = tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            BufReader::new(stdout).read_line(&mut line).map(|_| line)
+        })
+        .await
+        .map_err(io::Error::other)?;
+        match line.map(|l| l.trim().parse::<u32>()) {
+            Ok(Ok(pid)) => Ok(TiedChild {
+                wrapper,
+                _lifeline: lifeline,
+                pid,
+            }),
+            other => {
+                // Close the lifeline and reap the wrapper before reporting.
+                drop(lifeline);
+                let _ = wrapper.kill();
+                let _ = wrapper.wait();
+                Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("the wrapper did not report a pid ({other:?})"),
+                ))
+            }
+        }
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The child's exit status once it is gone (the wrapper exits with it).
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.wrapper.try_wait().ok().flatten()
+    }
+
+    /// Waits (blocking) for the child to be gone.
+    ///
+    /// # Errors
+    /// As [`Child::wait`].
+    pub fn wait(&mut self) -> io::Result<ExitStatus> {
+        self.wrapper.wait()
+    }
+
+    /// Whether the child is gone.  Normally the wrapper exits only after
+    /// reaping it; if the wrapper was killed by a signal instead, the child's
+    /// pid is checked directly.
+    pub fn exited(&mut self) -> bool {
+        match self.wrapper.try_wait() {
+            Ok(None) => false,
+            Ok(Some(status)) if status.signal().is_none() => true,
+            Ok(Some(_)) | Err(_) => !pid_alive(self.pid),
+        }
+    }
+
+    /// Sends `signal` (a name such as `TERM` or `STOP`) to the child.
+    ///
+    /// # Errors
+    /// `kill` failed (with its message).
+    pub fn signal(&self, signal: &str) -> Result<(), LocalZkError> {
+        send_signal(self.pid, signal)
+    }
+
+    /// SIGKILLs the child if it is still there, closes the lifeline and waits up to `limit`
+    /// for the wrapper to exit.  Blocking: for `Drop`.
+    pub fn kill_and_wait(mut self, limit: Duration) {
+        if !self.exited() {
+            let _ = send_signal(self.pid, "KILL");
+        }
+        let TiedChild {
+            mut wrapper,
+            _lifeline: lifeline,
+            ..
+        } = self;
+        drop(lifeline);
+        let deadline = Instant::now() + limit;
+        while matches!(wrapper.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// One server of a [`ServerSet`]: its directory, its ports and its process, if running.
+pub struct ZkServer {
+    /// 0-based index; the ZooKeeper server id (`myid`) is index + 1.
+    index: usize,
+    /// The client port first, then whatever else [`ServerSetSpec::ports_per_server`] asked
+    /// for (an ensemble's quorum and election ports). Chosen afresh on every start attempt.
+    ports: Vec<u16>,
+    dir: PathBuf,
+    proc: Option<TiedChild>,
+}
+
+impl ZkServer {
+    /// 0-based index in its set.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// ZooKeeper server id (`myid`): index + 1.
+    pub fn id(&self) -> usize {
+        self.index + 1
+    }
+
+    /// Port `k` of this server (0 is the client port).
+    ///
+    /// # Panics
+    /// If `k` is not below [`ServerSetSpec::ports_per_server`].
+    pub fn port(&self, k: usize) -> u16 {
+        self.ports[k]
+    }
+
+    /// The loopback client address; it stays the same across stop and restart.
+    pub fn client_addr(&self) -> SocketAddr {
+        loopback(self.ports[0])
+    }
+
+    /// The server's own directory (`zoo.cfg`, `data/`, the log).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The console log (JVM stdout and stderr).
+    pub fn log_path(&self) -> PathBuf {
         self.dir.join("zookeeper.log")
     }
+
+    /// The JVM pid, or `None` if it was stopped or killed.  A server that crashed on its own
+    /// keeps its pid here until [`ServerSet::is_running`] notices the exit.
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().map(TiedChild::pid)
+    }
 }
 
-/// One standalone ZooKeeper server or an ensemble, running as child processes
-/// on loopback ports.
+/// The loopback address with `port`.
+pub fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))
+}
+
+/// What [`ServerSet::start`] starts: how many servers, how many ports each, and what goes
+/// into each `zoo.cfg` besides the common lines.
+pub struct ServerSetSpec<'a> {
+    /// Number of servers (at least 1).
+    pub size: usize,
+    /// Ports per server: 1 (the client port) for a standalone server, 3 (client, quorum,
+    /// election) for an ensemble member.
+    pub ports_per_server: usize,
+    /// `tickTime`.
+    pub tick_time: Duration,
+    /// `maxClientCnxns`.
+    pub max_client_cnxns: u32,
+    /// See [`LocalZkOptions::base_dir`].
+    pub base_dir: Option<PathBuf>,
+    /// Extra `-D` options for every JVM.
+    pub jvm_options: Vec<String>,
+    /// Lines appended to server `i`'s `zoo.cfg` once every server's ports are chosen (an
+    /// ensemble's `server.N` lines).
+    pub extra_config: &'a (dyn Fn(&[ZkServer], usize) -> String + Sync),
+    /// Whether to write `data/myid` (every ensemble member needs its id there).
+    pub myid: bool,
+}
+
+/// A set of ZooKeeper servers run as child processes on loopback ports: one standalone server
+/// ([`LocalZk`], `zkgate dev`) or, configured by the caller, an ensemble (the test kit).
 ///
-/// Servers are addressed by a 0-based index.  Dropping a `LocalZk` kills all
-/// of its servers (and deletes its temporary directory); even if it is never
-/// dropped, the servers die together with the current process.
-pub struct LocalZk {
+/// Servers are addressed by a 0-based index.  Dropping a `ServerSet` kills all of its servers
+/// (and deletes its temporary directory); even if it is never dropped, the servers die
+/// together with the current process.
+pub struct ServerSet {
     install: Install,
-    tick_time: Duration,
-    max_client_cnxns: u32,
-    max_session_timeout: Option<Duration>,
-    container_check_interval: Option<Duration>,
-    sync_limit: u32,
-    peer_route: Option<PeerRoute>,
-    /// `false` for [`LocalZk::start_standalone`]: no `server.N` lines.
-    ensemble: bool,
+    jvm_options: Vec<String>,
     base: PathBuf,
-    servers: Vec<Server>,
+    servers: Vec<ZkServer>,
     /// Deleted after `Drop::drop` has killed the processes (fields are
     /// dropped after `drop` runs).
     tempdir: Option<tempfile::TempDir>,
 }
 
-impl std::fmt::Debug for LocalZk {
+impl std::fmt::Debug for ServerSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalZk")
+        f.debug_struct("ServerSet")
             .field("connect_string", &self.connect_string())
-            .field("ensemble", &self.ensemble)
             .field("base_dir", &self.base)
             .field(
                 "pids",
-                &self
-                    .servers
-                    .iter()
-                    .map(|s| s.proc.as_ref().map(|p| p.java_pid))
-                    .collect::<Vec<_>>(),
+                &self.servers.iter().map(ZkServer::pid).collect::<Vec<_>>(),
             )
             .finish()
     }
 }
 
-impl LocalZk {
-    /// Whether Java and the ZooKeeper jars can be found, so that tests can
-    /// skip (with [`LocalZk::install_hint`]) instead of failing obscurely.
-    pub fn is_installed() -> bool {
-        find_install().is_ok()
-    }
-
-    /// How to make [`LocalZk::is_installed`] true.
-    pub fn install_hint() -> &'static str {
-        "install Java and Apache ZooKeeper, e.g. `apt-get install -y zookeeper` \
-         (Debian/Ubuntu), or unpack the Apache ZooKeeper binary tarball and set \
-         ZOOKEEPER_HOME to it (Java is taken from JAVA_HOME or PATH)"
-    }
-
-    /// Starts one standalone server and waits until it serves requests.
+impl ServerSet {
+    /// Starts every server of `spec` and waits until each answers `ruok` with `imok` and
+    /// reports its `Mode` (for an ensemble: a leader was elected and everyone joined).
     ///
     /// # Errors
     ///
-    /// [`LocalZkError::NotInstalled`] if Java or ZooKeeper is missing,
-    /// [`LocalZkError::Io`] if the directory or process cannot be created, and
-    /// [`LocalZkError::Unhealthy`] (with the end of the server log) if the
-    /// server does not become healthy within ~30 s after a few attempts on
-    /// fresh ports; the temporary directory is then kept for inspection.
-    pub async fn start_standalone(opts: LocalZkOptions) -> Result<LocalZk, LocalZkError> {
-        Self::start_cluster(1, false, opts).await
-    }
-
-    /// Starts an ensemble of `size` servers (`server.1` ... `server.N`) and
-    /// waits until every member answers `ruok` and reports its `Mode`, i.e. a
-    /// leader has been elected and everyone has joined.  Use 3 (or 5) to
-    /// test fail-over: a majority must survive.
-    ///
-    /// # Errors
-    ///
-    /// [`LocalZkError::InvalidSize`] for `size == 0`, otherwise as for
-    /// [`LocalZk::start_standalone`].
-    pub async fn start_ensemble(
-        size: usize,
-        opts: LocalZkOptions,
-    ) -> Result<LocalZk, LocalZkError> {
-        if size == 0 {
-            return Err(LocalZkError::InvalidSize { size });
+    /// [`LocalZkError::InvalidSize`] for no servers, [`LocalZkError::NotInstalled`] if Java
+    /// or ZooKeeper is missing, [`LocalZkError::Io`] if a directory or process cannot be
+    /// created, and [`LocalZkError::Unhealthy`] (with the end of the server log) if the
+    /// servers do not become healthy within ~30 s after a few attempts on fresh ports; the
+    /// temporary directory is then kept for inspection.
+    pub async fn start(spec: ServerSetSpec<'_>) -> Result<ServerSet, LocalZkError> {
+        if spec.size == 0 {
+            return Err(LocalZkError::InvalidSize { size: spec.size });
         }
-        Self::start_cluster(size, true, opts).await
-    }
-
-    async fn start_cluster(
-        size: usize,
-        ensemble: bool,
-        opts: LocalZkOptions,
-    ) -> Result<LocalZk, LocalZkError> {
         let install = find_install()?;
-        let (base, tempdir) = match opts.base_dir {
+        let (base, tempdir) = match &spec.base_dir {
             Some(dir) => {
-                fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
-                (dir, None)
+                fs::create_dir_all(dir).map_err(io_err(format!("creating {}", dir.display())))?;
+                (dir.clone(), None)
             }
             None => {
                 let tmp = tempfile::Builder::new()
@@ -410,64 +496,52 @@ impl LocalZk {
                 (tmp.path().to_path_buf(), Some(tmp))
             }
         };
-        let servers = (0..size)
-            .map(|i| Server {
-                id: i + 1,
-                client_port: 0,
-                peer_port: 0,
-                election_port: 0,
-                dir: base.join(format!("zk{}", i + 1)),
+        let servers = (0..spec.size)
+            .map(|index| ZkServer {
+                index,
+                ports: Vec::new(),
+                dir: base.join(format!("zk{}", index + 1)),
                 proc: None,
             })
             .collect();
         // Owning the processes from the start means that an error or a
         // cancelled future still kills whatever was spawned (via Drop).
-        let mut zk = LocalZk {
+        let mut set = ServerSet {
             install,
-            tick_time: opts.tick_time,
-            max_client_cnxns: opts.max_client_cnxns,
-            max_session_timeout: opts.max_session_timeout,
-            container_check_interval: opts.container_check_interval,
-            sync_limit: opts.sync_limit,
-            peer_route: opts.peer_route,
-            ensemble,
+            jvm_options: spec.jvm_options.clone(),
             base,
             servers,
             tempdir,
         };
-
         let mut last_err = None;
         for attempt in 1..=START_ATTEMPTS {
-            match zk.try_start_all().await {
-                Ok(()) => return Ok(zk),
+            match set.try_start_all(&spec).await {
+                Ok(()) => return Ok(set),
                 Err(err @ LocalZkError::Unhealthy { .. }) => {
                     tracing::warn!(attempt, error = %err, "local ZooKeeper failed to start");
-                    zk.kill_all().await;
+                    set.kill_all().await;
                     last_err = Some(err);
                 }
                 Err(err) => return Err(err),
             }
         }
         // Keep the directory so that the log path in the error stays valid.
-        if let Some(tmp) = zk.tempdir.take() {
+        if let Some(tmp) = set.tempdir.take() {
             let _ = tmp.keep();
         }
         Err(last_err.expect("at least one attempt was made"))
     }
 
     /// One attempt: fresh ports, config files, spawn everyone, wait for health.
-    async fn try_start_all(&mut self) -> Result<(), LocalZkError> {
-        let per_server = if self.ensemble { 3 } else { 1 };
+    async fn try_start_all(&mut self, spec: &ServerSetSpec<'_>) -> Result<(), LocalZkError> {
+        let per_server = spec.ports_per_server.max(1);
         let ports = pick_ports(self.servers.len() * per_server)?;
         for (server, ports) in self.servers.iter_mut().zip(ports.chunks(per_server)) {
-            server.client_port = ports[0];
-            if self.ensemble {
-                server.peer_port = ports[1];
-                server.election_port = ports[2];
-            }
+            server.ports = ports.to_vec();
         }
         for i in 0..self.servers.len() {
-            self.write_config(i)?;
+            let extra = (spec.extra_config)(&self.servers, i);
+            self.write_config(i, spec, &extra)?;
         }
         for i in 0..self.servers.len() {
             self.spawn(i).await?;
@@ -488,17 +562,7 @@ impl LocalZk {
         s
     }
 
-    /// Client address of server `i` (0-based).  It stays the same across
-    /// [`LocalZk::stop`] / [`LocalZk::start`].
-    ///
-    /// # Panics
-    ///
-    /// If `i >= self.len()`.
-    pub fn server_address(&self, i: usize) -> SocketAddr {
-        self.servers[i].client_addr()
-    }
-
-    /// Number of servers (1 for a standalone server).
+    /// Number of servers.
     pub fn len(&self) -> usize {
         self.servers.len()
     }
@@ -508,26 +572,25 @@ impl LocalZk {
         self.servers.is_empty()
     }
 
+    /// Every server, by index.
+    pub fn servers(&self) -> &[ZkServer] {
+        &self.servers
+    }
+
     /// The directory holding every server's `zkN` directory.
     pub fn base_dir(&self) -> &Path {
         &self.base
     }
 
-    /// The console log (JVM stdout and stderr) of server `i`, for printing
-    /// when a test fails.
+    /// Server `i`, or [`LocalZkError::NoSuchServer`].
     ///
-    /// # Panics
-    ///
-    /// If `i >= self.len()`.
-    pub fn log_path(&self, i: usize) -> PathBuf {
-        self.servers[i].log_path()
-    }
-
-    /// The JVM pid of server `i`, or `None` if it was stopped or killed (or
-    /// `i` is out of range).  A server that crashed on its own keeps its pid
-    /// here until the next call that takes `&mut self` notices the exit.
-    pub fn pid(&self, i: usize) -> Option<u32> {
-        self.servers.get(i)?.proc.as_ref().map(|p| p.java_pid)
+    /// # Errors
+    /// `i` is out of range.
+    pub fn server(&self, i: usize) -> Result<&ZkServer, LocalZkError> {
+        self.servers.get(i).ok_or(LocalZkError::NoSuchServer {
+            index: i,
+            len: self.servers.len(),
+        })
     }
 
     /// Whether server `i`'s process is alive (it may still be paused or not
@@ -537,11 +600,20 @@ impl LocalZk {
             return false;
         };
         if let Some(proc) = &mut server.proc {
-            if proc_exited(proc) {
+            if proc.exited() {
                 server.proc = None;
             }
         }
         server.proc.is_some()
+    }
+
+    /// The JVM pid if server `i` has a process that has not exited.
+    fn live_pid(&mut self, i: usize) -> Option<u32> {
+        if self.is_running(i) {
+            self.servers[i].pid()
+        } else {
+            None
+        }
     }
 
     /// Stops server `i` gracefully: SIGTERM (plus SIGCONT, in case it is
@@ -553,7 +625,7 @@ impl LocalZk {
     /// [`LocalZkError::NoSuchServer`], [`LocalZkError::Io`] if signals cannot
     /// be sent, [`LocalZkError::StillRunning`] if it survives SIGKILL.
     pub async fn stop(&mut self, i: usize) -> Result<(), LocalZkError> {
-        self.check_index(i)?;
+        self.server(i)?;
         let Some(pid) = self.live_pid(i) else {
             return Ok(());
         };
@@ -571,15 +643,15 @@ impl LocalZk {
         self.kill(i).await
     }
 
-    /// Kills server `i` with SIGKILL, simulating a crash, and returns once the
-    /// process is gone.  Killing a stopped server does nothing.
+    /// Kills server `i` with SIGKILL and returns once the process is gone.  Killing a stopped
+    /// server does nothing.
     ///
     /// # Errors
     ///
     /// [`LocalZkError::NoSuchServer`], [`LocalZkError::Io`] if the signal
     /// cannot be sent, [`LocalZkError::StillRunning`] if it survives.
     pub async fn kill(&mut self, i: usize) -> Result<(), LocalZkError> {
-        self.check_index(i)?;
+        self.server(i)?;
         let Some(pid) = self.live_pid(i) else {
             return Ok(());
         };
@@ -592,97 +664,20 @@ impl LocalZk {
         }
     }
 
-    /// (Re)starts stopped server `i` on the same ports and data directory, and
-    /// waits (up to ~30 s) until it answers `ruok` and reports a `Mode`, i.e.
-    /// for an ensemble member until it has joined the quorum.  Note that an
-    /// ensemble member cannot become healthy while a majority is down.
+    /// Sends `signal` (a name such as `STOP`) to server `i`'s JVM.
     ///
     /// # Errors
-    ///
-    /// [`LocalZkError::NoSuchServer`], [`LocalZkError::AlreadyRunning`],
-    /// [`LocalZkError::Io`] if it cannot be spawned, and
-    /// [`LocalZkError::Unhealthy`] (the process is then killed again).
-    pub async fn start(&mut self, i: usize) -> Result<(), LocalZkError> {
-        self.check_index(i)?;
-        if self.is_running(i) {
-            return Err(LocalZkError::AlreadyRunning { server: i });
-        }
-        self.spawn(i).await?;
-        if let Err(err) = self.wait_healthy(&[i]).await {
-            let _ = self.kill(i).await;
-            return Err(err);
-        }
-        Ok(())
+    /// [`LocalZkError::NoSuchServer`], [`LocalZkError::NotRunning`], [`LocalZkError::Io`] if
+    /// the signal cannot be sent.
+    pub fn signal(&mut self, i: usize, signal: &str) -> Result<(), LocalZkError> {
+        self.server(i)?;
+        let pid = self
+            .live_pid(i)
+            .ok_or(LocalZkError::NotRunning { server: i })?;
+        send_signal(pid, signal)
     }
 
-    /// Freezes server `i` with SIGSTOP: its sockets stay open but it answers
-    /// nothing, like a hung or partitioned machine.  Followers notice a paused
-    /// leader after `syncLimit` ticks, and clients' sessions time out.
-    ///
-    /// # Errors
-    ///
-    /// [`LocalZkError::NoSuchServer`], [`LocalZkError::NotRunning`],
-    /// [`LocalZkError::Io`] if the signal cannot be sent.
-    ///
-    /// Returns once the kernel reports the JVM stopped: a signal is delivered asynchronously,
-    /// so reading the state right after sending it could still see the process running.
-    pub async fn pause(&mut self, i: usize) -> Result<(), LocalZkError> {
-        self.signal_running(i, "STOP")?;
-        self.wait_state(i, |state| state == Some('T')).await;
-        Ok(())
-    }
-
-    /// Polls server `i`'s process state (Linux `/proc`) until `done` holds, for up to 5 s.
-    async fn wait_state(&mut self, i: usize, done: impl Fn(Option<char>) -> bool) {
-        let Some(pid) = self.pid(i) else {
-            return;
-        };
-        let state = || {
-            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            stat.rsplit_once(')')?.1.trim_start().chars().next()
-        };
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while !done(state()) && std::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-
-    /// Continues server `i` after [`LocalZk::pause`] (SIGCONT).
-    ///
-    /// # Errors
-    ///
-    /// As for [`LocalZk::pause`].
-    pub async fn resume(&mut self, i: usize) -> Result<(), LocalZkError> {
-        self.signal_running(i, "CONT")?;
-        self.wait_state(i, |state| state != Some('T')).await;
-        Ok(())
-    }
-
-    /// Server `i`'s role according to `srvr`: `"leader"`, `"follower"` or
-    /// `"standalone"` (or `"observer"`).  `None` if it is stopped, paused, not
-    /// (yet) part of a quorum, or `i` is out of range.
-    pub async fn mode(&self, i: usize) -> Option<String> {
-        let server = self.servers.get(i)?;
-        server.proc.as_ref()?;
-        let answer = four_letter_word(server.client_addr(), "srvr", FOUR_LETTER_TIMEOUT)
-            .await
-            .ok()?;
-        parse_mode(&answer).map(str::to_owned)
-    }
-
-    /// Index of the server that currently reports `Mode: leader`, so that tests
-    /// can kill or pause it.  `None` during an election or for a standalone
-    /// server.
-    pub async fn leader_index(&self) -> Option<usize> {
-        for i in 0..self.servers.len() {
-            if self.mode(i).await.as_deref() == Some("leader") {
-                return Some(i);
-            }
-        }
-        None
-    }
-
-    /// Stops every server gracefully (see [`LocalZk::stop`]) and waits for all
+    /// Stops every server gracefully (see [`ServerSet::stop`]) and waits for all
     /// of them; failures are logged and the processes killed.  Prefer this
     /// over dropping when there is an async context, as `Drop` has to block.
     pub async fn shutdown(mut self) {
@@ -694,41 +689,18 @@ impl LocalZk {
         // Drop kills anything that is left.
     }
 
-    fn check_index(&self, i: usize) -> Result<(), LocalZkError> {
-        if i < self.servers.len() {
-            Ok(())
-        } else {
-            Err(LocalZkError::NoSuchServer {
-                index: i,
-                len: self.servers.len(),
-            })
-        }
-    }
-
-    /// The JVM pid if server `i` has a process that has not exited.
-    fn live_pid(&mut self, i: usize) -> Option<u32> {
-        if self.is_running(i) {
-            self.pid(i)
-        } else {
-            None
-        }
-    }
-
-    fn signal_running(&mut self, i: usize, signal: &str) -> Result<(), LocalZkError> {
-        self.check_index(i)?;
-        let pid = self
-            .live_pid(i)
-            .ok_or(LocalZkError::NotRunning { server: i })?;
-        send_signal(pid, signal)
-    }
-
-    /// Writes `zoo.cfg` (and `myid` for ensembles) for server `i`.
-    fn write_config(&self, i: usize) -> Result<(), LocalZkError> {
+    /// Writes `zoo.cfg` (and, for an ensemble, `myid`) for server `i`.
+    fn write_config(
+        &self,
+        i: usize,
+        spec: &ServerSetSpec<'_>,
+        extra: &str,
+    ) -> Result<(), LocalZkError> {
         let server = &self.servers[i];
         let data_dir = server.dir.join("data");
         fs::create_dir_all(&data_dir)
             .map_err(io_err(format!("creating {}", data_dir.display())))?;
-        let tick_ms = self.tick_time.as_millis().max(1);
+        let tick_ms = spec.tick_time.as_millis().max(1);
         let mut cfg = format!(
             "# Generated by zkgate::localzk\n\
              tickTime={tick_ms}\n\
@@ -740,137 +712,78 @@ impl LocalZk {
              4lw.commands.whitelist=*\n\
              reconfigEnabled=false\n",
             data_dir.display(),
-            server.client_port,
-            self.max_client_cnxns,
+            server.ports[0],
+            spec.max_client_cnxns,
         );
-        if let Some(max) = self.max_session_timeout {
-            let _ = writeln!(cfg, "maxSessionTimeout={}", max.as_millis());
-        }
-        if self.ensemble {
-            let _ = writeln!(cfg, "initLimit=10\nsyncLimit={}", self.sync_limit);
-            for (j, s) in self.servers.iter().enumerate() {
-                let local = |port| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
-                let (peer, election) = match &self.peer_route {
-                    // A server binds its own line's ports: only the others' go through routes.
-                    Some(route) if j != i => {
-                        let via = |election, port| {
-                            (route.0)(
-                                PeerLink {
-                                    from: i,
-                                    to: j,
-                                    election,
-                                },
-                                local(port),
-                            )
-                        };
-                        (via(false, s.peer_port), via(true, s.election_port))
-                    }
-                    _ => (local(s.peer_port), local(s.election_port)),
-                };
-                let _ = writeln!(
-                    cfg,
-                    "server.{}={}:{}:{}",
-                    s.id,
-                    peer.ip(),
-                    peer.port(),
-                    election.port()
-                );
-            }
+        cfg.push_str(extra);
+        if spec.myid {
             let myid = data_dir.join("myid");
-            fs::write(&myid, format!("{}\n", server.id))
+            fs::write(&myid, format!("{}\n", server.id()))
                 .map_err(io_err(format!("writing {}", myid.display())))?;
         }
         let path = server.dir.join("zoo.cfg");
         fs::write(&path, cfg).map_err(io_err(format!("writing {}", path.display())))
     }
 
-    /// Spawns server `i` through the lifeline wrapper (see the module docs).
-    async fn spawn(&mut self, i: usize) -> Result<(), LocalZkError> {
+    /// Spawns stopped server `i` through the lifeline wrapper (see the module docs), on its
+    /// ports and with its data; [`ServerSet::wait_healthy`] then waits for it to serve.
+    ///
+    /// # Errors
+    /// [`LocalZkError::NoSuchServer`], [`LocalZkError::AlreadyRunning`], [`LocalZkError::Io`]
+    /// if it cannot be spawned, [`LocalZkError::Unhealthy`] if it reports no pid.
+    pub async fn spawn(&mut self, i: usize) -> Result<(), LocalZkError> {
+        self.server(i)?;
+        if self.is_running(i) {
+            return Err(LocalZkError::AlreadyRunning { server: i });
+        }
         let server = &self.servers[i];
-        debug_assert!(server.proc.is_none());
         let log_path = server.log_path();
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log_path)
             .map_err(io_err(format!("opening {}", log_path.display())))?;
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(WRAPPER_SCRIPT)
-            .arg("zkgate-localzk")
-            .arg(match &self.tempdir {
-                Some(tmp) => tmp.path().as_os_str(),
-                None => std::ffi::OsStr::new(""),
-            })
-            .arg(&self.install.java)
-            .args([
-                "-Xms16m",
-                "-Xmx256m",
-                // Fast start-up and a small footprint matter more here than
-                // peak throughput.
-                "-XX:+UseSerialGC",
-                "-XX:TieredStopAtLevel=1",
-                "-XX:-UsePerfData",
-                "-Djava.net.preferIPv4Stack=true",
-            ])
-            .args(self.container_check_interval.into_iter().flat_map(|d| {
-                [
-                    format!("-Dznode.container.checkIntervalMs={}", d.as_millis().max(1)),
-                    "-Dznode.container.maxPerMinute=100000000".to_owned(),
-                ]
-            }))
-            .arg(format!("-Dzookeeper.log.dir={}", server.dir.display()))
-            .arg("-Dzookeeper.root.logger=INFO,CONSOLE")
-            .arg("-Dzookeeper.console.threshold=INFO")
-            .arg("-cp")
-            .arg(&self.install.classpath)
-            .arg(MAIN_CLASS)
-            .arg(server.dir.join("zoo.cfg"))
-            .current_dir(&server.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            // Keep terminal signals (Ctrl-C) away from the wrapper; see the
-            // module docs.
-            .process_group(0);
-        let mut wrapper = cmd.spawn().map_err(io_err("spawning sh for ZooKeeper"))?;
-        let lifeline = wrapper.stdin.take().expect("stdin is piped");
-        let stdout = wrapper.stdout.take().expect("stdout is piped");
-        // The wrapper prints the pid right after forking, or exits (EOF).
-        let line = tokio::task::spawn_blocking(move || {
-            let mut line = String::new();
-            BufReader::new(stdout).read_line(&mut line).map(|_| line)
-        })
-        .await
-        .map_err(|e| LocalZkError::Io {
-            context: "reading the ZooKeeper pid".into(),
-            source: io::Error::other(e),
-        })?;
-        let java_pid = match line.map(|l| l.trim().parse::<u32>()) {
-            Ok(Ok(pid)) => pid,
-            other => {
-                // Close the lifeline and reap the wrapper before reporting.
-                drop(lifeline);
-                let _ = wrapper.kill();
-                let _ = wrapper.wait();
-                return Err(
-                    self.unhealthy(i, format!("the wrapper did not report a pid ({other:?})"))
-                );
+        let cleanup = self.tempdir.as_ref().map(tempfile::TempDir::path);
+        let mut cmd = TiedChild::command("zkgate-localzk", &self.install.java, cleanup);
+        cmd.args([
+            "-Xms16m",
+            "-Xmx256m",
+            // Fast start-up and a small footprint matter more here than
+            // peak throughput.
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-XX:-UsePerfData",
+            "-Djava.net.preferIPv4Stack=true",
+        ])
+        .args(&self.jvm_options)
+        .arg(format!("-Dzookeeper.log.dir={}", server.dir.display()))
+        .arg("-Dzookeeper.root.logger=INFO,CONSOLE")
+        .arg("-Dzookeeper.console.threshold=INFO")
+        .arg("-cp")
+        .arg(&self.install.classpath)
+        .arg(MAIN_CLASS)
+        .arg(server.dir.join("zoo.cfg"))
+        .current_dir(&server.dir)
+        .stderr(log);
+        let proc = match TiedChild::spawn(cmd).await {
+            Ok(proc) => proc,
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                return Err(self.unhealthy(i, e.to_string()))
             }
+            Err(e) => return Err(io_err("spawning sh for ZooKeeper")(e)),
         };
-        tracing::debug!(server = i, pid = java_pid, addr = %self.servers[i].client_addr(), "started local ZooKeeper");
-        self.servers[i].proc = Some(Proc {
-            wrapper,
-            _lifeline: lifeline,
-            java_pid,
-        });
+        tracing::debug!(server = i, pid = proc.pid(), addr = %self.servers[i].client_addr(), "started local ZooKeeper");
+        self.servers[i].proc = Some(proc);
         Ok(())
     }
 
     /// Waits until every listed server answers `ruok` with `imok` and `srvr`
     /// with a `Mode:` line (`ruok` alone also succeeds while a server is not
-    /// serving yet).  Fails fast if a process exits.
-    async fn wait_healthy(&mut self, indices: &[usize]) -> Result<(), LocalZkError> {
+    /// serving yet), for up to ~30 s.  Fails fast if a process exits.
+    ///
+    /// # Errors
+    /// [`LocalZkError::Unhealthy`], with the end of the server's log.
+    pub async fn wait_healthy(&mut self, indices: &[usize]) -> Result<(), LocalZkError> {
         let deadline = Instant::now() + START_TIMEOUT;
         let mut pending: Vec<usize> = indices.to_vec();
         loop {
@@ -881,7 +794,7 @@ impl LocalZk {
                 let Some(proc) = server.proc.as_mut() else {
                     return Err(self.unhealthy(i, "no process".into()));
                 };
-                if let Ok(Some(status)) = proc.wrapper.try_wait() {
+                if let Some(status) = proc.try_wait() {
                     server.proc = None;
                     let reason = format!("the JVM exited ({})", describe(status));
                     return Err(self.unhealthy(i, reason));
@@ -918,7 +831,7 @@ impl LocalZk {
         loop {
             let gone = match self.servers[i].proc.as_mut() {
                 None => true,
-                Some(proc) => proc_exited(proc),
+                Some(proc) => proc.exited(),
             };
             if gone {
                 return true;
@@ -940,43 +853,82 @@ impl LocalZk {
     }
 }
 
-impl Drop for LocalZk {
+impl Drop for ServerSet {
     /// Kills every JVM still running, closes the lifelines (which makes the
     /// wrappers kill them too) and waits up to a few seconds for all of them
     /// to be gone.  Best effort: errors are ignored.
     fn drop(&mut self) {
-        let mut procs: Vec<Proc> = self
+        let mut procs: Vec<TiedChild> = self
             .servers
             .iter_mut()
             .filter_map(|s| s.proc.take())
             .collect();
+        // Signal all before waiting for any: they die in parallel.
         for proc in &mut procs {
-            if !proc_exited(proc) {
-                let _ = send_signal(proc.java_pid, "KILL");
+            if !proc.exited() {
+                let _ = proc.signal("KILL");
             }
         }
-        let mut wrappers: Vec<Child> = procs
-            .into_iter()
-            .map(|p| p.wrapper) // drops the lifeline
-            .collect();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !wrappers.is_empty() && Instant::now() < deadline {
-            wrappers.retain_mut(|w| matches!(w.try_wait(), Ok(None)));
-            if !wrappers.is_empty() {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+        for proc in procs {
+            proc.kill_and_wait(Duration::from_secs(5));
         }
     }
 }
 
-/// Whether the JVM of `proc` is gone.  Normally the wrapper exits only after
-/// reaping the JVM; if the wrapper was killed by a signal instead, the JVM's
-/// pid is checked directly.
-fn proc_exited(proc: &mut Proc) -> bool {
-    match proc.wrapper.try_wait() {
-        Ok(None) => false,
-        Ok(Some(status)) if status.signal().is_none() => true,
-        Ok(Some(_)) | Err(_) => !pid_alive(proc.java_pid),
+/// One standalone ZooKeeper server (`zkgate dev`).  The test kit's `LocalZk` adds
+/// ensembles and fault injection on top of the same [`ServerSet`].
+#[derive(Debug)]
+pub struct LocalZk {
+    set: ServerSet,
+}
+
+impl LocalZk {
+    /// Whether Java and the ZooKeeper jars can be found, so that callers can
+    /// say what to install (with [`LocalZk::install_hint`]) instead of failing obscurely.
+    pub fn is_installed() -> bool {
+        find_install().is_ok()
+    }
+
+    /// How to make [`LocalZk::is_installed`] true.
+    pub fn install_hint() -> &'static str {
+        "install Java and Apache ZooKeeper, e.g. `apt-get install -y zookeeper` \
+         (Debian/Ubuntu), or unpack the Apache ZooKeeper binary tarball and set \
+         ZOOKEEPER_HOME to it (Java is taken from JAVA_HOME or PATH)"
+    }
+
+    /// Starts one standalone server and waits until it serves requests.
+    ///
+    /// # Errors
+    ///
+    /// As for [`ServerSet::start`].
+    pub async fn start_standalone(opts: LocalZkOptions) -> Result<LocalZk, LocalZkError> {
+        let set = ServerSet::start(ServerSetSpec {
+            size: 1,
+            ports_per_server: 1,
+            tick_time: opts.tick_time,
+            max_client_cnxns: opts.max_client_cnxns,
+            base_dir: opts.base_dir,
+            jvm_options: Vec::new(),
+            extra_config: &|_, _| String::new(),
+            myid: false,
+        })
+        .await?;
+        Ok(LocalZk { set })
+    }
+
+    /// The ZooKeeper connect string, `127.0.0.1:PORT`.
+    pub fn connect_string(&self) -> String {
+        self.set.connect_string()
+    }
+
+    /// The JVM pid of server `i` (only 0 exists), or `None` if it is not running.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.set.servers().get(i)?.pid()
+    }
+
+    /// Stops the server gracefully (see [`ServerSet::shutdown`]).
+    pub async fn shutdown(self) {
+        self.set.shutdown().await;
     }
 }
 
@@ -996,7 +948,10 @@ fn pid_alive(pid: u32) -> bool {
 
 /// Sends `signal` (a name such as `TERM` or `STOP`, or `0`) to `pid` with the
 /// shell's `kill`, which keeps this crate free of `unsafe`.
-fn send_signal(pid: u32, signal: &str) -> Result<(), LocalZkError> {
+///
+/// # Errors
+/// `kill` failed (with its message).
+pub fn send_signal(pid: u32, signal: &str) -> Result<(), LocalZkError> {
     let output = Command::new("sh")
         .args([
             "-c",
@@ -1074,7 +1029,8 @@ async fn check_health(addr: SocketAddr) -> Result<(), String> {
     }
 }
 
-fn parse_mode(srvr: &str) -> Option<&str> {
+/// The `Mode:` of a `srvr` answer (`standalone`, `leader`, `follower`, …).
+pub fn parse_mode(srvr: &str) -> Option<&str> {
     srvr.lines()
         .find_map(|line| line.strip_prefix("Mode:"))
         .map(str::trim)

@@ -2,31 +2,37 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
 use tokio::net::TcpListener;
 use zkgate::config::{Cli, Command};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // The matches, not just the parsed `Cli`: `serve` merges its file under what clap says
+    // came from flags or the environment.
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some(serve_matches) = matches.subcommand_matches("serve") {
+        return report(serve(serve_matches).await);
+    }
     zkgate::logging::init(cli.log_json);
-    let result = match cli.command {
-        Command::Serve(args) => serve(args).await,
+    let code = match cli.command {
+        Command::Serve(_) => unreachable!("served above"),
         Command::Dev(args) => return zkgate::cli::dev(args).await,
-        Command::Elect(args) => return ExitCode::from(zkgate::cli::elect(args).await),
-        Command::Lock(args) => return ExitCode::from(zkgate::cli::lock(args).await),
-        Command::Observe(args) => return ExitCode::from(zkgate::cli::observe(args).await),
-        Command::Leader(args) => return ExitCode::from(zkgate::cli::leader(args).await),
-        Command::Candidates(args) => return ExitCode::from(zkgate::cli::candidates(args).await),
-        Command::Holders(args) => return ExitCode::from(zkgate::cli::holders(args).await),
-        Command::Resign(args) => {
-            return ExitCode::from(zkgate::cli::give_up_by_lease(args, false).await)
-        }
-        Command::Release(args) => {
-            return ExitCode::from(zkgate::cli::give_up_by_lease(args, true).await)
-        }
-        Command::Validate(args) => return ExitCode::from(zkgate::cli::validate(args).await),
+        Command::Elect(args) => zkgate::cli::elect(args).await,
+        Command::Lock(args) => zkgate::cli::lock(args).await,
+        Command::Observe(args) => zkgate::cli::observe(args).await,
+        Command::Leader(args) => zkgate::cli::leader(args).await,
+        Command::Candidates(args) => zkgate::cli::candidates(args).await,
+        Command::Holders(args) => zkgate::cli::holders(args).await,
+        Command::Resign(args) => zkgate::cli::give_up_by_lease(args, false).await,
+        Command::Release(args) => zkgate::cli::give_up_by_lease(args, true).await,
+        Command::Validate(args) => zkgate::cli::validate(args).await,
     };
+    ExitCode::from(code)
+}
+
+fn report(result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -36,8 +42,12 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn serve(args: zkgate::config::ServeArgs) -> Result<(), String> {
-    let r = args.resolve()?;
+/// `zkgate serve`: merges the settings, then logs (the file may ask for JSON) and serves.
+async fn serve(matches: &ArgMatches) -> Result<(), String> {
+    let r = zkgate::config::load(matches)
+        .and_then(zkgate::config::ServeArgs::resolve)
+        .map_err(|e| e.to_string())?;
+    zkgate::logging::init(r.log_json);
     let listener = TcpListener::bind(r.listen)
         .await
         .map_err(|e| format!("listen {}: {e}", r.listen))?;

@@ -1,14 +1,12 @@
 //! The client verbs of the real binary (`zkgate elect`, `lock`, `leader`, `observe`) against a
 //! gateway: `elect -- CMD` / `lock -- CMD` run CMD exactly while they hold (contract "Command line").
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::*;
+use zkgate_testkit::*;
 
 fn zkgate(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zkgate"));

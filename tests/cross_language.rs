@@ -28,8 +28,8 @@
 //! A per-language table of the measured times is printed at the end (to stderr, past the test
 //! harness's capture).
 
-mod dev_process;
-mod support;
+use zkgate_testkit as support;
+use zkgate_testkit::dev_process;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -38,10 +38,12 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use dev_process::{on_path, repo, require, BIN};
+use dev_process::{on_path, repo, require};
+
+const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
 use support::procgw::{GatewayProc, GatewaySpec};
-use zkgate::localzk::LocalZkOptions;
 use zkgate::proto as pb;
+use zkgate_testkit::localzk::LocalZkOptions;
 
 /// The gateways' session timeout (silence limit 1.05 s).
 const T: Duration = Duration::from_secs(3);
@@ -539,7 +541,7 @@ struct Fleet {
 impl Fleet {
     async fn start() -> Fleet {
         let zk = support::shared_standalone(LocalZkOptions::default);
-        let root = support::unique_root("x");
+        let root = support::named_root("x");
         let g1 = gateway("g1", &zk, &root).await;
         let g2 = gateway("g2", &zk, &root).await;
         Fleet { zk, root, g1, g2 }

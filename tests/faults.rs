@@ -18,7 +18,7 @@
 //! Scenarios run one at a time (they measure timings on a small machine). Timings are printed:
 //! `cargo test --test faults -- --nocapture`.
 
-mod support;
+use zkgate_testkit as support;
 
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tonic::Code;
 use zkgate::coord::timing::Timing;
 use zkgate::coord::CoordConfig;
-use zkgate::localzk::{LocalZk, LocalZkOptions};
+use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 
 /// The gateways' session timeout in most scenarios (ZooKeeper's tickTime is 250 ms).
 const T: Duration = Duration::from_secs(3);
@@ -73,7 +73,7 @@ impl Scenario {
         let s = Scenario {
             name,
             epoch: Instant::now(),
-            root: support::unique_root("f"),
+            root: support::named_root("f"),
             t,
             logs: Vec::new(),
             capacity: std::collections::HashMap::new(),
@@ -186,7 +186,7 @@ impl Scenario {
         for mut c in clients {
             c.kill();
         }
-        match support::wait_no_members(zk, &self.root, znodes_within).await {
+        match support::members_gone_at(zk, &self.root, znodes_within).await {
             Ok(d) => self.say(&format!(
                 "no znodes left ({d:?} after the last client went)"
             )),

@@ -10,14 +10,16 @@
 //! Go builds offline against Debian's Go packages (clients/go/go.sh; scripts/lib.sh
 //! `ensure_go` installs them).
 
-mod dev_process;
-mod support;
+use zkgate_testkit as support;
+use zkgate_testkit::dev_process;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use dev_process::{on_path, repo_file, require, DevGateway, BIN};
+use dev_process::{on_path, repo_file, require, DevGateway};
+
+const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
 use support::procgw::{GatewayProc, GatewaySpec};
 
 /// The gateways' session timeout: short, so that the killed gateway's session expires soon

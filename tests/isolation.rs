@@ -8,7 +8,7 @@
 //!
 //! Scenarios run one at a time: each loads the machine on purpose.
 
-mod support;
+use zkgate_testkit as support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,11 +21,11 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::Code;
-use zkgate::localzk::LocalZkOptions;
 use zkgate::proto as pb;
 use zkgate::proto::campaign_request::Request as Req;
 use zkgate::proto::campaign_response::Event;
 use zkgate::proto::election_client::ElectionClient;
+use zkgate_testkit::localzk::LocalZkOptions;
 
 const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
 const T: Duration = Duration::from_secs(4);
@@ -50,7 +50,7 @@ struct Setup {
 /// A gateway and its two bystanders, both holding.
 async fn setup(name: &str, extra: &[&str]) -> Setup {
     let zk = shared_zk();
-    let root = support::unique_root("iso");
+    let root = support::named_root("iso");
     let mut spec = GatewaySpec::binary(BIN, &zk, &root, T);
     spec.extra = extra.iter().map(|s| s.to_string()).collect();
     let gw = GatewayProc::spawn(name, spec)

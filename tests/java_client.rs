@@ -4,8 +4,8 @@
 //! failover from a drained and from a killed gateway, mTLS), the conformance agent's protocol,
 //! and its checked-in stubs against a fresh `regen.sh` run.
 
-mod dev_process;
-mod support;
+use zkgate_testkit as support;
+use zkgate_testkit::dev_process;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use dev_process::{alive, on_path, repo, repo_file, require, signal, wait_exit, Captured};
 use support::procgw::{GatewayProc, GatewaySpec};
-use zkgate::localzk::LocalZkOptions;
+use zkgate_testkit::localzk::LocalZkOptions;
 
 const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
 
@@ -381,7 +381,7 @@ fn java_client_elects_locks_fails_over_and_watches_silence() {
         .build()
         .unwrap();
     let zk = support::shared_standalone(LocalZkOptions::default);
-    let root = support::unique_root("java");
+    let root = support::named_root("java");
     let spawn = |name: &str| {
         let spec = GatewaySpec::binary(BIN, &zk, &root, SESSION);
         rt.block_on(GatewayProc::spawn(name, spec))

@@ -7,12 +7,9 @@
 //! The members are made directly on a second ZooKeeper session (pipelined creates, in the
 //! gateway's protected-name format), which takes seconds instead of 20,000 Campaign streams.
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::*;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -25,6 +22,7 @@ use zkgate::proto::acquire_request::Request as LReq;
 use zkgate::proto::acquire_response::Event as LEvent;
 use zkgate::proto::campaign_response::Event;
 use zkgate::proto::lock_client::LockClient;
+use zkgate_testkit::*;
 use zookeeper_client as zkc;
 
 const MEMBERS: usize = 20_000;

@@ -4,17 +4,15 @@
 //! again. A holder stream that sends no first message ends `DEADLINE_EXCEEDED` and never delays
 //! a drain.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 use zkgate::api::limits::StreamLimits;
 use zkgate::proto as pb;
+use zkgate_testkit::*;
 
 /// The value of `zkgate_limit_rejections_total{limit="…"}` on the process's /metrics.
 async fn rejections(gw: &Gateway, limit: &str) -> u64 {

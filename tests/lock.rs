@@ -1,13 +1,10 @@
 //! The Lock service end to end, against a real ZooKeeper: mutexes, semaphores, read-write
 //! locks, waiting, ttl leases, fencing, release by lease and bad input.
 
-mod common;
-
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
 use tokio::sync::{mpsc, RwLock, RwLockReadGuard};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
@@ -16,6 +13,7 @@ use zkgate::proto as pb;
 use zkgate::proto::acquire_request::Request as LReq;
 use zkgate::proto::acquire_response::Event as LEvent;
 use zkgate::proto::lock_client::LockClient;
+use zkgate_testkit::*;
 
 type Client = LockClient<Channel>;
 

@@ -1,14 +1,11 @@
 //! What reaches the logs: never a lease or the protected id it encodes, at any log level, and
 //! no line forged by a candidate or owner name.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::*;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 use zkgate::proto as pb;
@@ -16,6 +13,7 @@ use zkgate::proto::acquire_request::Request as LockReq;
 use zkgate::proto::acquire_response::Event as LockEvent;
 use zkgate::proto::election_client::ElectionClient;
 use zkgate::proto::lock_client::LockClient;
+use zkgate_testkit::*;
 
 /// The protected id in a member znode's name (`c-<32 hex>-<sequence>`).
 fn protected_id(member_path: &str) -> String {

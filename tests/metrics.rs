@@ -12,28 +12,23 @@
 //!   election names claim the capped label values (when first campaigned in) is the order of
 //!   that test's steps.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Streaming};
-use zkgate::coord::{CoordConfig, Coordinator};
 use zkgate::metrics as m;
 use zkgate::proto as pb;
 use zkgate::proto::acquire_request::Request as LReq;
 use zkgate::proto::acquire_response::Event as LEvent;
 use zkgate::proto::campaign_request::Request as Req;
 use zkgate::proto::lock_client::LockClient;
-use zkgate::server::{self, ServeConfig};
+use zkgate_testkit::*;
 
 /// The election-label cap of every gateway in this binary (see the module docs).
 const NAME_CAP: usize = 3;
@@ -58,70 +53,33 @@ async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A gateway with a chosen metrics-name cap (tests/common's `GatewayOpts` does not expose it).
+// The harness's gateway with this binary's metrics-name cap, and scraping.
 
 struct MeteredGateway {
-    addr: SocketAddr,
+    gw: Gateway,
     http: SocketAddr,
-    coord: Arc<Coordinator>,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<Result<(), server::ServeError>>,
 }
 
 impl MeteredGateway {
     /// Starts a gateway on `root` (several gateways on one root serve the same elections);
     /// with `connected`, waits for its ZooKeeper session.
     async fn start(zk: &str, root: &str, connected: bool) -> MeteredGateway {
-        init_tracing();
-        let mut coord_cfg = CoordConfig::new(zk);
-        coord_cfg.root = root.to_owned();
-        coord_cfg.session_timeout = Duration::from_secs(4);
-        let mut cfg = ServeConfig::new(coord_cfg.clone());
-        cfg.name_label_cap = NAME_CAP;
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let http_addr = http.local_addr().unwrap();
-        let coord = Coordinator::start(coord_cfg);
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(server::run_with(
-            coord.clone(),
-            cfg,
-            listener,
-            Some(http),
-            async move {
-                let _ = stopped.await;
-            },
-        ));
-        if connected {
-            assert!(
-                coord.wait_connected(Duration::from_secs(20)).await,
-                "gateway never connected to ZooKeeper at {zk}"
-            );
-        }
-        MeteredGateway {
-            addr,
-            http: http_addr,
-            coord,
-            stop: Some(stop),
-            task,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let opts = GatewayOpts {
+            root: Some(root.to_owned()),
+            name_label_cap: Some(NAME_CAP),
+            wait_connected: connected,
+            ..Default::default()
+        };
+        let gw = Gateway::start_with(zk, opts).await;
+        MeteredGateway { http: gw.http, gw }
     }
 
     async fn election(&self) -> pb::election_client::ElectionClient<Channel> {
-        pb::election_client::ElectionClient::connect(self.url())
-            .await
-            .expect("connect to gateway")
+        self.gw.client().await
     }
 
     async fn lock(&self) -> LockClient<Channel> {
-        LockClient::connect(self.url())
-            .await
-            .expect("connect to gateway")
+        self.gw.lock_client().await
     }
 
     async fn scrape(&self) -> Scrape {
@@ -150,19 +108,8 @@ impl MeteredGateway {
 
     /// Graceful shutdown, waited for: the drain sets `zkgate_zk_connected` to 0, and that must
     /// happen before the next test measures anything.
-    async fn stop(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(20), &mut self.task).await;
-    }
-}
-
-impl Drop for MeteredGateway {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
+    async fn stop(self) {
+        self.gw.stop().await;
     }
 }
 
@@ -1040,7 +987,7 @@ async fn healthz_always_readyz_only_with_a_session() {
     let gw = MeteredGateway::start(&dead.to_string(), &unique_root(), false).await;
     // Give the session supervisor time to fail a connect or two.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!gw.coord.is_connected());
+    assert!(!gw.gw.coord.is_connected());
     assert_eq!(
         http_get(gw.http, "/healthz").await.0,
         200,

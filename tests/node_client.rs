@@ -5,8 +5,10 @@
 //! in-process gateway, and the package's own checks (shipped protos equal proto/, `tsc --noEmit`
 //! over index.d.ts).
 
-mod dev_process;
-mod support;
+use zkgate_testkit as support;
+use zkgate_testkit::dev_process;
+
+const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

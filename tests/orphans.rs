@@ -4,11 +4,9 @@
 //! znode is gone, however long the link stays bad while the session lives (failpoints in
 //! `coord::zk::Zk` make each of these happen on demand).
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use zkgate_testkit::*;
 
 #[tokio::test]
 async fn a_lost_create_reply_is_adopted_not_orphaned() {

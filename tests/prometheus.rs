@@ -7,19 +7,17 @@
 //! `promtool` and `prometheus` come from the Debian package `prometheus`. Without them these
 //! tests fail when `CI` is set, and are skipped with a loud message otherwise.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::*;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zkgate::metrics as m;
+use zkgate_testkit::*;
 
 /// Every metric contract "Observability" names, as `src/metrics.rs` spells it.
 const CONTRACT_METRICS: &[&str] = &[

@@ -5,8 +5,10 @@
 //! asyncio API), its checked-in stubs against a fresh `regen.sh` run, and `pip install` of the
 //! package.
 
-mod dev_process;
-mod support;
+use zkgate_testkit as support;
+use zkgate_testkit::dev_process;
+
+const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
 
 use std::path::Path;
 use std::process::{Command, Stdio};

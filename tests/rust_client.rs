@@ -3,17 +3,15 @@
 //! failover from a drained gateway to a second one, and the silence watchdog on a frozen
 //! (SIGSTOPped) gateway process.
 
-mod common;
 // Only the process gateway of the fault-injection support (the rest is not needed here).
 #[allow(dead_code)]
-#[path = "support/procgw.rs"]
-mod procgw;
+use zkgate_testkit::procgw;
 
 use std::time::{Duration, Instant};
 
-use common::*;
 use tokio_stream::StreamExt;
 use zkgate_client::{Client, Endpoints, Error, LockMode, LockOptions, LossReason};
+use zkgate_testkit::*;
 
 async fn client_for(urls: &[String]) -> Client {
     Client::connect(Endpoints::new(urls).unwrap())

@@ -1,20 +1,17 @@
 //! G9: with digest auth, zkgate's znodes carry a creator-only ACL so other ZooKeeper users
 //! cannot delete (or read) them; TLS and mTLS on the gRPC port.
 
-mod common;
-#[path = "support/pki.rs"]
-mod pki;
-
 use std::process::Command;
 use std::time::Duration;
+use zkgate_testkit::pki;
 
-use common::*;
 use tokio::net::TcpListener;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity, ServerTlsConfig};
 use zkgate::coord::{CoordConfig, Coordinator};
 use zkgate::proto as pb;
 use zkgate::proto::election_client::ElectionClient;
 use zkgate::server::{self, ServeConfig};
+use zkgate_testkit::*;
 
 async fn start(cfg: ServeConfig) -> (std::net::SocketAddr, std::sync::Arc<Coordinator>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1,18 +1,16 @@
 //! The gateway's ZooKeeper session: suspended/resumed across a server restart, ABORTED past
 //! the session timeout, a fresh session afterwards, and health that follows the link.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::HealthCheckRequest;
-use zkgate::localzk::{LocalZk, LocalZkOptions};
 use zkgate::proto as pb;
 use zkgate::proto::campaign_request::Request as Req;
 use zkgate::proto::campaign_response::Event;
+use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
+use zkgate_testkit::*;
 
 async fn zk_with_long_sessions() -> LocalZk {
     // tickTime 500 ms allows session timeouts up to 10 s.

@@ -7,7 +7,7 @@
 //! (with `127.0.0.1:50051` replaced by the test gateway's address), so a command cannot change
 //! or appear without this test noticing.
 
-mod dev_process;
+use zkgate_testkit::dev_process;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -438,7 +438,7 @@ fn dev_stops_zookeeper_on_ctrl_c_and_serves_http() {
 #[test]
 fn dev_without_zookeeper_says_how_to_install_it() {
     let empty = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
+    let out = Command::new(zkgate_bin())
         .args(["dev", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
         .env("ZOOKEEPER_HOME", empty.path())
         .stdin(Stdio::null())

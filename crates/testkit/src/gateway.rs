@@ -1,7 +1,7 @@
-//! Test harness: real ZooKeeper servers (shared or per test), gateways started in-process on
-//! port 0 with a unique root each, and small gRPC client helpers.
-#![allow(dead_code)]
+//! Gateways started in-process on port 0 with a unique root each, and small gRPC client
+//! helpers.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -12,40 +12,16 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 use zkgate::coord::{CoordConfig, Coordinator};
-use zkgate::localzk::{LocalZk, LocalZkOptions};
 use zkgate::proto as pb;
 use zkgate::proto::campaign_request::Request as Req;
 use zkgate::proto::campaign_response::Event;
 use zkgate::proto::election_client::ElectionClient;
 use zkgate::server::{self, ServeConfig};
 
+use crate::localzk::LocalZkOptions;
+use crate::unique_root;
+
 pub const STEP: Duration = Duration::from_secs(10);
-
-/// One standalone ZooKeeper shared by every test in this binary (isolated by root). It dies
-/// with the test process (the harness's wrapper guarantees that).
-pub fn shared_zk() -> String {
-    static ZK: OnceLock<LocalZk> = OnceLock::new();
-    ZK.get_or_init(|| {
-        std::thread::spawn(|| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(LocalZk::start_standalone(LocalZkOptions::default()))
-                .expect("start shared ZooKeeper")
-        })
-        .join()
-        .unwrap()
-    })
-    .connect_string()
-}
-
-/// A ZooKeeper of the test's own, for tests that stop or restart it.
-pub async fn own_zk() -> LocalZk {
-    LocalZk::start_standalone(LocalZkOptions::default())
-        .await
-        .expect("start ZooKeeper")
-}
 
 /// Logs for debugging a test: `ZKGATE_TEST_LOG=debug cargo test …`.
 pub fn init_tracing() {
@@ -60,10 +36,6 @@ pub fn init_tracing() {
     });
 }
 
-pub fn unique_root() -> String {
-    format!("/t{:016x}", rand::random::<u64>())
-}
-
 /// A gateway running in this process.
 pub struct Gateway {
     pub addr: SocketAddr,
@@ -74,8 +46,14 @@ pub struct Gateway {
     pub task: tokio::task::JoinHandle<Result<(), server::ServeError>>,
 }
 
+/// A change to a gateway's settings, applied after [`GatewayOpts`]' named ones.
+pub type Configure = Box<dyn FnOnce(&mut ServeConfig) + Send>;
+
+/// How to start a [`Gateway`]: the settings tests vary most by name, and any other setting of
+/// [`ServeConfig`] (and its [`CoordConfig`]) through [`GatewayOpts::configure`].
 pub struct GatewayOpts {
     pub session_timeout: Duration,
+    /// Default: a fresh [`unique_root`]. Several gateways on one root serve the same elections.
     pub root: Option<String>,
     pub max_value_bytes: Option<usize>,
     pub zk_sessions: Option<usize>,
@@ -85,6 +63,12 @@ pub struct GatewayOpts {
     pub limits: Option<zkgate::api::limits::StreamLimits>,
     pub max_queues: Option<usize>,
     pub zk_max_packet: Option<usize>,
+    /// Distinct election/lock names with a metric label of their own.
+    pub name_label_cap: Option<usize>,
+    /// Anything else, applied last: `configure: Some(Box::new(|cfg| cfg.drain_grace = …))`.
+    pub configure: Option<Configure>,
+    /// Whether [`Gateway::start_with`] waits for the ZooKeeper session (default: yes).
+    pub wait_connected: bool,
 }
 
 impl Default for GatewayOpts {
@@ -99,7 +83,20 @@ impl Default for GatewayOpts {
             limits: None,
             max_queues: None,
             zk_max_packet: None,
+            name_label_cap: None,
+            configure: None,
+            wait_connected: true,
         }
+    }
+}
+
+impl fmt::Debug for GatewayOpts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GatewayOpts")
+            .field("session_timeout", &self.session_timeout)
+            .field("root", &self.root)
+            .field("configure", &self.configure.as_ref().map(|_| ".."))
+            .finish_non_exhaustive()
     }
 }
 
@@ -108,16 +105,21 @@ impl Gateway {
         Self::start_with(zk, GatewayOpts::default()).await
     }
 
-    pub async fn start_with(zk: &str, opts: GatewayOpts) -> Gateway {
-        Self::spawn(zk, opts, true).await
-    }
-
     /// Starts without waiting for a ZooKeeper session (for tests of the unavailable case).
     pub async fn start_unconnected(zk: &str) -> Gateway {
-        Self::spawn(zk, GatewayOpts::default(), false).await
+        let opts = GatewayOpts {
+            wait_connected: false,
+            ..Default::default()
+        };
+        Self::start_with(zk, opts).await
     }
 
-    async fn spawn(zk: &str, opts: GatewayOpts, wait: bool) -> Gateway {
+    /// Starts a gateway with `opts` (and, unless `opts.wait_connected` is off, waits for its
+    /// ZooKeeper session).
+    ///
+    /// # Panics
+    /// If it does not connect within 20 s, or a port cannot be bound.
+    pub async fn start_with(zk: &str, opts: GatewayOpts) -> Gateway {
         init_tracing();
         let root = opts.root.unwrap_or_else(unique_root);
         let mut coord_cfg = CoordConfig::new(zk);
@@ -140,10 +142,18 @@ impl Gateway {
         if let Some(n) = opts.zk_max_packet {
             coord_cfg.zk_max_packet = n;
         }
-        let mut cfg = ServeConfig::new(coord_cfg.clone());
+        let mut cfg = ServeConfig::new(coord_cfg);
         if let Some(limits) = opts.limits {
             cfg.limits = limits;
         }
+        if let Some(cap) = opts.name_label_cap {
+            cfg.name_label_cap = cap;
+        }
+        if let Some(configure) = opts.configure {
+            configure(&mut cfg);
+        }
+        let coord_cfg = cfg.coord.clone();
+        let root = coord_cfg.root.clone();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -159,7 +169,7 @@ impl Gateway {
                 let _ = stopped.await;
             },
         ));
-        if wait {
+        if opts.wait_connected {
             assert!(
                 coord.wait_connected(Duration::from_secs(20)).await,
                 "gateway never connected to ZooKeeper at {zk}"
@@ -181,6 +191,12 @@ impl Gateway {
 
     pub async fn client(&self) -> ElectionClient<Channel> {
         ElectionClient::connect(self.url())
+            .await
+            .expect("connect to gateway")
+    }
+
+    pub async fn lock_client(&self) -> zkgate::proto::lock_client::LockClient<Channel> {
+        zkgate::proto::lock_client::LockClient::connect(self.url())
             .await
             .expect("connect to gateway")
     }
@@ -325,46 +341,6 @@ impl Campaign {
                 Ok(Some(e)) => panic!("expected the stream to end, got {e:?}"),
             }
         }
-    }
-}
-
-/// Direct ZooKeeper access for assertions about znodes.
-pub async fn zk_client(zk: &str) -> zookeeper_client::Client {
-    zookeeper_client::Client::connect(zk)
-        .await
-        .expect("test ZooKeeper client")
-}
-
-/// Every member znode under `root`, at any depth below its queues.
-pub async fn member_znodes(zk: &zookeeper_client::Client, root: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for folder in ["elections", "locks"] {
-        let base = format!("{root}/{folder}");
-        let Ok(queues) = zk.list_children(&base).await else {
-            continue;
-        };
-        for q in queues {
-            if let Ok(children) = zk.list_children(&format!("{base}/{q}")).await {
-                out.extend(children.into_iter().map(|c| format!("{base}/{q}/{c}")));
-            }
-        }
-    }
-    out
-}
-
-/// Waits until no member znode is left under `root`.
-pub async fn wait_no_members(zk: &zookeeper_client::Client, root: &str, within: Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let left = member_znodes(zk, root).await;
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "znodes left behind: {left:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -1,7 +1,6 @@
 //! The built `zkgate` binary run as `zkgate dev` on free ports, for tests that drive it with
 //! real external clients (grpcurl, Python). Nothing outlives the test: dropping a [`DevGateway`]
 //! kills the process, and its ZooKeeper dies with it (see `zkgate::localzk`).
-#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
@@ -11,11 +10,40 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
+/// The built `zkgate` binary: `$ZKGATE_BIN`, or the one Cargo builds beside the running test
+/// (`target/<profile>/zkgate` for `target/<profile>/deps/<test>`). Cargo builds it before any
+/// integration test of the `zkgate` package runs; `CARGO_BIN_EXE_zkgate` names it only to the
+/// package's own tests, not to this crate.
+///
+/// # Panics
+/// If there is no such file.
+pub fn zkgate_bin() -> PathBuf {
+    let bin = match std::env::var_os("ZKGATE_BIN") {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let exe = std::env::current_exe().expect("the test's own path");
+            let mut dir = exe.parent().expect("the test's directory").to_path_buf();
+            if dir.ends_with("deps") || dir.ends_with("examples") {
+                dir.pop();
+            }
+            dir.join("zkgate")
+        }
+    };
+    assert!(
+        bin.is_file(),
+        "no zkgate binary at {} (build it, or set ZKGATE_BIN)",
+        bin.display()
+    );
+    bin
+}
 
 /// The repository root (where README.md and clients/ live).
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let kit = Path::new(env!("CARGO_MANIFEST_DIR"));
+    kit.ancestors()
+        .nth(2)
+        .expect("crates/testkit sits two levels below the repository root")
+        .to_path_buf()
 }
 
 /// In CI a missing tool is a failure; on a developer's machine the test says loudly what to
@@ -132,7 +160,7 @@ impl DevGateway {
     pub fn available() -> bool {
         require(
             "ZooKeeper (and Java)",
-            zkgate::localzk::LocalZk::is_installed(),
+            crate::localzk::LocalZk::is_installed(),
             "Install it with `apt-get install -y zookeeper`.",
         )
     }
@@ -140,7 +168,7 @@ impl DevGateway {
     /// Starts `zkgate dev --listen 127.0.0.1:0 --http 127.0.0.1:0 EXTRA…` and waits for its
     /// `ready` line.
     pub fn start(extra: &[&str]) -> DevGateway {
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(zkgate_bin())
             .args(["dev", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
             .args(extra)
             .current_dir(repo())

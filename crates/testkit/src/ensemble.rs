@@ -6,9 +6,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use zkgate::localzk::{LocalZk, LocalZkOptions, PeerLink, PeerRoute};
+use crate::localzk::{LocalZk, LocalZkOptions, PeerLink, PeerRoute};
 
-use super::linkcut::LinkCutter;
+use crate::linkcut::LinkCutter;
 
 /// The peer-link cutters of an ensemble, by link.
 pub type PeerCutters = Arc<HashMap<PeerLink, LinkCutter>>;

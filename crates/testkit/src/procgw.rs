@@ -2,38 +2,20 @@
 //!
 //! Tests run the real binary (`zkgate serve …`); the soak example runs itself in gateway mode
 //! (examples do not get the binary's path). Either way the process is started through a small
-//! `sh` wrapper holding a pipe from us, as [`zkgate::localzk`] does for ZooKeeper: when this
-//! process dies for any reason the pipe closes and the wrapper `kill -9`s the gateway, so no
-//! gateway outlives its test.
+//! `sh` wrapper holding a pipe from us, [`zkgate::localzk::TiedChild`], as for ZooKeeper: when
+//! this process dies for any reason the pipe closes and the wrapper `kill -9`s the gateway, so
+//! no gateway outlives its test.
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tonic::transport::Endpoint;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
-
-/// `$1` is the program; the gateway's pid is printed first, then the wrapper waits for it
-/// (a stopped child does not end `wait`), while a watcher kills it when our pipe closes.
-const WRAPPER: &str = r#"exec 3<&0 0</dev/null
-"$@" 3<&- &
-pid=$!
-echo "$pid"
-exec 1>&2
-{ read _ignored <&3; kill -9 "$pid" 2>/dev/null; } &
-watcher=$!
-exec 3<&-
-wait "$pid"
-status=$?
-kill "$watcher" 2>/dev/null
-exit "$status"
-"#;
+use zkgate::localzk::TiedChild;
 
 /// How to start a gateway.
 #[derive(Debug, Clone)]
@@ -80,8 +62,7 @@ pub struct GatewayProc {
     pub pid: u32,
     pub spec: GatewaySpec,
     pub state: ProcState,
-    wrapper: Child,
-    _lifeline: ChildStdin,
+    child: TiedChild,
     log: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -99,9 +80,12 @@ impl GatewayProc {
             .map_err(|e| e.to_string())?;
         let log = dir.path().join("gateway.log");
         let log_file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c").arg(WRAPPER).arg("zkgate-gateway");
-        cmd.args(&spec.command);
+        let (program, args) = spec
+            .command
+            .split_first()
+            .ok_or("GatewaySpec::command is empty")?;
+        let mut cmd = TiedChild::command("zkgate-gateway", program, None);
+        cmd.args(args);
         cmd.args(["--log-json", "--zk", &spec.zk, "--root", &spec.root]);
         cmd.args(["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"]);
         // Every ZooKeeper of the suite runs with the harness's tick (LocalZkOptions::default).
@@ -122,32 +106,17 @@ impl GatewayProc {
         for (k, v) in &spec.env {
             cmd.env(k, v);
         }
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(log_file);
-        cmd.process_group(0);
-        let mut wrapper = cmd.spawn().map_err(|e| format!("spawning gateway: {e}"))?;
-        let lifeline = wrapper.stdin.take().expect("piped stdin");
-        let stdout = wrapper.stdout.take().expect("piped stdout");
-        let line = tokio::task::spawn_blocking(move || {
-            let mut line = String::new();
-            BufReader::new(stdout).read_line(&mut line).map(|_| line)
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
-        let pid: u32 = line
-            .trim()
-            .parse()
-            .map_err(|_| format!("the wrapper printed {line:?}, not a pid"))?;
+        cmd.stderr(log_file);
+        let child = TiedChild::spawn(cmd)
+            .await
+            .map_err(|e| format!("spawning gateway: {e}"))?;
         let mut gw = GatewayProc {
             name: name.into(),
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            pid,
+            pid: child.pid(),
             spec,
             state: ProcState::Running,
-            wrapper,
-            _lifeline: lifeline,
+            child,
             log,
             _dir: dir,
         };
@@ -197,7 +166,7 @@ impl GatewayProc {
                     return Ok(addr);
                 }
             }
-            if let Ok(Some(status)) = self.wrapper.try_wait() {
+            if let Some(status) = self.child.try_wait() {
                 self.state = ProcState::Dead;
                 return Err(format!(
                     "gateway {} exited ({status}) before serving:\n{}",
@@ -273,18 +242,7 @@ impl GatewayProc {
     }
 
     fn signal(&self, sig: &str) {
-        let _ = Command::new("sh")
-            .args([
-                "-c",
-                r#"kill -s "$1" "$2""#,
-                "kill",
-                sig,
-                &self.pid.to_string(),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        let _ = self.child.signal(sig);
     }
 
     /// SIGKILL, and waits until the process is gone.
@@ -294,7 +252,7 @@ impl GatewayProc {
         }
         self.signal("KILL");
         for _ in 0..200 {
-            if let Ok(Some(_)) = self.wrapper.try_wait() {
+            if self.child.exited() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -327,7 +285,7 @@ impl GatewayProc {
         self.signal("TERM");
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.wrapper.try_wait() {
+            if self.child.exited() {
                 self.state = ProcState::Dead;
                 return true;
             }
@@ -352,7 +310,7 @@ impl Drop for GatewayProc {
     fn drop(&mut self) {
         if self.state != ProcState::Dead {
             self.signal("KILL");
-            let _ = self.wrapper.wait();
+            let _ = self.child.wait();
         }
     }
 }

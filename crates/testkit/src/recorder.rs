@@ -1,5 +1,5 @@
 //! A recording client: one Campaign or Acquire stream on its own connection, every event
-//! logged with the instant it arrived, for the [`checker`](super::checker). Both services map
+//! logged with the instant it arrived, for the [`checker`](crate::checker). Both services map
 //! onto the same events (`elected` and `acquired` are both `Granted`), so scenarios and the
 //! checker treat elections and locks alike.
 
@@ -18,7 +18,7 @@ use zkgate::proto::campaign_response::Event;
 use zkgate::proto::election_client::ElectionClient;
 use zkgate::proto::lock_client::LockClient;
 
-use super::checker::{Ev, StreamLog};
+use crate::checker::{Ev, StreamLog};
 
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 

@@ -1,4 +1,4 @@
-//! Integration tests for `zkgate::localzk`: real ZooKeeper JVMs are started,
+//! Integration tests for `zkgate_testkit::localzk` (and the `zkgate::localzk::ServerSet` under it): real ZooKeeper JVMs are started,
 //! stopped, killed, paused and resumed, and must never outlive their owner.
 //!
 //! Every test skips (with a hint) when Java or ZooKeeper is not installed.
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use zkgate::localzk::{LocalZk, LocalZkOptions};
+use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 
 fn installed() -> bool {
     let ok = LocalZk::is_installed();
@@ -115,7 +115,7 @@ async fn standalone_stop_and_start_on_the_same_port() {
     assert_eq!(ask(addr, "ruok").await.unwrap(), "imok");
     assert!(matches!(
         zk.start(0).await,
-        Err(zkgate::localzk::LocalZkError::AlreadyRunning { server: 0 })
+        Err(zkgate_testkit::localzk::LocalZkError::AlreadyRunning { server: 0 })
     ));
 
     // kill (SIGKILL) and start again, too.

@@ -1,0 +1,155 @@
+//! The zkgate test kit: everything the integration tests, the examples and the soak share, and
+//! nothing the gateway needs (a dev-dependency of the `zkgate` package).
+//!
+//! # Layout
+//! - [`localzk`]: local ZooKeeper servers, standalone or ensembles, with fault injection
+//!   (stop, kill, restart, pause, resume, the leader's index, routed peer links).
+//! - [`ensemble`]: a 3-server ensemble whose peer links pass through [`linkcut`] cutters.
+//! - [`linkcut`]: a TCP relay that passes, drops or blackholes a link on command.
+//! - [`gateway`]: a gateway in this process ([`Gateway`], [`GatewayOpts`]: every setting of
+//!   [`zkgate::server::ServeConfig`]), and small gRPC client helpers ([`Campaign`], …).
+//! - [`procgw`]: a gateway in a child process (`zkgate serve`), to kill, freeze and thaw.
+//! - [`dev_process`]: the built binary run as `zkgate dev`, for tests with external clients.
+//! - [`recorder`] and [`checker`]: recording clients and the safety checker of the fault
+//!   scenarios and the soak.
+//! - Here: the ZooKeeper a test binary shares ([`shared_zk`], [`shared_standalone`]), fresh
+//!   roots ([`unique_root`]), member znodes ([`member_znodes`], [`wait_no_members`]) and the
+//!   serial lock of timing-sensitive scenarios ([`serial`]).
+#![allow(missing_docs)]
+
+pub mod checker;
+pub mod dev_process;
+pub mod ensemble;
+pub mod gateway;
+pub mod linkcut;
+pub mod localzk;
+pub mod pki;
+pub mod procgw;
+pub mod recorder;
+
+pub use gateway::*;
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use localzk::{LocalZk, LocalZkOptions};
+
+/// One scenario at a time, per test binary (scenarios measure timings on a small machine).
+pub fn serial() -> &'static tokio::sync::Mutex<()> {
+    static M: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
+    M.get_or_init(|| tokio::sync::Mutex::new(()))
+}
+
+/// A standalone ZooKeeper shared by one test binary's tests that do not stop it (each
+/// isolated by its root), started with `options` on first use: the first caller's options
+/// hold for the whole binary. It dies with the process (see [`zkgate::localzk`]).
+pub fn shared_standalone(options: fn() -> LocalZkOptions) -> String {
+    static ZK: OnceLock<LocalZk> = OnceLock::new();
+    ZK.get_or_init(|| {
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(LocalZk::start_standalone(options()))
+                .expect("start shared ZooKeeper")
+        })
+        .join()
+        .unwrap()
+    })
+    .connect_string()
+}
+
+/// [`shared_standalone`] with the default options.
+pub fn shared_zk() -> String {
+    shared_standalone(LocalZkOptions::default)
+}
+
+/// A ZooKeeper of the test's own, for tests that stop or restart it.
+pub async fn own_zk() -> LocalZk {
+    LocalZk::start_standalone(LocalZkOptions::default())
+        .await
+        .expect("start ZooKeeper")
+}
+
+/// A fresh root znode for one test (`/t` and 16 hex digits).
+pub fn unique_root() -> String {
+    named_root("t")
+}
+
+/// A fresh root znode whose name starts with `prefix`, to tell a scenario's znodes apart.
+pub fn named_root(prefix: &str) -> String {
+    format!("/{prefix}{:016x}", rand::random::<u64>())
+}
+
+/// Direct ZooKeeper access for assertions about znodes.
+pub async fn zk_client(zk: &str) -> zookeeper_client::Client {
+    zookeeper_client::Client::connect(zk)
+        .await
+        .expect("test ZooKeeper client")
+}
+
+/// Every member znode under `root` (`<root>/{elections,locks}/<name>/<member>`).
+pub async fn member_znodes(zk: &zookeeper_client::Client, root: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for folder in ["elections", "locks"] {
+        let base = format!("{root}/{folder}");
+        let Ok(queues) = zk.list_children(&base).await else {
+            continue;
+        };
+        for q in queues {
+            if let Ok(children) = zk.list_children(&format!("{base}/{q}")).await {
+                out.extend(children.into_iter().map(|c| format!("{base}/{q}/{c}")));
+            }
+        }
+    }
+    out
+}
+
+/// Polls until no member znode is left under `root`; returns how long that took.
+///
+/// # Errors
+/// The znodes still there after `within`.
+pub async fn members_gone(
+    zk: &zookeeper_client::Client,
+    root: &str,
+    within: Duration,
+) -> Result<Duration, String> {
+    let started = Instant::now();
+    loop {
+        let left = member_znodes(zk, root).await;
+        if left.is_empty() {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > within {
+            return Err(format!("znodes left behind after {within:?}: {left:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until no member znode is left under `root`.
+///
+/// # Panics
+/// With the znodes still there after `within`.
+pub async fn wait_no_members(zk: &zookeeper_client::Client, root: &str, within: Duration) {
+    if let Err(left) = members_gone(zk, root, within).await {
+        panic!("{left}");
+    }
+}
+
+/// [`members_gone`] on a connection of its own to `zk` (the fault scenarios' check after
+/// every gateway was stopped).
+///
+/// # Errors
+/// The connection failed, or the znodes still there after `within`.
+pub async fn members_gone_at(zk: &str, root: &str, within: Duration) -> Result<Duration, String> {
+    let client = tokio::time::timeout(
+        Duration::from_secs(10),
+        zookeeper_client::Client::connect(zk),
+    )
+    .await
+    .map_err(|_| format!("connecting to ZooKeeper at {zk} timed out"))?
+    .map_err(|e| format!("connecting to ZooKeeper at {zk}: {e}"))?;
+    members_gone(&client, root, within).await
+}
