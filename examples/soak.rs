@@ -6,7 +6,7 @@
 //! ```
 //!
 //! Starts a 3-node ZooKeeper ensemble whose quorum and election links pass through link
-//! cutters (`tests/support/ensemble.rs`), a few gateways as child processes (this binary in
+//! cutters (`zkgate_testkit::ensemble`), a few gateways as child processes (this binary in
 //! `gateway` mode: the same `serve` code as `zkgate serve`, but examples do not get the
 //! binary's path), each reaching ZooKeeper through link cutters (the first `--single-link`
 //! of them through one server only), and client slots that keep campaigning in a few
@@ -27,7 +27,7 @@
 //! lose the reply of every `--lose-create-every`th member create and fail every
 //! `--fail-delete-every`th delete unsent; their firings are counted from the gateways' logs.
 //!
-//! At the end the checker of `tests/support/checker.rs` runs over every stream: exclusion and
+//! At the end the checker of `zkgate_testkit::checker` runs over every stream: exclusion and
 //! fencing violations, the time each election took to have a holder again after each fault
 //! (skipped where another fault on the same election overlapped), and the znodes left once
 //! every client has gone; and each in-stream request sent during a frozen ZooKeeper is checked:
