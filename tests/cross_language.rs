@@ -394,10 +394,11 @@ impl Agent {
 
     /// SIGTERM, then waits for `released` and exit status 0.
     async fn terminate(&mut self) {
+        // Count the events before the signal: a fast agent may answer it (and exit) before
+        // the count could be read afterwards.
+        let mut i = self.events().len();
         self.terminated = Some(Instant::now());
         self.signal("TERM");
-        let n = self.events().len();
-        let mut i = n;
         loop {
             let (_, e) = self.next(i).await;
             if e == Ev::Released {
