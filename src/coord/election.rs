@@ -182,7 +182,11 @@ pub(crate) fn release_in_background(
     path: String,
 ) -> tokio::task::JoinHandle<Result<bool, CoordError>> {
     let s = session.clone();
+    let delay = session.release_delay();
     session.releases.spawn(async move {
+        if let Some(d) = delay {
+            tokio::time::sleep(d).await;
+        }
         let r = s.delete_until_gone(&path).await;
         if let Err(e) = &r {
             tracing::debug!(error = %e, "background release ended without a confirmed delete; the session's end removes the znode");

@@ -208,6 +208,7 @@ impl Coordinator {
         let counter = Arc::new(RequestCounter::default());
         let shutdown = CancellationToken::new();
         let supervisors = TaskTracker::new();
+        let draining = CancellationToken::new();
         let live_queues = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut slots = Vec::new();
         for _ in 0..cfg.pool_size.max(1) {
@@ -217,6 +218,7 @@ impl Coordinator {
                 counter.clone(),
                 live_queues.clone(),
                 tx,
+                draining.clone(),
                 shutdown.clone(),
             ));
             slots.push(rx);
@@ -227,7 +229,7 @@ impl Coordinator {
             slots,
             next: AtomicUsize::new(0),
             counter,
-            draining: CancellationToken::new(),
+            draining,
             shutdown,
             supervisors,
             streams: TaskTracker::new(),

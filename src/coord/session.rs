@@ -189,6 +189,8 @@ pub struct ZkSession {
     pub(crate) releases: tokio_util::task::TaskTracker,
     /// Queues alive on every session of the gateway (the `max_queues` limit).
     live_queues: Arc<AtomicUsize>,
+    /// The gateway is draining: releases wait [`Timing::drain_handoff`] first.
+    draining: CancellationToken,
     /// Room for proclaimed bytes in flight on this session (`max_proclaim_bytes_in_flight`).
     proclaims: Arc<tokio::sync::Semaphore>,
     /// Send time of the newest liveness probe ZooKeeper answered (kept by `follow_session`):
@@ -207,6 +209,15 @@ impl ZkSession {
 
     pub fn session_id(&self) -> i64 {
         self.zk.session_id()
+    }
+
+    /// How long a release waits before it deletes: nothing normally; while the gateway drains,
+    /// [`Timing::drain_handoff`], so a holder whose stream the drain ended `UNAVAILABLE` has
+    /// read it (and stopped) before its znode goes and a successor can be granted elsewhere.
+    pub fn release_delay(&self) -> Option<Duration> {
+        self.draining
+            .is_cancelled()
+            .then_some(self.timing.drain_handoff)
     }
 
     /// Whether a heartbeat may be sent to this session's leaders now. A heartbeat keeps a
@@ -400,6 +411,7 @@ pub async fn supervise_slot(
     counter: Arc<RequestCounter>,
     live_queues: Arc<AtomicUsize>,
     slot: watch::Sender<Option<Arc<ZkSession>>>,
+    draining: CancellationToken,
     shutdown: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(100);
@@ -440,6 +452,7 @@ pub async fn supervise_slot(
             queues: Mutex::new(HashMap::new()),
             releases: tokio_util::task::TaskTracker::new(),
             live_queues: live_queues.clone(),
+            draining: draining.clone(),
             proclaims: Arc::new(tokio::sync::Semaphore::new(
                 cfg.max_proclaim_bytes_in_flight.max(1),
             )),
