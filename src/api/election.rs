@@ -15,7 +15,7 @@ use super::holder_stream::{self, BoxFuture, HolderStream, Step};
 use super::limits::{self, Admission};
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
 use crate::coord::session::LossReason;
-use crate::coord::types::{FencingToken, QueueKind};
+use crate::coord::types::{FencingToken, InvalidInput, QueueKind};
 use crate::coord::{CoordError, Coordinator};
 use crate::proto as pb;
 use crate::proto::campaign_request::Request as CampaignMsg;
@@ -96,33 +96,40 @@ impl HolderStream for CampaignStream {
             CandidacyEvent::Resumed => Step::Send(event(Event::Resumed(pb::Resumed {}))),
             CandidacyEvent::Ended(CandidacyEnd::Resigned) => Step::Done,
             CandidacyEvent::Ended(CandidacyEnd::Lost(reason)) => {
-                Step::Fail(Status::from(CoordError::SessionLost(reason)))
+                Step::Fail(CoordError::SessionLost(reason))
             }
         }
     }
 
     fn on_request(&mut self, request: pb::CampaignRequest) -> Step<pb::CampaignResponse> {
         match request.request {
-            Some(CampaignMsg::Proclaim(p)) => match convert::value(p.value, self.max_value) {
-                Err(status) => Step::Fail(status),
-                Ok(v) => match self.candidacy.start_proclaim(v) {
-                    Err(e) => Step::Fail(Status::from(e)),
-                    // The change comes back as `proclaimed` through the queue's watch.
-                    Ok(write) => Step::Pending(Box::pin(async move {
-                        match write.await {
-                            Ok(()) => Step::Quiet,
-                            Err(e) => Step::Fail(Status::from(e)),
-                        }
-                    })),
-                },
+            Some(CampaignMsg::Proclaim(p)) => match convert::value(p.value, self.max_value)
+                .and_then(|v| self.candidacy.start_proclaim(v))
+            {
+                Err(e) => Step::Fail(e),
+                // The change comes back as `proclaimed` through the queue's watch.
+                Ok(write) => Step::Pending(Box::pin(async move {
+                    match write.await {
+                        Ok(()) => Step::Quiet,
+                        Err(e) => Step::Fail(e),
+                    }
+                })),
             },
             Some(CampaignMsg::Resign(_)) => Step::Leave,
-            Some(CampaignMsg::Join(_)) => Step::Fail(Status::invalid_argument(
-                "join may only be the first message of a Campaign stream",
-            )),
-            None => Step::Fail(Status::invalid_argument(
-                "empty CampaignRequest: set proclaim or resign",
-            )),
+            Some(CampaignMsg::Join(_)) => Step::Fail(
+                InvalidInput::FirstOnly {
+                    what: "join",
+                    stream: "a Campaign",
+                }
+                .into(),
+            ),
+            None => Step::Fail(
+                InvalidInput::EmptyRequest {
+                    message: "CampaignRequest",
+                    set: "proclaim or resign",
+                }
+                .into(),
+            ),
         }
     }
 
@@ -152,9 +159,11 @@ impl Election for ElectionApi {
         let join = match first.request {
             Some(CampaignMsg::Join(j)) => convert::join(j, self.max_value())?,
             _ => {
-                return Err(Status::invalid_argument(
-                    "the first Campaign message must be join{election, candidate, value}",
-                ))
+                return Err(CoordError::from(InvalidInput::FirstMessage {
+                    stream: "Campaign",
+                    expected: "join{election, candidate, value}",
+                })
+                .into())
             }
         };
         // Create the znode in its own task: if the client cancels while the create is in

@@ -25,13 +25,13 @@ pub(super) enum Step<T> {
     Granted(T),
     /// Nothing to tell.
     Quiet,
-    /// End the stream with this status (the hold is dropped, releasing what is left).
-    Fail(Status),
+    /// End the stream with this error (the hold is dropped, releasing what is left).
+    Fail(CoordError),
     /// The client asked to resign/release in-stream: give up, then end (OK, or the error).
     Leave,
-    /// Give up, then end with this status (a lock's wait or ttl ran out: the znode is gone
+    /// Give up, then end with this error (a lock's wait or ttl ran out: the znode is gone
     /// before the client hears it).
-    Expire(Status),
+    Expire(CoordError),
     /// The hold ended by itself (resigned or released by lease elsewhere): end OK.
     Done,
     /// A ZooKeeper request made for an in-stream message (a proclaim): the loop keeps serving
@@ -45,8 +45,8 @@ pub(super) enum Step<T> {
 /// carry several KiB of mostly empty slots (`examples/scale_bench.rs`).
 pub(super) type Outbound<T> = Box<Result<T, Status>>;
 
-/// A resign/release in flight, and the status to end with once it is done (`None`: OK).
-type Leaving = (BoxFuture<Result<(), CoordError>>, Option<Status>);
+/// A resign/release in flight, and the error to end with once it is done (`None`: OK).
+type Leaving = (BoxFuture<Result<(), CoordError>>, Option<CoordError>);
 
 /// A request in flight that borrows nothing from the stream.
 pub(super) type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
@@ -109,13 +109,13 @@ pub(super) async fn drive<H: HolderStream>(
     loop {
         let step = tokio::select! {
             biased;
-            _ = draining.cancelled() => Step::Fail(Status::from(CoordError::Draining)),
+            _ = draining.cancelled() => Step::Fail(CoordError::Draining),
             _ = tx.closed() => return,
             done = async { leaving.as_mut().expect("guarded").0.as_mut().await }, if leaving.is_some() => {
                 let (_, then) = leaving.take().expect("guarded");
                 match (done, then) {
-                    (_, Some(status)) => {
-                        let _ = tx.send(Box::new(Err(status))).await;
+                    (_, Some(e)) => {
+                        let _ = tx.send(Box::new(Err(Status::from(e)))).await;
                     }
                     (Ok(()), None) => {}
                     (Err(e), None) => {
@@ -156,7 +156,7 @@ pub(super) async fn drive<H: HolderStream>(
                 Ok(msg)
             }
             Step::Quiet => continue,
-            Step::Fail(status) => Err(status),
+            Step::Fail(e) => Err(Status::from(e)),
             Step::Pending(fut) => {
                 pending = Some(fut);
                 continue;
@@ -168,9 +168,9 @@ pub(super) async fn drive<H: HolderStream>(
                 continue;
             }
             // A lock's wait or ttl ran out: the znode goes before the client hears it.
-            Step::Expire(status) => {
+            Step::Expire(e) => {
                 if leaving.is_none() {
-                    leaving = Some((holder.begin_leave(), Some(status)));
+                    leaving = Some((holder.begin_leave(), Some(e)));
                 }
                 continue;
             }

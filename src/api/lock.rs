@@ -10,12 +10,11 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::convert;
-use super::error::invalid;
+use super::convert::{self, Converted};
 use super::holder_stream::{self, BoxFuture, HolderStream, Step};
 use super::limits::{self, Admission};
 use crate::coord::lock::{AcquireSpec, LockEnd, LockEvent, LockHold, LockMode};
-use crate::coord::types::{FencingToken, MemberInfo, Participant, QueueKind};
+use crate::coord::types::{FencingToken, InvalidInput, MemberInfo, Participant, QueueKind};
 use crate::coord::{CoordError, Coordinator};
 use crate::proto as pb;
 use crate::proto::acquire_request::Request as AcquireMsg;
@@ -37,26 +36,11 @@ impl LockApi {
     }
 }
 
-/// A duration field: unset stays unset; negative is `INVALID_ARGUMENT`.
-fn duration_field(
-    field: &'static str,
-    d: Option<prost_types::Duration>,
-) -> Result<Option<Duration>, Status> {
-    d.map(|d| {
-        Duration::try_from(d).map_err(|_| {
-            Status::invalid_argument(format!("{field} must not be negative (got {d})"))
-        })
-    })
-    .transpose()
-}
-
-fn lock_mode(mode: i32) -> Result<LockMode, Status> {
+fn lock_mode(mode: i32) -> Converted<LockMode> {
     match pb::LockMode::try_from(mode) {
         Ok(pb::LockMode::Write) => Ok(LockMode::Write),
         Ok(pb::LockMode::Read) => Ok(LockMode::Read),
-        Err(_) => Err(Status::invalid_argument(format!(
-            "mode {mode} is not a LockMode: use LOCK_MODE_WRITE (0) or LOCK_MODE_READ (1)"
-        ))),
+        Err(_) => Err(InvalidInput::LockMode(mode).into()),
     }
 }
 
@@ -68,16 +52,19 @@ fn pb_mode(mode: LockMode) -> pb::LockMode {
 }
 
 /// Validates `acquire{…}` at the edge.
-fn acquire_spec(a: pb::AcquireLock) -> Result<AcquireSpec, Status> {
-    AcquireSpec::new(
-        convert::queue_name(a.name, "name")?,
-        Participant::new("owner", a.owner).map_err(invalid)?,
-        a.permits,
-        lock_mode(a.mode)?,
-        duration_field("wait_timeout", a.wait_timeout)?,
-        duration_field("ttl", a.ttl)?,
-    )
-    .map_err(invalid)
+impl TryFrom<pb::AcquireLock> for AcquireSpec {
+    type Error = CoordError;
+
+    fn try_from(a: pb::AcquireLock) -> Converted<Self> {
+        Ok(AcquireSpec::new(
+            convert::queue_name(a.name, "name")?,
+            Participant::new("owner", a.owner)?,
+            a.permits,
+            lock_mode(a.mode)?,
+            convert::duration_field("wait_timeout", a.wait_timeout)?,
+            convert::duration_field("ttl", a.ttl)?,
+        )?)
+    }
 }
 
 fn holder(h: MemberInfo) -> pb::Holder {
@@ -141,20 +128,16 @@ impl HolderStream for AcquireStream {
                 })))
             }
             LockEvent::Resumed => Step::Send(event(Event::Resumed(pb::Resumed {}))),
-            LockEvent::WaitExpired(wait) => {
-                Step::Expire(Status::from(CoordError::DeadlineExceeded(format!(
-                    "lock {:?} was not acquired within wait_timeout {wait:?}; the request was withdrawn",
-                    self.hold.name().as_str()
-                ))))
-            }
-            LockEvent::LeaseExpired(ttl) => Step::Expire(Status::aborted(format!(
-                "lease expired: no keep_alive within ttl {ttl:?}; lock {:?} was released",
-                self.hold.name().as_str()
-            ))),
+            LockEvent::WaitExpired(wait) => Step::Expire(CoordError::WaitExpired {
+                lock: self.hold.name().clone(),
+                wait,
+            }),
+            LockEvent::LeaseExpired(ttl) => Step::Expire(CoordError::LeaseExpired {
+                lock: self.hold.name().clone(),
+                ttl,
+            }),
             LockEvent::Ended(LockEnd::Released) => Step::Done,
-            LockEvent::Ended(LockEnd::Lost(reason)) => {
-                Step::Fail(Status::from(CoordError::SessionLost(reason)))
-            }
+            LockEvent::Ended(LockEnd::Lost(reason)) => Step::Fail(CoordError::SessionLost(reason)),
         }
     }
 
@@ -165,12 +148,20 @@ impl HolderStream for AcquireStream {
                 Step::Quiet
             }
             Some(AcquireMsg::Release(_)) => Step::Leave,
-            Some(AcquireMsg::Acquire(_)) => Step::Fail(Status::invalid_argument(
-                "acquire may only be the first message of an Acquire stream",
-            )),
-            None => Step::Fail(Status::invalid_argument(
-                "empty AcquireRequest: set keep_alive or release",
-            )),
+            Some(AcquireMsg::Acquire(_)) => Step::Fail(
+                InvalidInput::FirstOnly {
+                    what: "acquire",
+                    stream: "an Acquire",
+                }
+                .into(),
+            ),
+            None => Step::Fail(
+                InvalidInput::EmptyRequest {
+                    message: "AcquireRequest",
+                    set: "keep_alive or release",
+                }
+                .into(),
+            ),
         }
     }
 
@@ -197,11 +188,13 @@ impl Lock for LockApi {
         )
         .await?;
         let spec = match first.request {
-            Some(AcquireMsg::Acquire(a)) => acquire_spec(a)?,
+            Some(AcquireMsg::Acquire(a)) => AcquireSpec::try_from(a)?,
             _ => {
-                return Err(Status::invalid_argument(
-                    "the first Acquire message must be acquire{name, owner, permits, mode, wait_timeout, ttl}",
-                ))
+                return Err(CoordError::from(InvalidInput::FirstMessage {
+                    stream: "Acquire",
+                    expected: "acquire{name, owner, permits, mode, wait_timeout, ttl}",
+                })
+                .into())
             }
         };
         // Queue in a task of its own: if the client goes away while the znode is being made,

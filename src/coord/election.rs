@@ -15,7 +15,7 @@ use super::types::{
     FencingToken, LeaderInfo, Lease, MemberInfo, MemberName, Page, PageSpec, Participant,
     ProtectedId, QueueKind, QueueName, Value,
 };
-use super::{CoordError, Coordinator};
+use super::{CoordError, Coordinator, Retry};
 use crate::metrics as m;
 
 /// A validated `join`.
@@ -119,9 +119,7 @@ pub(crate) async fn create_member(
             Err(e) => return Err(e.into()),
         }
     }
-    Err(CoordError::Unavailable(
-        "could not create the candidate znode after several attempts".into(),
-    ))
+    Err(Retry::CreateGaveUp.into())
 }
 
 /// Looks for our own znode by protected prefix after a lost create reply (G5). Every read that
@@ -139,10 +137,7 @@ async fn find_protected(
             .await
             .map_err(|e| match e {
                 // Never joined, so nothing was lost: the client may simply retry.
-                CoordError::SessionLost(r) => CoordError::Unavailable(format!(
-                    "ZooKeeper session ended while joining ({}); retry",
-                    r.describe()
-                )),
+                CoordError::SessionLost(r) => Retry::LostWhileJoining(r).into(),
                 e => e,
             })?;
         let children = match session.zk.list_children(queue_path).await {
@@ -198,9 +193,7 @@ pub(crate) async fn release_outcome(
 ) -> Result<(), CoordError> {
     match handle.await {
         Ok(r) => r.map(|_| ()),
-        Err(_) => Err(CoordError::Unavailable(
-            "the release task failed; the session's end removes the znode".into(),
-        )),
+        Err(_) => Err(Retry::ReleaseTaskFailed.into()),
     }
 }
 
@@ -259,9 +252,7 @@ impl Coordinator {
         let Some(position) = queue.register(created, tx).await else {
             // Gone before we could register it: deleted by nobody we know of; clean up anyway.
             drop(release_in_background(&session, path));
-            return Err(CoordError::Unavailable(
-                "the candidate znode vanished right after creation".into(),
-            ));
+            return Err(Retry::VanishedAfterCreate(QueueKind::Election).into());
         };
         let label = m::name_label(join.election.as_str());
         let lease = Lease {
@@ -409,9 +400,7 @@ impl Candidacy {
         CoordError,
     > {
         let Some((leader, _, _)) = self.elected.as_ref().filter(|_| self.is_elected()) else {
-            return Err(CoordError::FailedPrecondition(
-                "proclaim refused: this candidate is not the leader".into(),
-            ));
+            return Err(CoordError::NotLeader);
         };
         let mut record = self.record.clone();
         record.value = value.into_bytes();
@@ -539,11 +528,11 @@ impl Observation {
             }
             tokio::select! {
                 r = self.view.changed() => if r.is_err() {
-                    return Err(CoordError::Unavailable("the election's watch ended; observe again".into()));
+                    return Err(Retry::WatchEnded.into());
                 },
                 r = self.link.changed() => {
                     if r.is_err() {
-                        return Err(CoordError::Unavailable("ZooKeeper session closed; observe again".into()));
+                        return Err(Retry::ObserveClosed.into());
                     }
                     if let Link::Lost(reason) = &*self.link.borrow_and_update() {
                         return Err(CoordError::SessionLost(*reason));
@@ -698,7 +687,7 @@ impl Coordinator {
             .await?;
         match leader_on(&session, election).await {
             Ok(l) => Ok((l.fencing_token == token, Some(l))),
-            Err(CoordError::NotFound(_)) => Ok((false, None)),
+            Err(CoordError::NoLeader(_)) => Ok((false, None)),
             Err(e) => Err(e),
         }
     }
@@ -716,13 +705,10 @@ impl Coordinator {
         );
         match session.delete_until_gone(&path).await {
             Ok(true) => Ok(()),
-            Ok(false) => Err(lease_not_found()),
+            Ok(false) => Err(CoordError::LeaseNotFound),
             // This gateway's session went before the delete was confirmed: the candidate's
             // znode (another session's) may still be there. A retry answers OK or NOT_FOUND.
-            Err(CoordError::SessionLost(r)) => Err(CoordError::Unavailable(format!(
-                "{}; retry the resign (NOT_FOUND then means it was done)",
-                r.describe()
-            ))),
+            Err(CoordError::SessionLost(r)) => Err(Retry::LostDuringResign(r).into()),
             Err(e) => Err(e),
         }
     }
@@ -742,18 +728,16 @@ impl Coordinator {
         let _room = session.try_proclaim_room(value.len())?;
         let members = list_members(&session, &session.queue_path(lease.kind, &lease.queue)).await?;
         if !members.iter().any(|m| m == &lease.member) {
-            return Err(lease_not_found());
+            return Err(CoordError::LeaseNotFound);
         }
         // The head leads; a member stays the head until it leaves, so this holds for the write.
         if members.first() != Some(&lease.member) {
-            return Err(CoordError::FailedPrecondition(
-                "proclaim refused: this candidate is not the leader".into(),
-            ));
+            return Err(CoordError::NotLeader);
         }
         for _ in 0..10 {
             let (data, stat) = match session.zk.get_data(&path).await {
                 Ok(r) => r,
-                Err(zkc::Error::NoNode) => return Err(lease_not_found()),
+                Err(zkc::Error::NoNode) => return Err(CoordError::LeaseNotFound),
                 Err(e) => return Err(e.into()),
             };
             let mut record = NodeRecord::decode_lossy(&data);
@@ -765,13 +749,11 @@ impl Coordinator {
             {
                 Ok(new_stat) => return Ok(leader_of(&lease.queue, &record, &new_stat)),
                 Err(zkc::Error::BadVersion) => continue,
-                Err(zkc::Error::NoNode) => return Err(lease_not_found()),
+                Err(zkc::Error::NoNode) => return Err(CoordError::LeaseNotFound),
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(CoordError::Unavailable(
-            "proclaim kept racing with concurrent writes; retry".into(),
-        ))
+        Err(Retry::ProclaimContended.into())
     }
 }
 
@@ -810,15 +792,5 @@ async fn leader_on(session: &ZkSession, election: &QueueName) -> Result<LeaderIn
             Err(e) => return Err(e.into()),
         }
     }
-    Err(no_leader(election))
-}
-
-fn no_leader(election: &QueueName) -> CoordError {
-    CoordError::NotFound(format!("election \"{election}\" has no leader"))
-}
-
-pub(crate) fn lease_not_found() -> CoordError {
-    CoordError::NotFound(
-        "lease not found: it was never issued, is malformed, or is already spent".into(),
-    )
+    Err(CoordError::NoLeader(election.clone()))
 }

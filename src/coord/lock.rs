@@ -36,7 +36,7 @@ use super::types::{
     FencingToken, InvalidInput, LeaderInfo, Lease, MemberInfo, PageSpec, Participant, QueueKind,
     QueueName,
 };
-use super::{CoordError, Coordinator};
+use super::{CoordError, Coordinator, Retry};
 use crate::metrics as m;
 
 /// More permits than any real semaphore needs; larger counts are a mistake (a negative number
@@ -112,20 +112,14 @@ impl AcquireSpec {
         ttl: Option<Duration>,
     ) -> Result<Self, InvalidInput> {
         if permits > MAX_PERMITS {
-            return Err(InvalidInput::Other(format!(
-                "permits is {permits}; at most {MAX_PERMITS} are allowed (0 or 1 is a mutex)"
-            )));
+            return Err(InvalidInput::TooManyPermits(permits));
         }
         let permits = permits.max(1);
         if mode == LockMode::Read && permits > 1 {
-            return Err(InvalidInput::Other(format!(
-                "mode READ needs permits 0 or 1 (a read-write lock has one writer at a time), not {permits}"
-            )));
+            return Err(InvalidInput::ReadWithPermits(permits));
         }
         if ttl.is_some_and(|t| t.is_zero()) {
-            return Err(InvalidInput::Other(
-                "ttl must be positive; leave it unset to tie the lease to the stream".into(),
-            ));
+            return Err(InvalidInput::ZeroTtl);
         }
         Ok(Self {
             name,
@@ -245,14 +239,12 @@ impl Coordinator {
                     tracing::debug!(error = %e, "deleting a refused lock request failed; the session's end will remove it");
                 }
                 return Err(match refusal {
-                    Refusal::PermitMismatch { recorded } => CoordError::FailedPrecondition(format!(
-                        "lock {:?} is held or awaited with {recorded} permit(s), but this request asked for {}: everyone on a name must agree on permits",
-                        spec.name.as_str(),
-                        spec.permits
-                    )),
-                    Refusal::Gone => CoordError::Unavailable(
-                        "the lock request's znode vanished right after creation".into(),
-                    ),
+                    Refusal::PermitMismatch { recorded } => CoordError::PermitMismatch {
+                        lock: spec.name,
+                        recorded,
+                        asked: spec.permits,
+                    },
+                    Refusal::Gone => Retry::VanishedAfterCreate(QueueKind::Lock).into(),
                     Refusal::Zk(e) => e.into(),
                 });
             }

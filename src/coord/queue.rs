@@ -195,16 +195,13 @@ impl QueueHandle {
     pub fn check_room(&self, limit: usize) -> Result<(), super::CoordError> {
         let size = self.size.load(Ordering::Relaxed);
         if size >= limit {
-            let what = match self.kind {
-                QueueKind::Election => "election",
-                QueueKind::Lock => "lock",
-            };
-            crate::metrics::limit_rejected("queue_members");
-            return Err(super::CoordError::ResourceExhausted(format!(
-                "{what} {:?} has {size} members, the most a queue may have \
-                 ({limit}, from --zk-max-packet: one ZooKeeper listing must hold them all)",
-                self.name.as_str()
-            )));
+            return Err(super::Limit::QueueMembers {
+                kind: self.kind,
+                name: self.name.clone(),
+                size,
+                max: limit,
+            }
+            .reject());
         }
         Ok(())
     }

@@ -35,7 +35,7 @@ use zookeeper_client::{Acls, SessionState};
 use super::queue::QueueHandle;
 use super::types::{LeaderInfo, QueueKind, QueueName};
 use super::zk::{is_transport_failure, RequestCounter, Zk};
-use super::{CoordConfig, CoordError};
+use super::{CoordConfig, CoordError, Limit};
 use crate::metrics as m;
 
 /// Where a session's link to ZooKeeper stands, as every stream on it sees it.
@@ -482,11 +482,7 @@ impl ZkSession {
             .clone()
             .try_acquire_many_owned(self.proclaim_charge(value_len))
             .map_err(|_| {
-                crate::metrics::limit_rejected("proclaim_bytes_in_flight");
-                CoordError::ResourceExhausted(format!(
-                    "limit reached: proclaimed bytes in flight on this gateway's ZooKeeper session (--max-proclaim-bytes-in-flight = {}); retry shortly",
-                    self.cfg.max_proclaim_bytes_in_flight
-                ))
+                Limit::ProclaimBytesInFlight(self.cfg.max_proclaim_bytes_in_flight).reject()
             })
     }
 
@@ -504,10 +500,7 @@ impl QueueSlot {
     fn reserve(live: &Arc<AtomicUsize>, max: usize) -> Result<Self, CoordError> {
         if live.fetch_add(1, Ordering::AcqRel) >= max {
             live.fetch_sub(1, Ordering::AcqRel);
-            crate::metrics::limit_rejected("queues_per_gateway");
-            return Err(CoordError::ResourceExhausted(format!(
-                "limit reached: distinct elections and locks in use on this gateway (--max-queues = {max}); use fewer names at once or another gateway"
-            )));
+            return Err(Limit::QueuesPerGateway(max).reject());
         }
         Ok(Self(live.clone()))
     }

@@ -32,8 +32,63 @@ pub enum InvalidInput {
     DotName { field: &'static str },
     #[error("value is {len} bytes; the limit is {limit} bytes")]
     ValueTooLarge { len: usize, limit: usize },
-    #[error("{0}")]
-    Other(String),
+    #[error(
+        "{field} {value:?} contains the control character {bad:?}; control characters and line separators are not allowed"
+    )]
+    ControlCharacter {
+        field: &'static str,
+        value: String,
+        bad: char,
+    },
+    #[error("permits is {0}; at most {max} are allowed (0 or 1 is a mutex)", max = crate::coord::lock::MAX_PERMITS)]
+    TooManyPermits(u32),
+    #[error(
+        "mode READ needs permits 0 or 1 (a read-write lock has one writer at a time), not {0}"
+    )]
+    ReadWithPermits(u32),
+    #[error("ttl must be positive; leave it unset to tie the lease to the stream")]
+    ZeroTtl,
+    /// A rule broken by the named request field.
+    #[error("{field}: {error}")]
+    InField {
+        field: &'static str,
+        error: Box<InvalidInput>,
+    },
+    #[error("{field} must not be negative (got {got})")]
+    NegativeDuration { field: &'static str, got: String },
+    #[error("mode {0} is not a LockMode: use LOCK_MODE_WRITE (0) or LOCK_MODE_READ (1)")]
+    LockMode(i32),
+    #[error("page_token is not a next_page_token from an earlier reply")]
+    PageToken,
+    /// A stream's opening message (join, acquire) sent again later.
+    #[error("{what} may only be the first message of {stream} stream")]
+    FirstOnly {
+        what: &'static str,
+        stream: &'static str,
+    },
+    /// A stream whose first message is not its opening one.
+    #[error("the first {stream} message must be {expected}")]
+    FirstMessage {
+        stream: &'static str,
+        expected: &'static str,
+    },
+    #[error("empty {message}: set {set}")]
+    EmptyRequest {
+        message: &'static str,
+        set: &'static str,
+    },
+    #[error("stream closed before its first message ({what})")]
+    ClosedBeforeFirst { what: &'static str },
+}
+
+impl InvalidInput {
+    /// The same refusal, prefixed with the request field it concerns.
+    pub fn in_field(self, field: &'static str) -> Self {
+        InvalidInput::InField {
+            field,
+            error: Box::new(self),
+        }
+    }
 }
 
 fn validate_name(field: &'static str, s: &str) -> Result<(), InvalidInput> {
@@ -120,10 +175,11 @@ impl Participant {
             .chars()
             .find(|&c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
         {
-            return Err(InvalidInput::Other(format!(
-                "{field} {:?} contains the control character {bad:?}; control characters and line separators are not allowed",
-                s.chars().take(60).collect::<String>()
-            )));
+            return Err(InvalidInput::ControlCharacter {
+                field,
+                value: s.chars().take(60).collect(),
+                bad,
+            });
         }
         Ok(Self(s))
     }
