@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::coord::election::JoinSpec;
 use crate::coord::types::{
-    InvalidInput, LeaderInfo, Lease, MemberInfo, PageSpec, Participant, QueueKind, QueueName, Value,
+    Holder, InvalidInput, Lease, MemberInfo, PageSpec, Participant, QueueKind, QueueName, Value,
 };
 use crate::coord::CoordError;
 use crate::proto as pb;
@@ -55,10 +55,10 @@ pub fn duration(d: Duration) -> prost_types::Duration {
     prost_types::Duration::try_from(d).unwrap_or_default()
 }
 
-pub fn leader(l: LeaderInfo) -> pb::Leader {
+pub fn leader(l: Holder) -> pb::Leader {
     pb::Leader {
-        election: l.election.to_string(),
-        candidate: l.candidate,
+        election: l.queue.to_string(),
+        candidate: l.participant,
         value: l.value,
         fencing_token: l.fencing_token.0,
         since: Some(l.since.into()),

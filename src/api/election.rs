@@ -14,7 +14,7 @@ use super::convert;
 use super::holder_stream::{self, BoxFuture, HolderStream, Step};
 use super::limits::{self, Admission};
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
-use crate::coord::session::LossReason;
+use crate::coord::link::LossReason;
 use crate::coord::types::{FencingToken, InvalidInput, QueueKind};
 use crate::coord::{CoordError, Coordinator};
 use crate::proto as pb;
@@ -166,13 +166,9 @@ impl Election for ElectionApi {
                 .into())
             }
         };
-        // Create the znode in its own task: if the client cancels while the create is in
-        // flight, tonic drops this handler, but the task finishes and drops the candidacy,
-        // which deletes the znode, instead of leaving it until the session ends (G8).
-        let coord = self.coord.clone();
-        let candidacy = tokio::spawn(async move { coord.campaign(join).await })
-            .await
-            .map_err(|e| Status::internal(format!("campaign task failed: {e}")))??;
+        // Cancellation safe: if the client cancels while the znode is being made, tonic drops
+        // this handler and the znode is deleted, not left until the session ends (G8).
+        let candidacy = self.coord.campaign(join).await?;
         let (tx, rx) = mpsc::channel::<holder_stream::Outbound<_>>(16);
         let stream = CampaignStream {
             candidacy,

@@ -3,7 +3,7 @@
 
 use tonic::{Code, Status};
 
-use crate::coord::session::LossReason;
+use crate::coord::link::LossReason;
 use crate::coord::CoordError;
 
 /// The gRPC code of each error.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
@@ -72,7 +72,7 @@ fn holder(h: MemberInfo) -> pb::Holder {
         owner: h.participant,
         fencing_token: h.fencing_token.0,
         since: h.leader_since.map(Into::into),
-        mode: pb_mode(LockMode::of_letter(h.mode)).into(),
+        mode: pb_mode(LockMode::of_member(h.mode)).into(),
     }
 }
 
@@ -197,29 +197,16 @@ impl Lock for LockApi {
                 .into())
             }
         };
-        // Queue in a task of its own: if the client goes away while the znode is being made,
-        // this handler is dropped, but the task still finishes, finds the stream closed and
-        // drops the hold, which deletes the znode (no orphan until the session's end).
+        // Cancellation safe: if the client goes away meanwhile, the hold's znode is deleted.
+        let hold = self.coord.acquire(spec).await?;
+        let lease = hold.lease().encode();
+        let stream = AcquireStream { hold, lease };
         let (tx, rx) = mpsc::channel::<holder_stream::Outbound<_>>(16);
-        let (started_tx, started_rx) = oneshot::channel();
-        let coord = self.coord.clone();
+        let draining = self.coord.draining();
         tokio::spawn(async move {
             let _permit = permit;
-            match coord.acquire(spec).await {
-                Ok(hold) => {
-                    let _ = started_tx.send(Ok(()));
-                    let lease = hold.lease().encode();
-                    let stream = AcquireStream { hold, lease };
-                    holder_stream::drive(stream, inbound, tx, coord.draining()).await;
-                }
-                Err(e) => {
-                    let _ = started_tx.send(Err(Status::from(e)));
-                }
-            }
+            holder_stream::drive(stream, inbound, tx, draining).await;
         });
-        started_rx
-            .await
-            .map_err(|_| Status::internal("the lock request's task ended unexpectedly"))??;
         Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|m| *m))))
     }
 

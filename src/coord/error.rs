@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use zookeeper_client as zkc;
 
-use super::session::LossReason;
+use super::link::LossReason;
 use super::types::{InvalidInput, QueueKind, QueueName};
 
 #[derive(Debug, thiserror::Error)]

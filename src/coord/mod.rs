@@ -5,7 +5,9 @@
 
 pub mod election;
 pub mod error;
+pub mod link;
 pub mod lock;
+pub mod member;
 pub mod paging;
 pub mod queue;
 pub mod record;

@@ -37,9 +37,10 @@ use tokio::time::Instant;
 use zookeeper_client as zkc;
 use zookeeper_client::{EventType, SessionState, WatchedEvent};
 
-use super::record::{ms_to_time, NodeRecord};
-use super::session::{Link, QueueSlot, ZkSession};
-use super::types::{FencingToken, LeaderInfo, MemberName, QueueKind, QueueName};
+use super::link::Link;
+use super::record::{since, NodeRecord};
+use super::session::{QueueSlot, ZkSession};
+use super::types::{FencingToken, Holder, MemberMode, MemberName, QueueKind, QueueName};
 
 /// What observers see of a queue.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -47,7 +48,7 @@ pub struct QueueView {
     /// False until the actor has listed the queue once.
     pub synced: bool,
     /// The confirmed leader; `None` while vacant (or while a new head awaits confirmation).
-    pub leader: Option<LeaderInfo>,
+    pub leader: Option<Holder>,
 }
 
 /// What the actor tells one local member.
@@ -56,12 +57,12 @@ pub enum MemberSignal {
     /// Confirmed holder (ownership checked): the head of an election, or a lock holder.
     /// `failover` is, for elections, the time from the predecessor's disappearance, when this
     /// gateway saw it.
-    Elected {
-        leader: LeaderInfo,
+    Holds {
+        holder: Holder,
         failover: Option<Duration>,
     },
     /// The leader's value changed.
-    Proclaimed(LeaderInfo),
+    Proclaimed(Holder),
     /// The znode was deleted by someone else (a `Resign` by lease on any gateway).
     Gone,
 }
@@ -214,16 +215,6 @@ impl QueueHandle {
         self.view.clone()
     }
 
-    /// Registers a freshly created local member; returns how many members are ahead of it, or
-    /// `None` if its znode is already gone.
-    pub async fn register(
-        &self,
-        created: Created,
-        signals: mpsc::UnboundedSender<MemberSignal>,
-    ) -> Option<u32> {
-        self.enlist(created, signals).await.ok().map(|e| e.ahead)
-    }
-
     /// Registers a freshly created local member. In a lock queue the member is refused when a
     /// member ahead agreed to a different permit count (`record.permits`, at least 1), so all
     /// members alive at the same time agree on it.
@@ -268,7 +259,7 @@ struct Local {
 struct Head {
     sequence: i64,
     /// Known data (None until fetched).
-    leader: Option<LeaderInfo>,
+    leader: Option<Holder>,
     fetched: bool,
     /// mzxid of the last write we know the content of, to skip refetching it.
     known_mzxid: i64,
@@ -312,7 +303,7 @@ enum Step {
 /// The outcome of confirming a holder (see `Actor::claim`).
 enum Claim {
     /// Ours, present, and now marked as holding.
-    Confirmed(LeaderInfo),
+    Confirmed(Holder),
     /// Gone, or not ours: forgotten; whatever follows it may now hold.
     Vanished,
     /// Not now (the link is suspended, or the read failed): retried after the next event or
@@ -320,9 +311,12 @@ enum Claim {
     Retry,
 }
 
-/// The mode letter of a member's node name (`c`, `w` or `r`).
-fn mode_of(node: &str) -> char {
-    node.chars().next().unwrap_or('w')
+/// The mode of a member's node name.
+fn mode_of(node: &str) -> MemberMode {
+    node.chars()
+        .next()
+        .and_then(MemberMode::from_letter)
+        .unwrap_or(MemberMode::Write)
 }
 
 /// The one rule that decides who holds, applied to a queue in sequence order.
@@ -347,8 +341,8 @@ pub struct HolderScan {
 impl HolderScan {
     /// Whether a member of `mode` would hold with the members pushed so far ahead of it.
     /// `permits` of 0 counts as 1.
-    pub fn admits(&self, mode: char, permits: u32) -> bool {
-        if mode == 'r' {
+    pub fn admits(&self, mode: MemberMode, permits: u32) -> bool {
+        if mode.is_shared() {
             self.writers == 0
         } else {
             self.readers == 0 && self.ahead < permits.max(1) as usize
@@ -356,9 +350,9 @@ impl HolderScan {
     }
 
     /// Counts a member as ahead of the ones still to come.
-    pub fn push(&mut self, mode: char) {
+    pub fn push(&mut self, mode: MemberMode) {
         self.ahead += 1;
-        if mode == 'r' {
+        if mode.is_shared() {
             self.readers += 1;
         } else {
             self.writers += 1;
@@ -596,7 +590,7 @@ impl Actor {
     }
 
     /// Whether the member `sequence` holds by the current view ([`HolderScan`]).
-    fn would_hold(&self, sequence: i64, mode: char, permits: u32) -> bool {
+    fn would_hold(&self, sequence: i64, mode: MemberMode, permits: u32) -> bool {
         let mut scan = HolderScan::default();
         for node in self.members.range(..sequence).map(|(_, n)| n) {
             scan.push(mode_of(node));
@@ -654,7 +648,7 @@ impl Actor {
         Ok(())
     }
 
-    fn publish(&self, leader: Option<LeaderInfo>) {
+    fn publish(&self, leader: Option<Holder>) {
         self.view_tx.send_if_modified(|v| {
             if v.leader == leader && v.synced {
                 return false;
@@ -707,8 +701,8 @@ impl Actor {
                 match self.claim(sequence, &node, check) {
                     Claim::Confirmed(holder) => {
                         if let Some(local) = self.local.get(&node) {
-                            let _ = local.signals.send(MemberSignal::Elected {
-                                leader: holder,
+                            let _ = local.signals.send(MemberSignal::Holds {
+                                holder,
                                 failover: None,
                             });
                         }
@@ -794,9 +788,9 @@ impl Actor {
                 Ok((data, stat)) => {
                     let record = NodeRecord::decode_lossy(&data);
                     let seen_at = self.head.as_ref().and_then(|h| h.seen_at);
-                    let leader = LeaderInfo {
-                        election: self.name.clone(),
-                        candidate: record.participant.clone(),
+                    let leader = Holder {
+                        queue: self.name.clone(),
+                        participant: record.participant.clone(),
                         value: record.value.clone(),
                         fencing_token: FencingToken(stat.czxid as u64),
                         since: seen_at.unwrap_or_else(|| since(&record, &stat)),
@@ -846,8 +840,8 @@ impl Actor {
                 }
                 let failover = self.head_gone_at.take().map(|t| t.elapsed());
                 if let Some(local) = self.local.get(node) {
-                    let _ = local.signals.send(MemberSignal::Elected {
-                        leader: leader.clone(),
+                    let _ = local.signals.send(MemberSignal::Holds {
+                        holder: leader.clone(),
                         failover,
                     });
                 }
@@ -900,9 +894,9 @@ impl Actor {
                 };
                 local.confirmed = true;
                 local.czxid = None;
-                Claim::Confirmed(LeaderInfo {
-                    election: self.name.clone(),
-                    candidate: local.record.participant.clone(),
+                Claim::Confirmed(Holder {
+                    queue: self.name.clone(),
+                    participant: local.record.participant.clone(),
                     value: local.record.value.clone(),
                     fencing_token: FencingToken(czxid as u64),
                     since: std::time::SystemTime::now(),
@@ -938,18 +932,14 @@ enum Ownership {
     NotNow,
 }
 
-/// `since` for a holder this gateway did not see take office: the time its own gateway
-/// recorded, if any (gateways before 0.2 wrote the confirmation time), else when it joined
-/// the queue — a lower bound.
-pub(crate) fn since(record: &NodeRecord, stat: &zkc::Stat) -> std::time::SystemTime {
-    record
-        .elected_at()
-        .unwrap_or_else(|| ms_to_time(stat.ctime))
-}
-
 #[cfg(test)]
 mod tests {
     use super::HolderScan;
+    use crate::coord::types::MemberMode;
+
+    fn mode(c: char) -> MemberMode {
+        MemberMode::from_letter(c).unwrap()
+    }
 
     /// Which members of a queue (mode letters in sequence order) hold with `permits`.
     fn holders(modes: &str, permits: u32) -> String {
@@ -957,8 +947,8 @@ mod tests {
         modes
             .chars()
             .map(|m| {
-                let holds = scan.admits(m, permits);
-                scan.push(m);
+                let holds = scan.admits(mode(m), permits);
+                scan.push(mode(m));
                 if holds {
                     m.to_ascii_uppercase()
                 } else {
@@ -1007,12 +997,12 @@ mod tests {
             let mut scan = HolderScan::default();
             let chars: Vec<char> = modes.chars().collect();
             for (i, &m) in chars.iter().enumerate() {
-                scan.push(m);
+                scan.push(mode(m));
                 if scan.exhausted(permits) {
                     let mut rest = scan.clone();
                     for &later in &chars[i + 1..] {
-                        assert!(!rest.admits(later, permits), "{modes} {permits}");
-                        rest.push(later);
+                        assert!(!rest.admits(mode(later), permits), "{modes} {permits}");
+                        rest.push(mode(later));
                     }
                 }
             }

@@ -270,19 +270,54 @@ impl ProtectedId {
     }
 }
 
+/// What a queue member asks for: to lead an election, or a lock exclusively (one permit of a
+/// semaphore) or shared. Its letter starts the member's znode name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemberMode {
+    /// An election candidate (`c`): holds like a writer of a one-permit lock.
+    Candidate,
+    /// A WRITE lock request (`w`): exclusive, or one permit of a semaphore.
+    Write,
+    /// A READ lock request (`r`): shared with other readers.
+    Read,
+}
+
+impl MemberMode {
+    pub fn letter(self) -> char {
+        match self {
+            MemberMode::Candidate => 'c',
+            MemberMode::Write => 'w',
+            MemberMode::Read => 'r',
+        }
+    }
+
+    pub fn from_letter(c: char) -> Option<Self> {
+        match c {
+            'c' => Some(MemberMode::Candidate),
+            'w' => Some(MemberMode::Write),
+            'r' => Some(MemberMode::Read),
+            _ => None,
+        }
+    }
+
+    /// Whether members of this mode share the hold with each other (readers).
+    pub fn is_shared(self) -> bool {
+        self == MemberMode::Read
+    }
+}
+
 /// The name of one queue member's znode: `<mode>-<32 hex protected id>-<10+ digit sequence>`.
-/// The mode letter is `c` for election candidates, `w`/`r` for write/read lock requests.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct MemberName {
-    pub mode: char,
+    pub mode: MemberMode,
     pub id: String,
     pub sequence: i64,
 }
 
 impl MemberName {
     /// The prefix passed to a sequential create; ZooKeeper appends the sequence.
-    pub fn prefix(mode: char, id: &ProtectedId) -> String {
-        format!("{mode}-{}-", id.hex())
+    pub fn prefix(mode: MemberMode, id: &ProtectedId) -> String {
+        format!("{}-{}-", mode.letter(), id.hex())
     }
 
     /// Parses a child name; `None` for anything that is not one of ours.
@@ -291,10 +326,9 @@ impl MemberName {
         let mode = parts.next()?;
         let id = parts.next()?;
         let seq = parts.next()?;
-        let mode = match mode {
-            "c" => 'c',
-            "w" => 'w',
-            "r" => 'r',
+        let mut letters = mode.chars();
+        let mode = match (letters.next(), letters.next()) {
+            (Some(c), None) => MemberMode::from_letter(c)?,
             _ => return None,
         };
         if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -312,9 +346,9 @@ impl MemberName {
 
     pub fn node_name(&self) -> String {
         if self.sequence <= i64::from(i32::MAX) {
-            format!("{}-{}-{:010}", self.mode, self.id, self.sequence)
+            format!("{}-{}-{:010}", self.mode.letter(), self.id, self.sequence)
         } else {
-            format!("{}-{}-{:019}", self.mode, self.id, self.sequence)
+            format!("{}-{}-{:019}", self.mode.letter(), self.id, self.sequence)
         }
     }
 }
@@ -394,13 +428,18 @@ impl Lease {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FencingToken(pub u64);
 
-/// A leader (or lock holder) as everybody may see it: no lease here.
+/// A member that holds — an election's leader or a lock holder — as everybody may see it: no
+/// lease here.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaderInfo {
-    pub election: QueueName,
-    pub candidate: String,
+pub struct Holder {
+    /// The election or lock.
+    pub queue: QueueName,
+    /// The candidate or owner.
+    pub participant: String,
+    /// The leader's proclaimed value (empty for locks).
     pub value: Vec<u8>,
     pub fencing_token: FencingToken,
+    /// When it took office: when the answering gateway saw it, else its join time.
     pub since: SystemTime,
 }
 
@@ -415,7 +454,7 @@ pub struct MemberInfo {
     pub fencing_token: FencingToken,
     pub joined: SystemTime,
     pub leader_since: Option<SystemTime>,
-    pub mode: char,
+    pub mode: MemberMode,
 }
 
 impl MemberInfo {
@@ -547,7 +586,11 @@ mod tests {
     #[test]
     fn member_names_round_trip_and_order() {
         let id = ProtectedId::random();
-        let name = format!("{}{:010}", MemberName::prefix('c', &id), 42);
+        let name = format!(
+            "{}{:010}",
+            MemberName::prefix(MemberMode::Candidate, &id),
+            42
+        );
         let m = MemberName::parse(&name).unwrap();
         assert_eq!(m.sequence, 42);
         assert_eq!(m.node_name(), name);
@@ -566,7 +609,7 @@ mod tests {
             fencing_token: FencingToken(sequence as u64),
             joined: SystemTime::UNIX_EPOCH,
             leader_since: None,
-            mode: 'w',
+            mode: MemberMode::Write,
         };
         let items: Vec<MemberInfo> = (1..=10).map(|s| member(s * 10, 36)).collect();
         let seqs = |v: &[MemberInfo]| v.iter().map(|m| m.sequence).collect::<Vec<_>>();
@@ -608,8 +651,12 @@ mod tests {
     #[test]
     fn leases_round_trip_and_reject_garbage() {
         let id = ProtectedId::random();
-        let member =
-            MemberName::parse(&format!("{}{:010}", MemberName::prefix('c', &id), 7)).unwrap();
+        let member = MemberName::parse(&format!(
+            "{}{:010}",
+            MemberName::prefix(MemberMode::Candidate, &id),
+            7
+        ))
+        .unwrap();
         let lease = Lease {
             kind: QueueKind::Election,
             queue: QueueName::new("db").unwrap(),
