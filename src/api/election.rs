@@ -1,28 +1,23 @@
 //! The Election service: stream plumbing and conversions around `coord::election`.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures::Stream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
-use super::holder_stream::{self, BoxFuture, HolderStream, Step};
-use super::limits::{self, Admission};
+use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step};
+use super::limits::Admission;
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
 use crate::coord::link::LossReason;
+use crate::coord::member::Member;
 use crate::coord::types::{FencingToken, InvalidInput, QueueKind};
 use crate::coord::{CoordError, Coordinator};
 use crate::proto as pb;
 use crate::proto::campaign_request::Request as CampaignMsg;
 use crate::proto::campaign_response::Event;
 use crate::proto::election_server::Election;
-
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// Serves `zkgate.v1.Election`.
 #[derive(Debug, Clone)]
@@ -58,8 +53,8 @@ impl HolderStream for CampaignStream {
 
     fn queued(&self) -> pb::CampaignResponse {
         event(Event::Queued(pb::Queued {
-            lease: self.candidacy.lease().encode(),
-            position: self.candidacy.position(),
+            lease: self.candidacy.member().lease().encode(),
+            position: self.candidacy.member().position(),
         }))
     }
 
@@ -67,23 +62,19 @@ impl HolderStream for CampaignStream {
         event(Event::Heartbeat(pb::Heartbeat {}))
     }
 
-    fn silence_limit(&self) -> Duration {
-        self.candidacy.silence_limit()
+    fn member(&self) -> &Member {
+        self.candidacy.member()
     }
 
     fn holds(&self) -> bool {
         self.candidacy.is_elected()
     }
 
-    fn may_heartbeat(&self) -> bool {
-        self.candidacy.may_heartbeat()
-    }
-
     async fn next_event(&mut self) -> Step<pb::CampaignResponse> {
         match self.candidacy.next_event().await {
             CandidacyEvent::Elected(l) => Step::Granted(event(Event::Elected(pb::Elected {
                 leader: Some(convert::leader(l)),
-                silence_limit: Some(convert::duration(self.candidacy.silence_limit())),
+                silence_limit: Some(convert::duration(self.candidacy.member().silence_limit())),
             }))),
             CandidacyEvent::Proclaimed(l) => Step::Send(event(Event::Proclaimed(pb::Proclaimed {
                 leader: Some(convert::leader(l)),
@@ -147,39 +138,31 @@ impl Election for ElectionApi {
         &self,
         request: Request<Streaming<pb::CampaignRequest>>,
     ) -> Result<Response<Self::CampaignStream>, Status> {
-        let permit = self.admission.holder(request.remote_addr())?;
-        let mut inbound = request.into_inner();
-        let first = limits::first_message(
-            &mut inbound,
-            self.admission.limits().first_message_timeout,
-            &self.coord.draining(),
+        let (coord, max_value) = (self.coord.clone(), self.max_value());
+        holder_stream::open(
+            &self.admission,
+            &self.coord,
+            request,
             "join",
-        )
-        .await?;
-        let join = match first.request {
-            Some(CampaignMsg::Join(j)) => convert::join(j, self.max_value())?,
-            _ => {
-                return Err(CoordError::from(InvalidInput::FirstMessage {
-                    stream: "Campaign",
-                    expected: "join{election, candidate, value}",
+            |first: pb::CampaignRequest| async move {
+                let join = match first.request {
+                    Some(CampaignMsg::Join(j)) => convert::join(j, max_value)?,
+                    _ => {
+                        return Err(InvalidInput::FirstMessage {
+                            stream: "Campaign",
+                            expected: "join{election, candidate, value}",
+                        }
+                        .into())
+                    }
+                };
+                let candidacy = coord.campaign(join).await?;
+                Ok(CampaignStream {
+                    candidacy,
+                    max_value,
                 })
-                .into())
-            }
-        };
-        // Cancellation safe: if the client cancels while the znode is being made, tonic drops
-        // this handler and the znode is deleted, not left until the session ends (G8).
-        let candidacy = self.coord.campaign(join).await?;
-        let (tx, rx) = mpsc::channel::<holder_stream::Outbound<_>>(16);
-        let stream = CampaignStream {
-            candidacy,
-            max_value: self.max_value(),
-        };
-        let draining = self.coord.draining();
-        tokio::spawn(async move {
-            let _permit = permit;
-            holder_stream::drive(stream, inbound, tx, draining).await;
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|m| *m))))
+            },
+        )
+        .await
     }
 
     async fn proclaim(

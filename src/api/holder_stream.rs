@@ -9,13 +9,59 @@
 //! drifting apart in exactly the rules the fault suite checks. Each service supplies only what
 //! differs: how its events and requests map to messages ([`HolderStream`]).
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::Stream;
 use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
-use tonic::{Status, Streaming};
+use tonic::{Request, Response, Status, Streaming};
 
-use crate::coord::CoordError;
+use super::limits::{self, Admission};
+use crate::coord::member::Member;
+use crate::coord::{CoordError, Coordinator};
+
+/// The response stream of a streaming call.
+pub(super) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// Opens a holder stream: admits it (G10), reads its first message (`what`: join, acquire)
+/// within the first-message timeout, lets `open` turn that message into the hold, then drives
+/// the hold in a task of its own. `open` may be dropped midway (the client went away): the
+/// coordination layer's join and acquire are cancellation safe.
+pub(super) async fn open<H, F, Fut>(
+    admission: &Arc<Admission>,
+    coord: &Coordinator,
+    request: Request<Streaming<H::Request>>,
+    what: &'static str,
+    open: F,
+) -> Result<Response<BoxStream<H::Response>>, Status>
+where
+    H: HolderStream,
+    F: FnOnce(H::Request) -> Fut,
+    Fut: Future<Output = Result<H, CoordError>>,
+{
+    let permit = admission.holder(request.remote_addr())?;
+    let mut inbound = request.into_inner();
+    let first = limits::first_message(
+        &mut inbound,
+        admission.limits().first_message_timeout,
+        &coord.draining(),
+        what,
+    )
+    .await?;
+    let holder = open(first).await?;
+    let (tx, rx) = mpsc::channel::<Outbound<_>>(16);
+    let draining = coord.draining();
+    tokio::spawn(async move {
+        let _permit = permit;
+        drive(holder, inbound, tx, draining).await;
+    });
+    Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|m| *m))))
+}
 
 /// What the loop does next, as decided by one service's event or request.
 pub(super) enum Step<T> {
@@ -49,7 +95,7 @@ pub(super) type Outbound<T> = Box<Result<T, Status>>;
 type Leaving = (BoxFuture<Result<(), CoordError>>, Option<CoordError>);
 
 /// A request in flight that borrows nothing from the stream.
-pub(super) type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+pub(super) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// One holder stream's own part: its messages, its events and its requests.
 #[tonic::async_trait]
@@ -62,14 +108,21 @@ pub(super) trait HolderStream: Send + Sized + 'static {
 
     fn heartbeat() -> Self::Response;
 
-    fn silence_limit(&self) -> Duration;
+    /// The member behind the hold.
+    fn member(&self) -> &Member;
+
+    fn silence_limit(&self) -> Duration {
+        self.member().silence_limit()
+    }
 
     /// Whether the client holds now (leader, or lock acquired).
     fn holds(&self) -> bool;
 
     /// Whether the gateway's view of the link is current enough to vouch for the hold with a
     /// heartbeat (`ZkSession::may_heartbeat`).
-    fn may_heartbeat(&self) -> bool;
+    fn may_heartbeat(&self) -> bool {
+        self.member().may_heartbeat()
+    }
 
     /// The next event of the candidacy or hold, as a step. Must be cancellation safe: it sits
     /// in a `select!` with the inbound side.
@@ -91,7 +144,7 @@ pub(super) trait HolderStream: Send + Sized + 'static {
 /// Nothing in the loop waits on ZooKeeper inline: an in-stream request's ZooKeeper work
 /// (`pending`) and a resign/release (`leaving`) are futures polled beside the holder's events,
 /// so `suspended`, heartbeats and the `ABORTED` deadline are never held up by them (G2).
-pub(super) async fn drive<H: HolderStream>(
+async fn drive<H: HolderStream>(
     mut holder: H,
     mut inbound: Streaming<H::Request>,
     tx: mpsc::Sender<Outbound<H::Response>>,

@@ -1,27 +1,20 @@
 //! The Lock service: stream plumbing and conversions around `coord::lock`.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures::Stream;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert::{self, Converted};
-use super::holder_stream::{self, BoxFuture, HolderStream, Step};
-use super::limits::{self, Admission};
+use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step};
+use super::limits::Admission;
 use crate::coord::lock::{AcquireSpec, LockEnd, LockEvent, LockHold, LockMode};
+use crate::coord::member::Member;
 use crate::coord::types::{FencingToken, InvalidInput, MemberInfo, Participant, QueueKind};
 use crate::coord::{CoordError, Coordinator};
 use crate::proto as pb;
 use crate::proto::acquire_request::Request as AcquireMsg;
 use crate::proto::acquire_response::Event;
 use crate::proto::lock_server::Lock;
-
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// Serves `zkgate.v1.Lock`.
 #[derive(Debug, Clone)]
@@ -95,7 +88,7 @@ impl HolderStream for AcquireStream {
     fn queued(&self) -> pb::AcquireResponse {
         event(Event::Queued(pb::Queued {
             lease: self.lease.clone(),
-            position: self.hold.position(),
+            position: self.hold.member().position(),
         }))
     }
 
@@ -103,16 +96,12 @@ impl HolderStream for AcquireStream {
         event(Event::Heartbeat(pb::Heartbeat {}))
     }
 
-    fn silence_limit(&self) -> Duration {
-        self.hold.silence_limit()
+    fn member(&self) -> &Member {
+        self.hold.member()
     }
 
     fn holds(&self) -> bool {
         self.hold.is_held()
-    }
-
-    fn may_heartbeat(&self) -> bool {
-        self.hold.may_heartbeat()
     }
 
     async fn next_event(&mut self) -> Step<pb::AcquireResponse> {
@@ -120,7 +109,7 @@ impl HolderStream for AcquireStream {
             LockEvent::Acquired(a) => Step::Granted(event(Event::Acquired(pb::Acquired {
                 lease: self.lease.clone(),
                 fencing_token: a.fencing_token.0,
-                silence_limit: Some(convert::duration(self.hold.silence_limit())),
+                silence_limit: Some(convert::duration(self.hold.member().silence_limit())),
             }))),
             LockEvent::Suspended { stop_within } => {
                 Step::Send(event(Event::Suspended(pb::Suspended {
@@ -178,36 +167,29 @@ impl Lock for LockApi {
         &self,
         request: Request<Streaming<pb::AcquireRequest>>,
     ) -> Result<Response<Self::AcquireStream>, Status> {
-        let permit = self.admission.holder(request.remote_addr())?;
-        let mut inbound = request.into_inner();
-        let first = limits::first_message(
-            &mut inbound,
-            self.admission.limits().first_message_timeout,
-            &self.coord.draining(),
+        let coord = self.coord.clone();
+        holder_stream::open(
+            &self.admission,
+            &self.coord,
+            request,
             "acquire",
+            |first: pb::AcquireRequest| async move {
+                let spec = match first.request {
+                    Some(AcquireMsg::Acquire(a)) => AcquireSpec::try_from(a)?,
+                    _ => {
+                        return Err(InvalidInput::FirstMessage {
+                            stream: "Acquire",
+                            expected: "acquire{name, owner, permits, mode, wait_timeout, ttl}",
+                        }
+                        .into())
+                    }
+                };
+                let hold = coord.acquire(spec).await?;
+                let lease = hold.member().lease().encode();
+                Ok(AcquireStream { hold, lease })
+            },
         )
-        .await?;
-        let spec = match first.request {
-            Some(AcquireMsg::Acquire(a)) => AcquireSpec::try_from(a)?,
-            _ => {
-                return Err(CoordError::from(InvalidInput::FirstMessage {
-                    stream: "Acquire",
-                    expected: "acquire{name, owner, permits, mode, wait_timeout, ttl}",
-                })
-                .into())
-            }
-        };
-        // Cancellation safe: if the client goes away meanwhile, the hold's znode is deleted.
-        let hold = self.coord.acquire(spec).await?;
-        let lease = hold.lease().encode();
-        let stream = AcquireStream { hold, lease };
-        let (tx, rx) = mpsc::channel::<holder_stream::Outbound<_>>(16);
-        let draining = self.coord.draining();
-        tokio::spawn(async move {
-            let _permit = permit;
-            holder_stream::drive(stream, inbound, tx, draining).await;
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|m| *m))))
+        .await
     }
 
     async fn release(

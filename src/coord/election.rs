@@ -70,15 +70,19 @@ impl Coordinator {
     /// # Cancellation safety
     /// Cancellation safe: a future dropped midway leaves no znode behind ([`Member::join`]).
     pub async fn campaign(&self, join: JoinSpec) -> Result<Candidacy, CoordError> {
-        let stream = self.stream_token();
-        let session = self.session()?;
-        let queue = session.queue(QueueKind::Election, &join.election).await?;
         let record = NodeRecord {
             participant: join.candidate.as_str().to_owned(),
             value: join.value.into_bytes(),
             ..Default::default()
         };
-        let member = Member::join(session, queue, MemberMode::Candidate, record, stream).await?;
+        let member = self
+            .join_member(
+                QueueKind::Election,
+                &join.election,
+                MemberMode::Candidate,
+                record,
+            )
+            .await?;
         let label = m::name_label(join.election.as_str());
         Ok(Candidacy {
             member,
@@ -90,22 +94,9 @@ impl Coordinator {
 }
 
 impl Candidacy {
-    pub fn lease(&self) -> &Lease {
-        self.member.lease()
-    }
-
-    /// Candidates ahead of this one when it joined.
-    pub fn position(&self) -> u32 {
-        self.member.position()
-    }
-
-    pub fn silence_limit(&self) -> Duration {
-        self.member.session().timing.silence_limit
-    }
-
-    /// See [`ZkSession::may_heartbeat`](super::session::ZkSession::may_heartbeat).
-    pub fn may_heartbeat(&self) -> bool {
-        self.member.session().may_heartbeat()
+    /// Its member: lease, position, timing.
+    pub fn member(&self) -> &Member {
+        &self.member
     }
 
     /// Whether this candidate leads as far as the gateway knows: elected, and its znode not

@@ -199,15 +199,14 @@ impl Coordinator {
     /// # Cancellation safety
     /// Cancellation safe: a future dropped midway leaves no znode behind ([`Member::join`]).
     pub async fn acquire(&self, spec: AcquireSpec) -> Result<LockHold, CoordError> {
-        let stream = self.stream_token();
-        let session = self.session()?;
-        let queue = session.queue(QueueKind::Lock, &spec.name).await?;
         let record = NodeRecord {
             participant: spec.owner.as_str().to_owned(),
             permits: spec.permits,
             ..Default::default()
         };
-        let member = Member::join(session, queue, spec.mode.member_mode(), record, stream).await?;
+        let member = self
+            .join_member(QueueKind::Lock, &spec.name, spec.mode.member_mode(), record)
+            .await?;
         let queued_at = Instant::now();
         // A request that holds the moment it is queued is never timed out: a try-lock on a free
         // lock succeeds although confirming it takes a round trip.
@@ -244,22 +243,9 @@ async fn sleep_until_some(deadline: Option<Instant>) {
 }
 
 impl LockHold {
-    pub fn lease(&self) -> &Lease {
-        self.member.lease()
-    }
-
-    /// Members (holders and waiters) ahead of this one when it was queued.
-    pub fn position(&self) -> u32 {
-        self.member.position()
-    }
-
-    pub fn silence_limit(&self) -> Duration {
-        self.member.session().timing.silence_limit
-    }
-
-    /// See [`ZkSession::may_heartbeat`](super::session::ZkSession::may_heartbeat).
-    pub fn may_heartbeat(&self) -> bool {
-        self.member.session().may_heartbeat()
+    /// Its member: lease, position, timing.
+    pub fn member(&self) -> &Member {
+        &self.member
     }
 
     /// Held as far as the gateway knows: acquired, and the znode not reported gone (heartbeats

@@ -102,7 +102,7 @@ impl Drop for Cleanup {
 
 /// One member znode of this gateway's session and everything that follows it.
 #[derive(Debug)]
-pub(crate) struct Member {
+pub struct Member {
     cleanup: Cleanup,
     lease: Lease,
     path: String,
@@ -117,6 +117,23 @@ pub(crate) struct Member {
     /// and only the link is followed until it is done.
     leaving: bool,
     _stream: tokio_util::task::task_tracker::TaskTrackerToken,
+}
+
+impl super::Coordinator {
+    /// A new member of the queue `kind`/`name` on a session of the pool (see [`Member::join`]),
+    /// counted as a stream for the drain.
+    pub(crate) async fn join_member(
+        &self,
+        kind: QueueKind,
+        name: &super::types::QueueName,
+        mode: MemberMode,
+        record: NodeRecord,
+    ) -> Result<Member, CoordError> {
+        let stream = self.stream_token();
+        let session = self.session()?;
+        let queue = session.queue(kind, name).await?;
+        Member::join(session, queue, mode, record, stream).await
+    }
 }
 
 impl Member {
@@ -200,22 +217,29 @@ impl Member {
         })
     }
 
-    pub(crate) fn lease(&self) -> &Lease {
+    /// The capability naming this member's znode (given only on its own stream).
+    pub fn lease(&self) -> &Lease {
         &self.lease
     }
 
     /// Members ahead of this one when it joined.
-    pub(crate) fn position(&self) -> u32 {
+    pub fn position(&self) -> u32 {
         self.enlisted.ahead
+    }
+
+    /// How long a holder hearing nothing may assume it still holds (G3b).
+    pub fn silence_limit(&self) -> Duration {
+        self.cleanup.session.timing.silence_limit
+    }
+
+    /// See [`ZkSession::may_heartbeat`].
+    pub fn may_heartbeat(&self) -> bool {
+        self.cleanup.session.may_heartbeat()
     }
 
     /// Whether it held by its queue's view the moment it joined.
     pub(crate) fn held_at_join(&self) -> bool {
         self.enlisted.holds
-    }
-
-    pub(crate) fn session(&self) -> &Arc<ZkSession> {
-        &self.cleanup.session
     }
 
     /// What the znode stored when it was created.

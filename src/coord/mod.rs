@@ -2,6 +2,15 @@
 //! here; the API layer converts to and from the wire.
 //!
 //! Data flows one way: `api` → `coord` → ZooKeeper; events flow back through channels.
+//!
+//! - [`session`]: the session pool's supervisors, the G2 clock and the liveness probe;
+//!   [`link`]: the link state every stream and queue follows.
+//! - [`queue`]: one actor per queue per session around the pure [`queue::state::QueueState`]
+//!   (who holds, confirmation, what observers see), and the session's [`queue::QueueRegistry`].
+//! - [`member`]: one member znode's lifecycle, shared by [`election`] (adds proclaim and
+//!   observing) and [`lock`] (adds the wait and the ttl).
+//! - [`error`]: every refusal, named by meaning; [`types`]: validated domain types;
+//!   [`record`]: what a member znode stores; [`zk`], [`paging`]: the ZooKeeper client.
 
 pub mod election;
 pub mod error;

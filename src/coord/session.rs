@@ -21,9 +21,8 @@
 //! the send time of the newest answered probe, less the quorum lag, is a second lower bound on
 //! the quorum's last contact, the one that stays true when the gateway itself was frozen.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -34,7 +33,7 @@ use zookeeper_client::{Acls, SessionState};
 
 use super::link::wait_usable;
 use super::link::{Link, LossReason};
-use super::queue::QueueHandle;
+use super::queue::{QueueHandle, QueueRegistry, SessionIo};
 use super::types::{Holder, QueueKind, QueueName};
 use super::zk::{is_transport_failure, RequestCounter, Zk};
 use super::{CoordConfig, CoordError, Limit};
@@ -179,11 +178,9 @@ pub struct ZkSession {
     pub timing: SessionTiming,
     pub cfg: Arc<CoordConfig>,
     link: watch::Receiver<Link>,
-    queues: Mutex<HashMap<(QueueKind, QueueName), Weak<QueueHandle>>>,
+    queues: QueueRegistry,
     /// Background releases (znode deletes) still running: a drain waits for them.
     pub(crate) releases: tokio_util::task::TaskTracker,
-    /// Queues alive on every session of the gateway (the `max_queues` limit).
-    live_queues: Arc<AtomicUsize>,
     /// Room for proclaimed bytes in flight on this session (`max_proclaim_bytes_in_flight`).
     proclaims: Arc<tokio::sync::Semaphore>,
     /// Send time of the newest liveness probe ZooKeeper answered (kept by `follow_session`):
@@ -223,18 +220,9 @@ impl ZkSession {
         }
     }
 
-    /// The leader as this gateway's watch on the election sees it, if it watches it (a local
-    /// candidate or observer, or a queue still lingering): it knows when that leader took
-    /// office, which a one-off read cannot tell.
+    /// See [`QueueRegistry::watched_leader`].
     pub fn watched_leader(&self, election: &QueueName) -> Option<Holder> {
-        let queue = self
-            .queues
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(QueueKind::Election, election.clone()))
-            .and_then(Weak::upgrade)?;
-        let leader = queue.view().borrow().leader.clone();
-        leader
+        self.queues.watched_leader(election)
     }
 
     /// Keeps `queue` (its watch and its view of the members) for [`QUEUE_LINGER`] after the last
@@ -256,37 +244,22 @@ impl ZkSession {
     /// per queue per session, shared by every local candidate and observer (G4).
     ///
     /// # Errors
-    /// `ResourceExhausted` when the gateway already serves `max_queues` distinct queues;
+    /// `LimitReached` when the gateway already serves `max_queues` distinct queues;
     /// ZooKeeper errors placing the watch or listing the queue.
     pub async fn queue(
-        self: &Arc<Self>,
+        &self,
         kind: QueueKind,
         name: &QueueName,
     ) -> Result<Arc<QueueHandle>, CoordError> {
-        let key = (kind, name.clone());
-        if let Some(q) = self
-            .queues
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            .and_then(Weak::upgrade)
-        {
-            if !q.is_closed() {
-                return Ok(q);
-            }
-        }
-        let slot = QueueSlot::reserve(&self.live_queues, self.cfg.max_queues)?;
-        let q = QueueHandle::start(self.clone(), kind, name.clone(), slot).await?;
-        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        // Another task may have started one meanwhile: keep the first, drop ours.
-        if let Some(existing) = queues.get(&key).and_then(Weak::upgrade) {
-            if !existing.is_closed() {
-                return Ok(existing);
-            }
-        }
-        queues.retain(|_, w| w.strong_count() > 0);
-        queues.insert(key, Arc::downgrade(&q));
-        Ok(q)
+        let io = || SessionIo {
+            zk: self.zk.clone(),
+            session_id: self.session_id(),
+            link: self.link(),
+            permit_reads: self.cfg.member_reads(QueueKind::Lock),
+        };
+        self.queues
+            .get_or_start(io, kind, name, self.queue_path(kind, name))
+            .await
     }
 
     /// Deletes `path`, retrying through connection losses until it is gone or this session is
@@ -356,26 +329,6 @@ impl ZkSession {
     }
 }
 
-/// One of the gateway's `max_queues` places, held by a queue's handle for as long as it lives.
-#[derive(Debug)]
-pub struct QueueSlot(Arc<AtomicUsize>);
-
-impl QueueSlot {
-    fn reserve(live: &Arc<AtomicUsize>, max: usize) -> Result<Self, CoordError> {
-        if live.fetch_add(1, Ordering::AcqRel) >= max {
-            live.fetch_sub(1, Ordering::AcqRel);
-            return Err(Limit::QueuesPerGateway(max).reject());
-        }
-        Ok(Self(live.clone()))
-    }
-}
-
-impl Drop for QueueSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// How long an unused queue actor lingers (see [`ZkSession::linger`]).
 const QUEUE_LINGER: Duration = Duration::from_secs(2);
 
@@ -425,9 +378,8 @@ pub async fn supervise_slot(
             timing,
             cfg: cfg.clone(),
             link: link_rx,
-            queues: Mutex::new(HashMap::new()),
+            queues: QueueRegistry::new(live_queues.clone(), cfg.max_queues),
             releases: tokio_util::task::TaskTracker::new(),
-            live_queues: live_queues.clone(),
             proclaims: Arc::new(tokio::sync::Semaphore::new(
                 cfg.max_proclaim_bytes_in_flight.max(1),
             )),
