@@ -5,14 +5,19 @@
 use std::time::Duration;
 
 use tonic::Code;
-use zkgate::coord::types::{Lease, MemberName, ProtectedId, QueueKind, QueueName};
+use zkgate::coord::types::{Lease, MemberMode, MemberName, ProtectedId, QueueKind, QueueName};
 use zkgate::proto as pb;
 use zkgate::proto::campaign_request::Request as Req;
 use zkgate_testkit::*;
 
 fn fake_lease(kind: QueueKind, queue: &str) -> String {
     let id = ProtectedId::random();
-    let member = MemberName::parse(&format!("{}{:010}", MemberName::prefix('c', &id), 1)).unwrap();
+    let member = MemberName::parse(&format!(
+        "{}{:010}",
+        MemberName::prefix(MemberMode::Candidate, &id),
+        1
+    ))
+    .unwrap();
     Lease {
         kind,
         queue: QueueName::new(queue).unwrap(),

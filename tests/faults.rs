@@ -887,7 +887,7 @@ async fn one_way_partition_with_notifications_suspends_leader_before_expiry() {
 /// NodeDeleted notifications are written to the expired session's socket just before it is
 /// closed. The thawed gateway reads them (and the EOF: link `Suspended`) before it learns, on
 /// reconnecting, that the session expired (link `Lost`). The queue actor turns each
-/// NodeDeleted into `MemberSignal::Gone`, and `Candidacy::next_event` (src/coord/election.rs,
+/// NodeDeleted into `MemberSignal::Gone`, and `Member::next_event` (src/coord/member.rs,
 /// arm `Some(MemberSignal::Gone) | None`) ends the stream `Resigned` — OK — because the link
 /// is not `Lost` yet. (A closed signal channel, `None`, when the actor stops on the watcher's
 /// terminal event before the supervisor publishes `Lost`, takes the same path.) One election
@@ -964,7 +964,7 @@ async fn expired_session_ends_every_stream_aborted() {
 /// Known to fail (see docs/faults.md, "in-flight requests at a dead link"): zookeeper-client
 /// 0.11 fails the requests in flight with the error that ended the connection —
 /// `ConnectionLoss` only for an EOF; a silent link gives `Error::Custom("no response from
-/// connection in …ms")`, a reset an I/O `Custom` error. `create_member` (src/coord/election.rs)
+/// connection in …ms")`, a reset an I/O `Custom` error. `create_member` (src/coord/member.rs)
 /// searches for its protected znode only on `ConnectionLoss` and otherwise returns the error
 /// (the client gets INTERNAL, the znode stays); `Zk::delete_until_gone` (src/coord/zk.rs)
 /// retries only `ConnectionLoss`/`Timeout`, so the background release gives up.

@@ -2,45 +2,63 @@
 
 use std::time::Duration;
 
-use tonic::Status;
-
-use super::error::invalid;
 use crate::coord::election::JoinSpec;
 use crate::coord::types::{
-    LeaderInfo, Lease, MemberInfo, PageSpec, Participant, QueueKind, QueueName, Value,
+    Holder, InvalidInput, Lease, MemberInfo, PageSpec, Participant, QueueKind, QueueName, Value,
 };
+use crate::coord::CoordError;
 use crate::proto as pb;
 
-pub fn queue_name(s: String, field: &'static str) -> Result<QueueName, Status> {
-    QueueName::new(s).map_err(|e| Status::invalid_argument(format!("{field}: {e}")))
+/// Conversions at the edge fail with the domain's own errors; `?` in a handler turns them
+/// into a status through the one mapping in [`super::error`].
+pub type Converted<T> = Result<T, CoordError>;
+
+pub fn queue_name(s: String, field: &'static str) -> Converted<QueueName> {
+    Ok(QueueName::new(s).map_err(|e| e.in_field(field))?)
 }
 
-pub fn value(bytes: Vec<u8>, limit: usize) -> Result<Value, Status> {
-    Value::new(bytes, limit).map_err(invalid)
+pub fn value(bytes: Vec<u8>, limit: usize) -> Converted<Value> {
+    Ok(Value::new(bytes, limit)?)
 }
 
 /// Malformed leases are simply unknown ones: `NOT_FOUND` (contract "API").
-pub fn lease(s: &str, kind: QueueKind) -> Result<Lease, Status> {
-    Lease::decode(s.trim(), kind)
-        .ok_or_else(|| Status::from(crate::coord::election::lease_not_found()))
+pub fn lease(s: &str, kind: QueueKind) -> Converted<Lease> {
+    Lease::decode(s.trim(), kind).ok_or(CoordError::LeaseNotFound)
 }
 
-pub fn join(j: pb::Join, limit: usize) -> Result<JoinSpec, Status> {
+/// A `join{…}` with its value checked against the gateway's limit.
+pub fn join(j: pb::Join, limit: usize) -> Converted<JoinSpec> {
     Ok(JoinSpec {
         election: queue_name(j.election, "election")?,
-        candidate: Participant::new("candidate", j.candidate).map_err(invalid)?,
+        candidate: Participant::new("candidate", j.candidate)?,
         value: value(j.value, limit)?,
     })
+}
+
+/// A duration field: unset stays unset; negative is `INVALID_ARGUMENT`.
+pub fn duration_field(
+    field: &'static str,
+    d: Option<prost_types::Duration>,
+) -> Converted<Option<Duration>> {
+    d.map(|d| {
+        Duration::try_from(d).map_err(|_| {
+            CoordError::from(InvalidInput::NegativeDuration {
+                field,
+                got: d.to_string(),
+            })
+        })
+    })
+    .transpose()
 }
 
 pub fn duration(d: Duration) -> prost_types::Duration {
     prost_types::Duration::try_from(d).unwrap_or_default()
 }
 
-pub fn leader(l: LeaderInfo) -> pb::Leader {
+pub fn leader(l: Holder) -> pb::Leader {
     pb::Leader {
-        election: l.election.to_string(),
-        candidate: l.candidate,
+        election: l.queue.to_string(),
+        candidate: l.participant,
         value: l.value,
         fencing_token: l.fencing_token.0,
         since: Some(l.since.into()),
@@ -64,18 +82,14 @@ const PAGE_TOKEN_PREFIX: &str = "zkp1.";
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` for a token this gateway never issued.
-pub fn page(page_size: u32, page_token: &str) -> Result<PageSpec, Status> {
+pub fn page(page_size: u32, page_token: &str) -> Converted<PageSpec> {
     let after = match page_token.trim() {
         "" => None,
         t => Some(
             t.strip_prefix(PAGE_TOKEN_PREFIX)
                 .and_then(|s| i64::from_str_radix(s, 16).ok())
                 .filter(|&s| s >= 0)
-                .ok_or_else(|| {
-                    Status::invalid_argument(
-                        "page_token is not a next_page_token from an earlier reply",
-                    )
-                })?,
+                .ok_or(InvalidInput::PageToken)?,
         ),
     };
     Ok(PageSpec {

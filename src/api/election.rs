@@ -1,28 +1,23 @@
 //! The Election service: stream plumbing and conversions around `coord::election`.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures::Stream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
-use super::holder_stream::{self, BoxFuture, HolderStream, Step};
-use super::limits::{self, Admission};
+use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step};
+use super::limits::Admission;
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
-use crate::coord::session::LossReason;
-use crate::coord::types::{FencingToken, QueueKind};
+use crate::coord::link::LossReason;
+use crate::coord::member::Member;
+use crate::coord::types::{FencingToken, InvalidInput, QueueKind};
 use crate::coord::{CoordError, Coordinator};
 use crate::proto as pb;
 use crate::proto::campaign_request::Request as CampaignMsg;
 use crate::proto::campaign_response::Event;
 use crate::proto::election_server::Election;
-
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// Serves `zkgate.v1.Election`.
 #[derive(Debug, Clone)]
@@ -58,8 +53,8 @@ impl HolderStream for CampaignStream {
 
     fn queued(&self) -> pb::CampaignResponse {
         event(Event::Queued(pb::Queued {
-            lease: self.candidacy.lease().encode(),
-            position: self.candidacy.position(),
+            lease: self.candidacy.member().lease().encode(),
+            position: self.candidacy.member().position(),
         }))
     }
 
@@ -67,23 +62,19 @@ impl HolderStream for CampaignStream {
         event(Event::Heartbeat(pb::Heartbeat {}))
     }
 
-    fn silence_limit(&self) -> Duration {
-        self.candidacy.silence_limit()
+    fn member(&self) -> &Member {
+        self.candidacy.member()
     }
 
     fn holds(&self) -> bool {
         self.candidacy.is_elected()
     }
 
-    fn may_heartbeat(&self) -> bool {
-        self.candidacy.may_heartbeat()
-    }
-
     async fn next_event(&mut self) -> Step<pb::CampaignResponse> {
         match self.candidacy.next_event().await {
             CandidacyEvent::Elected(l) => Step::Granted(event(Event::Elected(pb::Elected {
                 leader: Some(convert::leader(l)),
-                silence_limit: Some(convert::duration(self.candidacy.silence_limit())),
+                silence_limit: Some(convert::duration(self.candidacy.member().silence_limit())),
             }))),
             CandidacyEvent::Proclaimed(l) => Step::Send(event(Event::Proclaimed(pb::Proclaimed {
                 leader: Some(convert::leader(l)),
@@ -96,33 +87,40 @@ impl HolderStream for CampaignStream {
             CandidacyEvent::Resumed => Step::Send(event(Event::Resumed(pb::Resumed {}))),
             CandidacyEvent::Ended(CandidacyEnd::Resigned) => Step::Done,
             CandidacyEvent::Ended(CandidacyEnd::Lost(reason)) => {
-                Step::Fail(Status::from(CoordError::SessionLost(reason)))
+                Step::Fail(CoordError::SessionLost(reason))
             }
         }
     }
 
     fn on_request(&mut self, request: pb::CampaignRequest) -> Step<pb::CampaignResponse> {
         match request.request {
-            Some(CampaignMsg::Proclaim(p)) => match convert::value(p.value, self.max_value) {
-                Err(status) => Step::Fail(status),
-                Ok(v) => match self.candidacy.start_proclaim(v) {
-                    Err(e) => Step::Fail(Status::from(e)),
-                    // The change comes back as `proclaimed` through the queue's watch.
-                    Ok(write) => Step::Pending(Box::pin(async move {
-                        match write.await {
-                            Ok(()) => Step::Quiet,
-                            Err(e) => Step::Fail(Status::from(e)),
-                        }
-                    })),
-                },
+            Some(CampaignMsg::Proclaim(p)) => match convert::value(p.value, self.max_value)
+                .and_then(|v| self.candidacy.start_proclaim(v))
+            {
+                Err(e) => Step::Fail(e),
+                // The change comes back as `proclaimed` through the queue's watch.
+                Ok(write) => Step::Pending(Box::pin(async move {
+                    match write.await {
+                        Ok(()) => Step::Quiet,
+                        Err(e) => Step::Fail(e),
+                    }
+                })),
             },
             Some(CampaignMsg::Resign(_)) => Step::Leave,
-            Some(CampaignMsg::Join(_)) => Step::Fail(Status::invalid_argument(
-                "join may only be the first message of a Campaign stream",
-            )),
-            None => Step::Fail(Status::invalid_argument(
-                "empty CampaignRequest: set proclaim or resign",
-            )),
+            Some(CampaignMsg::Join(_)) => Step::Fail(
+                InvalidInput::FirstOnly {
+                    what: "join",
+                    stream: "a Campaign",
+                }
+                .into(),
+            ),
+            None => Step::Fail(
+                InvalidInput::EmptyRequest {
+                    message: "CampaignRequest",
+                    set: "proclaim or resign",
+                }
+                .into(),
+            ),
         }
     }
 
@@ -140,41 +138,31 @@ impl Election for ElectionApi {
         &self,
         request: Request<Streaming<pb::CampaignRequest>>,
     ) -> Result<Response<Self::CampaignStream>, Status> {
-        let permit = self.admission.holder(request.remote_addr())?;
-        let mut inbound = request.into_inner();
-        let first = limits::first_message(
-            &mut inbound,
-            self.admission.limits().first_message_timeout,
-            &self.coord.draining(),
+        let (coord, max_value) = (self.coord.clone(), self.max_value());
+        holder_stream::open(
+            &self.admission,
+            &self.coord,
+            request,
             "join",
+            |first: pb::CampaignRequest| async move {
+                let join = match first.request {
+                    Some(CampaignMsg::Join(j)) => convert::join(j, max_value)?,
+                    _ => {
+                        return Err(InvalidInput::FirstMessage {
+                            stream: "Campaign",
+                            expected: "join{election, candidate, value}",
+                        }
+                        .into())
+                    }
+                };
+                let candidacy = coord.campaign(join).await?;
+                Ok(CampaignStream {
+                    candidacy,
+                    max_value,
+                })
+            },
         )
-        .await?;
-        let join = match first.request {
-            Some(CampaignMsg::Join(j)) => convert::join(j, self.max_value())?,
-            _ => {
-                return Err(Status::invalid_argument(
-                    "the first Campaign message must be join{election, candidate, value}",
-                ))
-            }
-        };
-        // Create the znode in its own task: if the client cancels while the create is in
-        // flight, tonic drops this handler, but the task finishes and drops the candidacy,
-        // which deletes the znode, instead of leaving it until the session ends (G8).
-        let coord = self.coord.clone();
-        let candidacy = tokio::spawn(async move { coord.campaign(join).await })
-            .await
-            .map_err(|e| Status::internal(format!("campaign task failed: {e}")))??;
-        let (tx, rx) = mpsc::channel::<holder_stream::Outbound<_>>(16);
-        let stream = CampaignStream {
-            candidacy,
-            max_value: self.max_value(),
-        };
-        let draining = self.coord.draining();
-        tokio::spawn(async move {
-            let _permit = permit;
-            holder_stream::drive(stream, inbound, tx, draining).await;
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|m| *m))))
+        .await
     }
 
     async fn proclaim(

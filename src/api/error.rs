@@ -1,32 +1,67 @@
-//! The one place where every coordination error gets its gRPC code (contract "Errors").
+//! The one place where every error gets its gRPC code (contract "Errors"). The message is always
+//! the error's own text; handlers never build a `Status` themselves.
 
-use tonic::Status;
+use tonic::{Code, Status};
 
-use crate::coord::session::LossReason;
-use crate::coord::types::InvalidInput;
+use crate::coord::link::LossReason;
 use crate::coord::CoordError;
 
-impl From<CoordError> for Status {
-    fn from(e: CoordError) -> Self {
-        let msg = e.to_string();
-        match e {
-            CoordError::Invalid(_) => Status::invalid_argument(msg),
-            CoordError::NotFound(_) => Status::not_found(msg),
-            CoordError::FailedPrecondition(_) => Status::failed_precondition(msg),
-            CoordError::Unavailable(_) | CoordError::Draining => Status::unavailable(msg),
-            CoordError::SessionLost(LossReason::Draining) => Status::unavailable(msg),
-            CoordError::SessionLost(
-                LossReason::Expired | LossReason::PresumedExpired | LossReason::Closed,
-            ) => Status::aborted(msg),
-            CoordError::DeadlineExceeded(_) => Status::deadline_exceeded(msg),
-            CoordError::ResourceExhausted(_) => Status::resource_exhausted(msg),
-            CoordError::NoAuth(_) => Status::permission_denied(msg),
-            CoordError::Zk(_) => Status::internal(msg),
+/// The gRPC code of each error.
+pub fn code(e: &CoordError) -> Code {
+    match e {
+        CoordError::Invalid(_) => Code::InvalidArgument,
+        CoordError::NoLeader(_) | CoordError::LeaseNotFound => Code::NotFound,
+        CoordError::NotLeader | CoordError::PermitMismatch { .. } => Code::FailedPrecondition,
+        CoordError::WaitExpired { .. } | CoordError::FirstMessageTimeout { .. } => {
+            Code::DeadlineExceeded
         }
+        CoordError::LeaseExpired { .. } => Code::Aborted,
+        CoordError::SessionLost(LossReason::Draining) => Code::Unavailable,
+        CoordError::SessionLost(
+            LossReason::Expired | LossReason::PresumedExpired | LossReason::Closed,
+        ) => Code::Aborted,
+        CoordError::Draining | CoordError::Unavailable(_) => Code::Unavailable,
+        CoordError::LimitReached(_) => Code::ResourceExhausted,
+        CoordError::NotAuthorised(_) => Code::PermissionDenied,
+        CoordError::Zk(_) => Code::Internal,
     }
 }
 
-/// Bad input at the edge is `INVALID_ARGUMENT` with the rule it broke.
-pub fn invalid(e: InvalidInput) -> Status {
-    Status::invalid_argument(e.to_string())
+impl From<CoordError> for Status {
+    fn from(e: CoordError) -> Self {
+        Status::new(code(&e), e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coord::types::QueueName;
+
+    #[test]
+    fn codes_by_meaning() {
+        let name = QueueName::new("x").unwrap();
+        for (e, want) in [
+            (CoordError::NoLeader(name.clone()), Code::NotFound),
+            (CoordError::LeaseNotFound, Code::NotFound),
+            (CoordError::NotLeader, Code::FailedPrecondition),
+            (
+                CoordError::LeaseExpired {
+                    lock: name,
+                    ttl: std::time::Duration::ZERO,
+                },
+                Code::Aborted,
+            ),
+            (
+                CoordError::SessionLost(LossReason::Draining),
+                Code::Unavailable,
+            ),
+            (CoordError::SessionLost(LossReason::Expired), Code::Aborted),
+            (CoordError::Draining, Code::Unavailable),
+        ] {
+            let text = e.to_string();
+            let status = Status::from(e);
+            assert_eq!((status.code(), status.message()), (want, text.as_str()));
+        }
+    }
 }

@@ -9,13 +9,59 @@
 //! drifting apart in exactly the rules the fault suite checks. Each service supplies only what
 //! differs: how its events and requests map to messages ([`HolderStream`]).
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::Stream;
 use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
-use tonic::{Status, Streaming};
+use tonic::{Request, Response, Status, Streaming};
 
-use crate::coord::CoordError;
+use super::limits::{self, Admission};
+use crate::coord::member::Member;
+use crate::coord::{CoordError, Coordinator};
+
+/// The response stream of a streaming call.
+pub(super) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// Opens a holder stream: admits it (G10), reads its first message (`what`: join, acquire)
+/// within the first-message timeout, lets `open` turn that message into the hold, then drives
+/// the hold in a task of its own. `open` may be dropped midway (the client went away): the
+/// coordination layer's join and acquire are cancellation safe.
+pub(super) async fn open<H, F, Fut>(
+    admission: &Arc<Admission>,
+    coord: &Coordinator,
+    request: Request<Streaming<H::Request>>,
+    what: &'static str,
+    open: F,
+) -> Result<Response<BoxStream<H::Response>>, Status>
+where
+    H: HolderStream,
+    F: FnOnce(H::Request) -> Fut,
+    Fut: Future<Output = Result<H, CoordError>>,
+{
+    let permit = admission.holder(request.remote_addr())?;
+    let mut inbound = request.into_inner();
+    let first = limits::first_message(
+        &mut inbound,
+        admission.limits().first_message_timeout,
+        &coord.draining(),
+        what,
+    )
+    .await?;
+    let holder = open(first).await?;
+    let (tx, rx) = mpsc::channel::<Outbound<_>>(16);
+    let draining = coord.draining();
+    tokio::spawn(async move {
+        let _permit = permit;
+        drive(holder, inbound, tx, draining).await;
+    });
+    Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|m| *m))))
+}
 
 /// What the loop does next, as decided by one service's event or request.
 pub(super) enum Step<T> {
@@ -25,13 +71,13 @@ pub(super) enum Step<T> {
     Granted(T),
     /// Nothing to tell.
     Quiet,
-    /// End the stream with this status (the hold is dropped, releasing what is left).
-    Fail(Status),
+    /// End the stream with this error (the hold is dropped, releasing what is left).
+    Fail(CoordError),
     /// The client asked to resign/release in-stream: give up, then end (OK, or the error).
     Leave,
-    /// Give up, then end with this status (a lock's wait or ttl ran out: the znode is gone
+    /// Give up, then end with this error (a lock's wait or ttl ran out: the znode is gone
     /// before the client hears it).
-    Expire(Status),
+    Expire(CoordError),
     /// The hold ended by itself (resigned or released by lease elsewhere): end OK.
     Done,
     /// A ZooKeeper request made for an in-stream message (a proclaim): the loop keeps serving
@@ -45,11 +91,11 @@ pub(super) enum Step<T> {
 /// carry several KiB of mostly empty slots (`examples/scale_bench.rs`).
 pub(super) type Outbound<T> = Box<Result<T, Status>>;
 
-/// A resign/release in flight, and the status to end with once it is done (`None`: OK).
-type Leaving = (BoxFuture<Result<(), CoordError>>, Option<Status>);
+/// A resign/release in flight, and the error to end with once it is done (`None`: OK).
+type Leaving = (BoxFuture<Result<(), CoordError>>, Option<CoordError>);
 
 /// A request in flight that borrows nothing from the stream.
-pub(super) type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+pub(super) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// One holder stream's own part: its messages, its events and its requests.
 #[tonic::async_trait]
@@ -62,14 +108,21 @@ pub(super) trait HolderStream: Send + Sized + 'static {
 
     fn heartbeat() -> Self::Response;
 
-    fn silence_limit(&self) -> Duration;
+    /// The member behind the hold.
+    fn member(&self) -> &Member;
+
+    fn silence_limit(&self) -> Duration {
+        self.member().silence_limit()
+    }
 
     /// Whether the client holds now (leader, or lock acquired).
     fn holds(&self) -> bool;
 
     /// Whether the gateway's view of the link is current enough to vouch for the hold with a
     /// heartbeat (`ZkSession::may_heartbeat`).
-    fn may_heartbeat(&self) -> bool;
+    fn may_heartbeat(&self) -> bool {
+        self.member().may_heartbeat()
+    }
 
     /// The next event of the candidacy or hold, as a step. Must be cancellation safe: it sits
     /// in a `select!` with the inbound side.
@@ -91,7 +144,7 @@ pub(super) trait HolderStream: Send + Sized + 'static {
 /// Nothing in the loop waits on ZooKeeper inline: an in-stream request's ZooKeeper work
 /// (`pending`) and a resign/release (`leaving`) are futures polled beside the holder's events,
 /// so `suspended`, heartbeats and the `ABORTED` deadline are never held up by them (G2).
-pub(super) async fn drive<H: HolderStream>(
+async fn drive<H: HolderStream>(
     mut holder: H,
     mut inbound: Streaming<H::Request>,
     tx: mpsc::Sender<Outbound<H::Response>>,
@@ -109,13 +162,13 @@ pub(super) async fn drive<H: HolderStream>(
     loop {
         let step = tokio::select! {
             biased;
-            _ = draining.cancelled() => Step::Fail(Status::from(CoordError::Draining)),
+            _ = draining.cancelled() => Step::Fail(CoordError::Draining),
             _ = tx.closed() => return,
             done = async { leaving.as_mut().expect("guarded").0.as_mut().await }, if leaving.is_some() => {
                 let (_, then) = leaving.take().expect("guarded");
                 match (done, then) {
-                    (_, Some(status)) => {
-                        let _ = tx.send(Box::new(Err(status))).await;
+                    (_, Some(e)) => {
+                        let _ = tx.send(Box::new(Err(Status::from(e)))).await;
                     }
                     (Ok(()), None) => {}
                     (Err(e), None) => {
@@ -156,7 +209,7 @@ pub(super) async fn drive<H: HolderStream>(
                 Ok(msg)
             }
             Step::Quiet => continue,
-            Step::Fail(status) => Err(status),
+            Step::Fail(e) => Err(Status::from(e)),
             Step::Pending(fut) => {
                 pending = Some(fut);
                 continue;
@@ -168,9 +221,9 @@ pub(super) async fn drive<H: HolderStream>(
                 continue;
             }
             // A lock's wait or ttl ran out: the znode goes before the client hears it.
-            Step::Expire(status) => {
+            Step::Expire(e) => {
                 if leaving.is_none() {
-                    leaving = Some((holder.begin_leave(), Some(status)));
+                    leaving = Some((holder.begin_leave(), Some(e)));
                 }
                 continue;
             }

@@ -19,7 +19,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
 
-use crate::coord::CoordError;
+use crate::coord::types::InvalidInput;
+use crate::coord::{CoordError, Limit};
 use crate::metrics as m;
 
 pub const DEFAULT_HOLDER_STREAMS_PER_GATEWAY: usize = 50_000;
@@ -84,13 +85,6 @@ pub struct StreamPermit {
     kind: StreamKind,
 }
 
-fn refuse(limit: &'static str, flag: &str, value: usize, what: &str) -> Status {
-    m::limit_rejected(limit);
-    Status::from(CoordError::ResourceExhausted(format!(
-        "limit reached: {what} ({flag} = {value}); close some streams or use another gateway"
-    )))
-}
-
 impl Admission {
     pub fn new(limits: StreamLimits) -> Arc<Self> {
         Arc::new(Self {
@@ -111,16 +105,11 @@ impl Admission {
     pub fn holder(
         self: &Arc<Self>,
         connection: Option<SocketAddr>,
-    ) -> Result<StreamPermit, Status> {
+    ) -> Result<StreamPermit, CoordError> {
         let max = self.limits.holder_streams_per_gateway;
         if self.holders.fetch_add(1, Ordering::AcqRel) >= max {
             self.holders.fetch_sub(1, Ordering::AcqRel);
-            return Err(refuse(
-                "holder_streams_per_gateway",
-                "--max-holder-streams",
-                max,
-                "open Campaign and Acquire streams on this gateway",
-            ));
+            return Err(Limit::HolderStreamsPerGateway(max).reject());
         }
         if let Err(status) = self.count(connection, StreamKind::Holder) {
             self.holders.fetch_sub(1, Ordering::AcqRel);
@@ -140,7 +129,7 @@ impl Admission {
     pub fn observer(
         self: &Arc<Self>,
         connection: Option<SocketAddr>,
-    ) -> Result<StreamPermit, Status> {
+    ) -> Result<StreamPermit, CoordError> {
         self.count(connection, StreamKind::Observer)?;
         Ok(StreamPermit {
             admission: self.clone(),
@@ -149,7 +138,7 @@ impl Admission {
         })
     }
 
-    fn count(&self, connection: Option<SocketAddr>, kind: StreamKind) -> Result<(), Status> {
+    fn count(&self, connection: Option<SocketAddr>, kind: StreamKind) -> Result<(), CoordError> {
         let Some(addr) = connection else {
             return Ok(());
         };
@@ -159,24 +148,14 @@ impl Admission {
             StreamKind::Holder => {
                 let max = self.limits.holder_streams_per_connection;
                 if entry.holders >= max {
-                    return Err(refuse(
-                        "holder_streams_per_connection",
-                        "--max-holder-streams-per-connection",
-                        max,
-                        "open Campaign and Acquire streams on this client connection",
-                    ));
+                    return Err(Limit::HolderStreamsPerConnection(max).reject());
                 }
                 entry.holders += 1;
             }
             StreamKind::Observer => {
                 let max = self.limits.observe_streams_per_connection;
                 if entry.observers >= max {
-                    return Err(refuse(
-                        "observe_streams_per_connection",
-                        "--max-observe-streams-per-connection",
-                        max,
-                        "open Observe streams on this client connection",
-                    ));
+                    return Err(Limit::ObserveStreamsPerConnection(max).reject());
                 }
                 entry.observers += 1;
             }
@@ -226,22 +205,19 @@ pub(super) async fn first_message<T>(
     inbound: &mut Streaming<T>,
     within: Duration,
     draining: &CancellationToken,
-    what: &str,
+    what: &'static str,
 ) -> Result<T, Status> {
     tokio::select! {
         biased;
-        _ = draining.cancelled() => Err(Status::from(CoordError::Draining)),
+        _ = draining.cancelled() => Err(CoordError::Draining.into()),
         r = tokio::time::timeout(within, inbound.message()) => match r {
             Err(_) => {
                 m::limit_rejected("first_message_timeout");
-                Err(Status::deadline_exceeded(format!(
-                    "no {what} within the first-message timeout ({within:?}, --first-message-timeout): send it as soon as the stream opens"
-                )))
+                Err(CoordError::FirstMessageTimeout { what, within }.into())
             }
             Ok(Ok(Some(msg))) => Ok(msg),
-            Ok(Ok(None)) => Err(Status::invalid_argument(format!(
-                "stream closed before its first message ({what})"
-            ))),
+            Ok(Ok(None)) => Err(CoordError::from(InvalidInput::ClosedBeforeFirst { what }).into()),
+            // The transport's own status, passed on as it is.
             Ok(Err(status)) => Err(status),
         }
     }
@@ -265,7 +241,7 @@ mod tests {
         });
         let h1 = a.holder(addr(1)).unwrap();
         let _h2 = a.holder(addr(1)).unwrap();
-        let e = a.holder(addr(1)).unwrap_err();
+        let e = Status::from(a.holder(addr(1)).unwrap_err());
         assert_eq!(e.code(), tonic::Code::ResourceExhausted);
         assert!(
             e.message()
@@ -273,7 +249,7 @@ mod tests {
             "{e:?}"
         );
         let _h3 = a.holder(addr(2)).unwrap();
-        let e = a.holder(addr(3)).unwrap_err();
+        let e = Status::from(a.holder(addr(3)).unwrap_err());
         assert!(e.message().contains("--max-holder-streams = 3"), "{e:?}");
         assert_eq!(a.holder_streams(), 3);
         drop(h1);

@@ -1,28 +1,20 @@
 //! The Lock service: stream plumbing and conversions around `coord::lock`.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures::Stream;
-use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::convert;
-use super::error::invalid;
-use super::holder_stream::{self, BoxFuture, HolderStream, Step};
-use super::limits::{self, Admission};
+use super::convert::{self, Converted};
+use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step};
+use super::limits::Admission;
 use crate::coord::lock::{AcquireSpec, LockEnd, LockEvent, LockHold, LockMode};
-use crate::coord::types::{FencingToken, MemberInfo, Participant, QueueKind};
+use crate::coord::member::Member;
+use crate::coord::types::{FencingToken, InvalidInput, MemberInfo, Participant, QueueKind};
 use crate::coord::{CoordError, Coordinator};
 use crate::proto as pb;
 use crate::proto::acquire_request::Request as AcquireMsg;
 use crate::proto::acquire_response::Event;
 use crate::proto::lock_server::Lock;
-
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// Serves `zkgate.v1.Lock`.
 #[derive(Debug, Clone)]
@@ -37,26 +29,11 @@ impl LockApi {
     }
 }
 
-/// A duration field: unset stays unset; negative is `INVALID_ARGUMENT`.
-fn duration_field(
-    field: &'static str,
-    d: Option<prost_types::Duration>,
-) -> Result<Option<Duration>, Status> {
-    d.map(|d| {
-        Duration::try_from(d).map_err(|_| {
-            Status::invalid_argument(format!("{field} must not be negative (got {d})"))
-        })
-    })
-    .transpose()
-}
-
-fn lock_mode(mode: i32) -> Result<LockMode, Status> {
+fn lock_mode(mode: i32) -> Converted<LockMode> {
     match pb::LockMode::try_from(mode) {
         Ok(pb::LockMode::Write) => Ok(LockMode::Write),
         Ok(pb::LockMode::Read) => Ok(LockMode::Read),
-        Err(_) => Err(Status::invalid_argument(format!(
-            "mode {mode} is not a LockMode: use LOCK_MODE_WRITE (0) or LOCK_MODE_READ (1)"
-        ))),
+        Err(_) => Err(InvalidInput::LockMode(mode).into()),
     }
 }
 
@@ -68,16 +45,19 @@ fn pb_mode(mode: LockMode) -> pb::LockMode {
 }
 
 /// Validates `acquire{…}` at the edge.
-fn acquire_spec(a: pb::AcquireLock) -> Result<AcquireSpec, Status> {
-    AcquireSpec::new(
-        convert::queue_name(a.name, "name")?,
-        Participant::new("owner", a.owner).map_err(invalid)?,
-        a.permits,
-        lock_mode(a.mode)?,
-        duration_field("wait_timeout", a.wait_timeout)?,
-        duration_field("ttl", a.ttl)?,
-    )
-    .map_err(invalid)
+impl TryFrom<pb::AcquireLock> for AcquireSpec {
+    type Error = CoordError;
+
+    fn try_from(a: pb::AcquireLock) -> Converted<Self> {
+        Ok(AcquireSpec::new(
+            convert::queue_name(a.name, "name")?,
+            Participant::new("owner", a.owner)?,
+            a.permits,
+            lock_mode(a.mode)?,
+            convert::duration_field("wait_timeout", a.wait_timeout)?,
+            convert::duration_field("ttl", a.ttl)?,
+        )?)
+    }
 }
 
 fn holder(h: MemberInfo) -> pb::Holder {
@@ -85,7 +65,7 @@ fn holder(h: MemberInfo) -> pb::Holder {
         owner: h.participant,
         fencing_token: h.fencing_token.0,
         since: h.leader_since.map(Into::into),
-        mode: pb_mode(LockMode::of_letter(h.mode)).into(),
+        mode: pb_mode(LockMode::of_member(h.mode)).into(),
     }
 }
 
@@ -108,7 +88,7 @@ impl HolderStream for AcquireStream {
     fn queued(&self) -> pb::AcquireResponse {
         event(Event::Queued(pb::Queued {
             lease: self.lease.clone(),
-            position: self.hold.position(),
+            position: self.hold.member().position(),
         }))
     }
 
@@ -116,16 +96,12 @@ impl HolderStream for AcquireStream {
         event(Event::Heartbeat(pb::Heartbeat {}))
     }
 
-    fn silence_limit(&self) -> Duration {
-        self.hold.silence_limit()
+    fn member(&self) -> &Member {
+        self.hold.member()
     }
 
     fn holds(&self) -> bool {
         self.hold.is_held()
-    }
-
-    fn may_heartbeat(&self) -> bool {
-        self.hold.may_heartbeat()
     }
 
     async fn next_event(&mut self) -> Step<pb::AcquireResponse> {
@@ -133,7 +109,7 @@ impl HolderStream for AcquireStream {
             LockEvent::Acquired(a) => Step::Granted(event(Event::Acquired(pb::Acquired {
                 lease: self.lease.clone(),
                 fencing_token: a.fencing_token.0,
-                silence_limit: Some(convert::duration(self.hold.silence_limit())),
+                silence_limit: Some(convert::duration(self.hold.member().silence_limit())),
             }))),
             LockEvent::Suspended { stop_within } => {
                 Step::Send(event(Event::Suspended(pb::Suspended {
@@ -141,20 +117,16 @@ impl HolderStream for AcquireStream {
                 })))
             }
             LockEvent::Resumed => Step::Send(event(Event::Resumed(pb::Resumed {}))),
-            LockEvent::WaitExpired(wait) => {
-                Step::Expire(Status::from(CoordError::DeadlineExceeded(format!(
-                    "lock {:?} was not acquired within wait_timeout {wait:?}; the request was withdrawn",
-                    self.hold.name().as_str()
-                ))))
-            }
-            LockEvent::LeaseExpired(ttl) => Step::Expire(Status::aborted(format!(
-                "lease expired: no keep_alive within ttl {ttl:?}; lock {:?} was released",
-                self.hold.name().as_str()
-            ))),
+            LockEvent::WaitExpired(wait) => Step::Expire(CoordError::WaitExpired {
+                lock: self.hold.name().clone(),
+                wait,
+            }),
+            LockEvent::LeaseExpired(ttl) => Step::Expire(CoordError::LeaseExpired {
+                lock: self.hold.name().clone(),
+                ttl,
+            }),
             LockEvent::Ended(LockEnd::Released) => Step::Done,
-            LockEvent::Ended(LockEnd::Lost(reason)) => {
-                Step::Fail(Status::from(CoordError::SessionLost(reason)))
-            }
+            LockEvent::Ended(LockEnd::Lost(reason)) => Step::Fail(CoordError::SessionLost(reason)),
         }
     }
 
@@ -165,12 +137,20 @@ impl HolderStream for AcquireStream {
                 Step::Quiet
             }
             Some(AcquireMsg::Release(_)) => Step::Leave,
-            Some(AcquireMsg::Acquire(_)) => Step::Fail(Status::invalid_argument(
-                "acquire may only be the first message of an Acquire stream",
-            )),
-            None => Step::Fail(Status::invalid_argument(
-                "empty AcquireRequest: set keep_alive or release",
-            )),
+            Some(AcquireMsg::Acquire(_)) => Step::Fail(
+                InvalidInput::FirstOnly {
+                    what: "acquire",
+                    stream: "an Acquire",
+                }
+                .into(),
+            ),
+            None => Step::Fail(
+                InvalidInput::EmptyRequest {
+                    message: "AcquireRequest",
+                    set: "keep_alive or release",
+                }
+                .into(),
+            ),
         }
     }
 
@@ -187,47 +167,29 @@ impl Lock for LockApi {
         &self,
         request: Request<Streaming<pb::AcquireRequest>>,
     ) -> Result<Response<Self::AcquireStream>, Status> {
-        let permit = self.admission.holder(request.remote_addr())?;
-        let mut inbound = request.into_inner();
-        let first = limits::first_message(
-            &mut inbound,
-            self.admission.limits().first_message_timeout,
-            &self.coord.draining(),
-            "acquire",
-        )
-        .await?;
-        let spec = match first.request {
-            Some(AcquireMsg::Acquire(a)) => acquire_spec(a)?,
-            _ => {
-                return Err(Status::invalid_argument(
-                    "the first Acquire message must be acquire{name, owner, permits, mode, wait_timeout, ttl}",
-                ))
-            }
-        };
-        // Queue in a task of its own: if the client goes away while the znode is being made,
-        // this handler is dropped, but the task still finishes, finds the stream closed and
-        // drops the hold, which deletes the znode (no orphan until the session's end).
-        let (tx, rx) = mpsc::channel::<holder_stream::Outbound<_>>(16);
-        let (started_tx, started_rx) = oneshot::channel();
         let coord = self.coord.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            match coord.acquire(spec).await {
-                Ok(hold) => {
-                    let _ = started_tx.send(Ok(()));
-                    let lease = hold.lease().encode();
-                    let stream = AcquireStream { hold, lease };
-                    holder_stream::drive(stream, inbound, tx, coord.draining()).await;
-                }
-                Err(e) => {
-                    let _ = started_tx.send(Err(Status::from(e)));
-                }
-            }
-        });
-        started_rx
-            .await
-            .map_err(|_| Status::internal("the lock request's task ended unexpectedly"))??;
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|m| *m))))
+        holder_stream::open(
+            &self.admission,
+            &self.coord,
+            request,
+            "acquire",
+            |first: pb::AcquireRequest| async move {
+                let spec = match first.request {
+                    Some(AcquireMsg::Acquire(a)) => AcquireSpec::try_from(a)?,
+                    _ => {
+                        return Err(InvalidInput::FirstMessage {
+                            stream: "Acquire",
+                            expected: "acquire{name, owner, permits, mode, wait_timeout, ttl}",
+                        }
+                        .into())
+                    }
+                };
+                let hold = coord.acquire(spec).await?;
+                let lease = hold.member().lease().encode();
+                Ok(AcquireStream { hold, lease })
+            },
+        )
+        .await
     }
 
     async fn release(

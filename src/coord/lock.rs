@@ -20,21 +20,17 @@
 //! `wait_timeout` and `ttl` are enforced by the gateway that hosts the stream, on its monotonic
 //! clock; see [`AcquireSpec`] for how precisely.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::election::{
-    create_member, list_members, read_data, release_in_background, release_outcome,
-};
-use super::queue::{MemberSignal, QueueHandle, Refusal};
-use super::record::NodeRecord;
-use super::session::{LinkChange, LinkFollower, LossReason, ZkSession};
+use super::link::LossReason;
+use super::member::{self, list_members, read_data, Member, MemberEvent};
+use super::record::{since, NodeRecord};
+use super::session::ZkSession;
 use super::types::{
-    FencingToken, InvalidInput, LeaderInfo, Lease, MemberInfo, PageSpec, Participant, QueueKind,
-    QueueName,
+    FencingToken, Holder, InvalidInput, Lease, MemberInfo, MemberMode, PageSpec, Participant,
+    QueueKind, QueueName,
 };
 use super::{CoordError, Coordinator};
 use crate::metrics as m;
@@ -51,17 +47,17 @@ pub enum LockMode {
 }
 
 impl LockMode {
-    /// The mode letter of the member's znode name.
-    pub fn letter(self) -> char {
+    /// The mode of the member's znode.
+    pub fn member_mode(self) -> MemberMode {
         match self {
-            LockMode::Write => 'w',
-            LockMode::Read => 'r',
+            LockMode::Write => MemberMode::Write,
+            LockMode::Read => MemberMode::Read,
         }
     }
 
-    /// The mode of a member znode's letter (anything but `r` excludes).
-    pub fn of_letter(c: char) -> Self {
-        if c == 'r' {
+    /// The lock mode of a member (anything but a reader excludes).
+    pub fn of_member(mode: MemberMode) -> Self {
+        if mode.is_shared() {
             LockMode::Read
         } else {
             LockMode::Write
@@ -112,20 +108,14 @@ impl AcquireSpec {
         ttl: Option<Duration>,
     ) -> Result<Self, InvalidInput> {
         if permits > MAX_PERMITS {
-            return Err(InvalidInput::Other(format!(
-                "permits is {permits}; at most {MAX_PERMITS} are allowed (0 or 1 is a mutex)"
-            )));
+            return Err(InvalidInput::TooManyPermits(permits));
         }
         let permits = permits.max(1);
         if mode == LockMode::Read && permits > 1 {
-            return Err(InvalidInput::Other(format!(
-                "mode READ needs permits 0 or 1 (a read-write lock has one writer at a time), not {permits}"
-            )));
+            return Err(InvalidInput::ReadWithPermits(permits));
         }
         if ttl.is_some_and(|t| t.is_zero()) {
-            return Err(InvalidInput::Other(
-                "ttl must be positive; leave it unset to tie the lease to the stream".into(),
-            ));
+            return Err(InvalidInput::ZeroTtl);
         }
         Ok(Self {
             name,
@@ -179,19 +169,14 @@ struct Held {
     _gauge: m::GaugeGuard,
 }
 
-/// One open Acquire stream's place in a lock's queue. Dropping it (the stream ended for any
-/// reason) deletes its znode: stream loss is release (G3).
+/// One open Acquire stream's place in a lock's queue: its [`Member`] plus what only locks have
+/// — the wait and the ttl. Dropping it (the stream ended for any reason) deletes its znode:
+/// stream loss is release (G3).
 #[derive(Debug)]
 pub struct LockHold {
-    session: Arc<ZkSession>,
-    queue: Arc<QueueHandle>,
-    lease: Lease,
-    path: String,
-    position: u32,
+    member: Member,
     mode: LockMode,
     owner: String,
-    signals: mpsc::UnboundedReceiver<MemberSignal>,
-    link: LinkFollower,
     queued_at: Instant,
     wait_timeout: Option<Duration>,
     /// Until `acquired`; `None` waits forever.
@@ -200,15 +185,6 @@ pub struct LockHold {
     /// While held with a ttl: the latest moment for the next keep-alive.
     ttl_deadline: Option<Instant>,
     held: Option<Held>,
-    /// The znode is known gone: nothing to delete on drop.
-    released: bool,
-    /// The queue reported the znode gone (`Some(actor_stopped)`) and the cause is still being
-    /// decided: kept here so `next_event` stays cancellation safe.
-    pending_gone: Option<bool>,
-    /// The client released in-stream (or its wait or ttl ran out): the delete runs in the
-    /// background ([`LockHold::begin_release`]) and only the link is followed until it is done.
-    leaving: bool,
-    _stream: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
 impl Coordinator {
@@ -217,78 +193,39 @@ impl Coordinator {
     /// hold, which reports `acquired` once the actor has confirmed it.
     ///
     /// # Errors
-    /// `FailedPrecondition` on a permit mismatch (the znode is deleted before this returns);
+    /// `PermitMismatch` (the znode is deleted before this returns); a full queue;
     /// `Unavailable`/`Draining` without a session; ZooKeeper errors.
     ///
     /// # Cancellation safety
-    /// Not cancellation safe: a future dropped after the znode was created leaves it to the
-    /// session's end. The API runs it in a task of its own, which is never dropped midway.
+    /// Cancellation safe: a future dropped midway leaves no znode behind ([`Member::join`]).
     pub async fn acquire(&self, spec: AcquireSpec) -> Result<LockHold, CoordError> {
-        let stream = self.stream_token();
-        let session = self.session()?;
-        let queue = session.queue(QueueKind::Lock, &spec.name).await?;
-        queue.check_room(session.cfg.max_queue_members())?;
         let record = NodeRecord {
             participant: spec.owner.as_str().to_owned(),
             permits: spec.permits,
             ..Default::default()
         };
-        let created = create_member(&session, &queue, spec.mode.letter(), &record).await?;
-        let member = created.member.clone();
-        let path = format!("{}/{}", queue.path, member.node_name());
-        let (tx, rx) = mpsc::unbounded_channel();
-        let enlisted = match queue.enlist(created, tx).await {
-            Ok(e) => e,
-            Err(refusal) => {
-                // Leave no znode behind (G8): delete it before answering.
-                if let Err(e) = session.delete_until_gone(&path).await {
-                    tracing::debug!(error = %e, "deleting a refused lock request failed; the session's end will remove it");
-                }
-                return Err(match refusal {
-                    Refusal::PermitMismatch { recorded } => CoordError::FailedPrecondition(format!(
-                        "lock {:?} is held or awaited with {recorded} permit(s), but this request asked for {}: everyone on a name must agree on permits",
-                        spec.name.as_str(),
-                        spec.permits
-                    )),
-                    Refusal::Gone => CoordError::Unavailable(
-                        "the lock request's znode vanished right after creation".into(),
-                    ),
-                    Refusal::Zk(e) => e.into(),
-                });
-            }
-        };
+        let member = self
+            .join_member(QueueKind::Lock, &spec.name, spec.mode.member_mode(), record)
+            .await?;
         let queued_at = Instant::now();
         // A request that holds the moment it is queued is never timed out: a try-lock on a free
         // lock succeeds although confirming it takes a round trip.
         let wait_deadline = match spec.wait_timeout {
-            Some(t) if !enlisted.holds => Some(queued_at.checked_add(t).unwrap_or_else(far_future)),
+            Some(t) if !member.held_at_join() => {
+                Some(queued_at.checked_add(t).unwrap_or_else(far_future))
+            }
             _ => None,
         };
-        let lease = Lease {
-            kind: QueueKind::Lock,
-            queue: spec.name,
-            member,
-        };
         Ok(LockHold {
-            link: LinkFollower::new(session.link()),
-            session,
-            queue,
-            lease,
-            path,
-            position: enlisted.ahead,
+            member,
             mode: spec.mode,
             owner: spec.owner.as_str().to_owned(),
-            signals: rx,
             queued_at,
             wait_timeout: spec.wait_timeout,
             wait_deadline,
             ttl: spec.ttl,
             ttl_deadline: None,
             held: None,
-            released: false,
-            pending_gone: None,
-            leaving: false,
-            _stream: stream,
         })
     }
 }
@@ -306,32 +243,19 @@ async fn sleep_until_some(deadline: Option<Instant>) {
 }
 
 impl LockHold {
-    pub fn lease(&self) -> &Lease {
-        &self.lease
-    }
-
-    /// Members (holders and waiters) ahead of this one when it was queued.
-    pub fn position(&self) -> u32 {
-        self.position
-    }
-
-    pub fn silence_limit(&self) -> Duration {
-        self.session.timing.silence_limit
-    }
-
-    /// See [`ZkSession::may_heartbeat`].
-    pub fn may_heartbeat(&self) -> bool {
-        self.session.may_heartbeat()
+    /// Its member: lease, position, timing.
+    pub fn member(&self) -> &Member {
+        &self.member
     }
 
     /// Held as far as the gateway knows: acquired, and the znode not reported gone (heartbeats
     /// stop as soon as it is, even while the cause is being decided).
     pub fn is_held(&self) -> bool {
-        self.held.is_some() && self.pending_gone.is_none() && !self.leaving
+        self.held.is_some() && !self.member.is_settling()
     }
 
     pub fn name(&self) -> &QueueName {
-        &self.lease.queue
+        &self.member.lease().queue
     }
 
     /// A keep-alive from the client: while held, the ttl starts over.
@@ -349,43 +273,21 @@ impl LockHold {
     /// # Cancellation safety
     /// Cancellation safe: it only reads channels and sleeps until deadlines kept in `self`.
     pub async fn next_event(&mut self) -> LockEvent {
-        if let Some(actor_stopped) = self.pending_gone {
-            return self.resolve_gone(actor_stopped).await;
-        }
-        if self.leaving {
-            return match self.link.next().await {
-                LinkChange::Suspended { stop_within } => LockEvent::Suspended { stop_within },
-                LinkChange::Resumed => LockEvent::Resumed,
-                LinkChange::Lost(reason) => self.end(LockEnd::Lost(reason)),
-            };
-        }
         loop {
-            let deadline = if self.held.is_some() {
-                self.ttl_deadline
-            } else {
-                self.wait_deadline
+            // Leaving, or deciding why the znode went: no deadline applies any more.
+            let deadline = match (&self.held, self.member.is_settling()) {
+                (_, true) => None,
+                (Some(_), false) => self.ttl_deadline,
+                (None, false) => self.wait_deadline,
             };
-            tokio::select! {
+            let event = tokio::select! {
                 biased;
-                change = self.link.next() => return match change {
-                    LinkChange::Suspended { stop_within } => LockEvent::Suspended { stop_within },
-                    LinkChange::Resumed => LockEvent::Resumed,
-                    LinkChange::Lost(reason) => self.end(LockEnd::Lost(reason)),
-                },
-                signal = self.signals.recv() => match signal {
-                    Some(MemberSignal::Elected { leader, .. }) => return self.acquired(leader),
-                    // Values are never proclaimed on a lock.
-                    Some(MemberSignal::Proclaimed(_)) => {}
-                    gone @ (Some(MemberSignal::Gone) | None) => {
-                        self.pending_gone = Some(gone.is_none());
-                        return self.resolve_gone(gone.is_none()).await;
-                    }
-                },
+                event = self.member.next_event() => event,
                 _ = sleep_until_some(deadline) => {
                     return match (&self.held, self.ttl, self.wait_timeout) {
                         (Some(held), Some(ttl), _) => {
                             tracing::info!(
-                                lock = %self.lease.queue, owner = %self.owner, fencing_token = held.fencing_token.0,
+                                lock = %self.name(), owner = %self.owner, fencing_token = held.fencing_token.0,
                                 ?ttl, "lock lease expired: no keep_alive within ttl; releasing"
                             );
                             LockEvent::LeaseExpired(ttl)
@@ -393,16 +295,25 @@ impl LockHold {
                         (_, _, wait) => LockEvent::WaitExpired(wait.unwrap_or_default()),
                     };
                 }
-            }
+            };
+            return match event {
+                MemberEvent::Holds { holder, .. } => self.acquired(holder),
+                // Values are never proclaimed on a lock.
+                MemberEvent::Proclaimed(_) => continue,
+                MemberEvent::Suspended { stop_within } => LockEvent::Suspended { stop_within },
+                MemberEvent::Resumed => LockEvent::Resumed,
+                MemberEvent::Left => self.end(LockEnd::Released),
+                MemberEvent::Lost(reason) => self.end(LockEnd::Lost(reason)),
+            };
         }
     }
 
-    fn acquired(&mut self, holder: LeaderInfo) -> LockEvent {
+    fn acquired(&mut self, holder: Holder) -> LockEvent {
         let waited = self.queued_at.elapsed();
         m::lock_wait(waited);
         // One line per hand-over; never the lease.
         tracing::info!(
-            lock = %holder.election, owner = %holder.candidate, fencing_token = holder.fencing_token.0,
+            lock = %holder.queue, owner = %holder.participant, fencing_token = holder.fencing_token.0,
             mode = ?self.mode, waited_ms = waited.as_millis() as u64, "lock acquired"
         );
         self.held = Some(Held {
@@ -412,30 +323,12 @@ impl LockHold {
         self.wait_deadline = None;
         self.keep_alive();
         LockEvent::Acquired(Acquisition {
-            name: holder.election,
-            owner: holder.candidate,
+            name: holder.queue,
+            owner: holder.participant,
             fencing_token: holder.fencing_token,
             since: holder.since,
             mode: self.mode,
         })
-    }
-
-    /// A release by lease, or a session going away? Decided only once known (see
-    /// `LinkFollower::znode_gone_cause`).
-    async fn resolve_gone(&mut self, actor_stopped: bool) -> LockEvent {
-        let bound = self.session.timing.negotiated;
-        let cause = self
-            .link
-            .znode_gone_cause(&self.session.zk, actor_stopped, bound)
-            .await;
-        self.pending_gone = None;
-        match cause {
-            Some(reason) => self.end(LockEnd::Lost(reason)),
-            None => {
-                self.released = true;
-                self.end(LockEnd::Released)
-            }
-        }
     }
 
     fn end(&mut self, why: LockEnd) -> LockEvent {
@@ -445,39 +338,23 @@ impl LockHold {
 
     fn log_release(&mut self, why: &str) {
         if let Some(held) = self.held.take() {
-            tracing::debug!(lock = %self.lease.queue, owner = %self.owner, fencing_token = held.fencing_token.0, why, "lock released");
+            tracing::debug!(lock = %self.member.lease().queue, owner = %self.owner, fencing_token = held.fencing_token.0, why, "lock released");
         }
     }
 
-    /// Starts giving the lock (or the place in its queue) up: the znode is deleted by a tracked
-    /// background task that retries until it is gone or the session is over (dropping the
-    /// stream meanwhile cannot orphan it), and the returned future reports the outcome. From
-    /// now on `next_event` follows only the link, so the stream still hears `suspended` and
-    /// ends `ABORTED` in time if the session goes before the delete is confirmed.
+    /// Starts giving the lock (or the place in its queue) up (see [`Member::begin_leave`]).
     pub fn begin_release(
         &mut self,
     ) -> impl std::future::Future<Output = Result<(), CoordError>> + Send + 'static {
-        self.queue.unregister(&self.lease.member.node_name());
-        self.leaving = true;
-        // The background task owns the delete now: nothing more for `Drop` to do.
-        self.released = true;
         self.log_release("released");
-        release_outcome(release_in_background(&self.session, self.path.clone()))
+        self.member.begin_leave()
     }
 }
 
 impl Drop for LockHold {
     fn drop(&mut self) {
         self.log_release("stream ended");
-        self.session.linger(self.queue.clone());
-        if self.released {
-            return;
-        }
-        self.queue.unregister(&self.lease.member.node_name());
-        drop(release_in_background(
-            &self.session,
-            std::mem::take(&mut self.path),
-        ));
+        // The member's own drop deletes the znode unless it is known gone.
     }
 }
 
@@ -537,7 +414,7 @@ impl Coordinator {
                 // Admitted by the rule means holding: its gateway confirms it without a write.
                 holders.push(MemberInfo {
                     sequence: member.sequence,
-                    leader_since: Some(super::queue::since(&record, &stat)),
+                    leader_since: Some(since(&record, &stat)),
                     participant: record.participant,
                     value: record.value,
                     position: (at + i) as u32,
@@ -600,13 +477,13 @@ impl Coordinator {
 
     /// Releases by lease, from any gateway: the same by-lease delete as `resign` (it is keyed by
     /// the lease's kind, so an election lease never decodes here). Idempotent: a spent lease
-    /// is `NotFound`; connection losses are retried until OK, `NoNode` or the session's end.
+    /// is `LeaseNotFound`; connection losses are retried until OK, `NoNode` or the session's end.
     ///
     /// # Errors
-    /// `NotFound` for a lease naming no znode; `Unavailable` without a session.
+    /// `LeaseNotFound` for a lease naming no znode; `Unavailable` without a session.
     pub async fn release(&self, lease: &Lease) -> Result<(), CoordError> {
         debug_assert_eq!(lease.kind, QueueKind::Lock);
-        self.resign(lease).await
+        member::delete_by_lease(&*self.session()?, lease).await
     }
 }
 
@@ -642,9 +519,12 @@ mod tests {
         assert!(spec(3, LockMode::Read, None).is_err());
         assert!(spec(1, LockMode::Write, Some(Duration::ZERO)).is_err());
         assert!(spec(1, LockMode::Write, Some(Duration::from_millis(1))).is_ok());
-        assert_eq!(LockMode::of_letter(LockMode::Read.letter()), LockMode::Read);
         assert_eq!(
-            LockMode::of_letter(LockMode::Write.letter()),
+            LockMode::of_member(LockMode::Read.member_mode()),
+            LockMode::Read
+        );
+        assert_eq!(
+            LockMode::of_member(LockMode::Write.member_mode()),
             LockMode::Write
         );
     }

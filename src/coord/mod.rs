@@ -2,9 +2,21 @@
 //! here; the API layer converts to and from the wire.
 //!
 //! Data flows one way: `api` → `coord` → ZooKeeper; events flow back through channels.
+//!
+//! - [`session`]: the session pool's supervisors, the G2 clock and the liveness probe;
+//!   [`link`]: the link state every stream and queue follows.
+//! - [`queue`]: one actor per queue per session around the pure [`queue::state::QueueState`]
+//!   (who holds, confirmation, what observers see), and the session's [`queue::QueueRegistry`].
+//! - [`member`]: one member znode's lifecycle, shared by [`election`] (adds proclaim and
+//!   observing) and [`lock`] (adds the wait and the ttl).
+//! - [`error`]: every refusal, named by meaning; [`types`]: validated domain types;
+//!   [`record`]: what a member znode stores; [`zk`], [`paging`]: the ZooKeeper client.
 
 pub mod election;
+pub mod error;
+pub mod link;
 pub mod lock;
+pub mod member;
 pub mod paging;
 pub mod queue;
 pub mod record;
@@ -20,10 +32,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use zookeeper_client as zkc;
 
-use self::session::{LossReason, Slot, ZkSession};
-use self::types::{InvalidInput, DEFAULT_MAX_VALUE_BYTES};
+pub use self::error::{CoordError, Limit, Retry};
+use self::session::{Slot, ZkSession};
+use self::types::DEFAULT_MAX_VALUE_BYTES;
 use self::zk::RequestCounter;
 
 pub const DEFAULT_ROOT: &str = "/zkgate";
@@ -142,47 +154,6 @@ impl CoordConfig {
     /// `t / 2`, since ZooKeeper grants no session shorter than two ticks.
     pub fn assumed_tick(&self, t: Duration) -> Duration {
         self.zk_tick_time.unwrap_or(DEFAULT_ZK_TICK_TIME).min(t / 2)
-    }
-}
-
-/// Everything the coordination layer can refuse or fail with; the API maps each variant to
-/// exactly one gRPC code.
-#[derive(Debug, thiserror::Error)]
-pub enum CoordError {
-    #[error("{0}")]
-    Invalid(#[from] InvalidInput),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    FailedPrecondition(String),
-    #[error("no ZooKeeper session: {0}")]
-    Unavailable(String),
-    #[error("the gateway is draining for shutdown; retry on another gateway")]
-    Draining,
-    #[error("{}", .0.describe())]
-    SessionLost(LossReason),
-    #[error("{0}")]
-    DeadlineExceeded(String),
-    #[error("{0}")]
-    ResourceExhausted(String),
-    #[error("ZooKeeper refused the request: not authorised ({0})")]
-    NoAuth(String),
-    #[error("ZooKeeper error: {0}")]
-    Zk(zkc::Error),
-}
-
-impl From<zkc::Error> for CoordError {
-    fn from(e: zkc::Error) -> Self {
-        match e {
-            e if zk::is_transport_failure(&e) => {
-                CoordError::Unavailable(format!("ZooKeeper request failed: {e}"))
-            }
-            zkc::Error::SessionExpired | zkc::Error::ClientClosed => {
-                CoordError::Unavailable(format!("ZooKeeper request failed: {e}"))
-            }
-            zkc::Error::NoAuth | zkc::Error::AuthFailed => CoordError::NoAuth(e.to_string()),
-            e => CoordError::Zk(e),
-        }
     }
 }
 
@@ -309,10 +280,7 @@ impl Coordinator {
                 }
             }
         }
-        Err(CoordError::Unavailable(format!(
-            "the gateway is not connected to ZooKeeper at {}",
-            self.cfg.zk
-        )))
+        Err(Retry::NotConnected(self.cfg.zk.clone()).into())
     }
 
     /// A token every long stream holds, so a drain can wait for them to finish.

@@ -45,3 +45,12 @@ pub fn now_ms() -> i64 {
 pub fn ms_to_time(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
 }
+
+/// `since` for a holder this gateway did not see take office: the time its own gateway
+/// recorded, if any (gateways before 0.2 wrote the confirmation time), else when it joined
+/// the queue — a lower bound.
+pub fn since(record: &NodeRecord, stat: &zookeeper_client::Stat) -> SystemTime {
+    record
+        .elected_at()
+        .unwrap_or_else(|| ms_to_time(stat.ctime))
+}

@@ -21,9 +21,8 @@
 //! the send time of the newest answered probe, less the quorum lag, is a second lower bound on
 //! the quorum's last contact, the one that stays true when the gateway itself was frozen.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -32,150 +31,14 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zkc;
 use zookeeper_client::{Acls, SessionState};
 
-use super::queue::QueueHandle;
+use super::link::wait_usable;
+use super::link::{Link, LossReason};
+use super::queue::{QueueHandle, QueueRegistry, SessionIo};
 use super::timing::Timing;
-use super::types::{LeaderInfo, QueueKind, QueueName};
+use super::types::{Holder, QueueKind, QueueName};
 use super::zk::{is_transport_failure, RequestCounter, Zk};
-use super::{CoordConfig, CoordError};
+use super::{CoordConfig, CoordError, Limit};
 use crate::metrics as m;
-
-/// Where a session's link to ZooKeeper stands, as every stream on it sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Link {
-    Connected,
-    /// Disconnected; the session may still come back until `deadline`.
-    Suspended {
-        deadline: Instant,
-    },
-    /// Terminal: every stream on this session ends.
-    Lost(LossReason),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LossReason {
-    /// ZooKeeper said so.
-    Expired,
-    /// Disconnected for longer than the server would keep the session (our own clock).
-    PresumedExpired,
-    /// Authentication failed or the client closed.
-    Closed,
-    /// The gateway is shutting down.
-    Draining,
-}
-
-impl LossReason {
-    pub fn describe(self) -> &'static str {
-        match self {
-            LossReason::Expired => "leadership lost: ZooKeeper session expired",
-            LossReason::PresumedExpired => {
-                "leadership lost: ZooKeeper session presumed expired (disconnected past the session timeout minus the safety margin)"
-            }
-            LossReason::Closed => "leadership lost: ZooKeeper session closed",
-            LossReason::Draining => "the gateway is draining for shutdown; retry on another gateway",
-        }
-    }
-}
-
-/// A stream's view of its session's link: suspension and resumption are reported once each.
-/// Shared by `Candidacy` and `LockHold`.
-#[derive(Debug)]
-pub(crate) struct LinkFollower {
-    link: watch::Receiver<Link>,
-    suspended: bool,
-}
-
-/// A change of the link worth telling a client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LinkChange {
-    Suspended { stop_within: Duration },
-    Resumed,
-    Lost(LossReason),
-}
-
-impl LinkFollower {
-    pub(crate) fn new(link: watch::Receiver<Link>) -> Self {
-        Self {
-            link,
-            suspended: false,
-        }
-    }
-
-    /// The next change to report.
-    ///
-    /// # Cancellation safety
-    /// Cancellation safe.
-    pub(crate) async fn next(&mut self) -> LinkChange {
-        loop {
-            if self.link.changed().await.is_err() {
-                return LinkChange::Lost(LossReason::Closed);
-            }
-            let link = self.link.borrow_and_update().clone();
-            match link {
-                Link::Lost(reason) => return LinkChange::Lost(reason),
-                Link::Suspended { deadline } if !self.suspended => {
-                    self.suspended = true;
-                    return LinkChange::Suspended {
-                        stop_within: deadline.saturating_duration_since(Instant::now()),
-                    };
-                }
-                Link::Connected if self.suspended => {
-                    self.suspended = false;
-                    return LinkChange::Resumed;
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// The queue said our znode is gone (`actor_stopped`: or it stopped altogether): was that
-    /// a resign/release by lease (`None`), or is the session over (`Some(reason)`)?
-    ///
-    /// An expiring session's own NodeDeleted notifications can reach the gateway before it
-    /// learns the session expired (ZooKeeper writes them just before closing the socket), so
-    /// this decides only once the session's fate is known: `Lost` gives its reason; a
-    /// `Connected` link must prove the session alive with one round trip; `Suspended` waits.
-    /// A stopped queue actor means the session ended, so then only `Lost` will do (bounded by
-    /// the session timeout, after which the session is taken as closed).
-    pub(crate) async fn znode_gone_cause(
-        &mut self,
-        zk: &Zk,
-        actor_stopped: bool,
-        bound: Duration,
-    ) -> Option<LossReason> {
-        let deadline = Instant::now() + bound;
-        loop {
-            let link = self.link.borrow_and_update().clone();
-            match link {
-                Link::Lost(reason) => return Some(reason),
-                Link::Connected if !actor_stopped => match zk.probe().await {
-                    Ok(()) => return None,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "session probe failed; waiting for the session's fate")
-                    }
-                },
-                _ => {}
-            }
-            match tokio::time::timeout_at(deadline, self.link.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) => return Some(LossReason::Closed),
-            }
-        }
-    }
-}
-
-/// Waits until the link is connected again; `SessionLost` if the session ends first.
-pub(crate) async fn wait_usable(link: &mut watch::Receiver<Link>) -> Result<(), CoordError> {
-    loop {
-        match &*link.borrow_and_update() {
-            Link::Connected => return Ok(()),
-            Link::Lost(reason) => return Err(CoordError::SessionLost(*reason)),
-            Link::Suspended { .. } => {}
-        }
-        if link.changed().await.is_err() {
-            return Err(CoordError::SessionLost(LossReason::Closed));
-        }
-    }
-}
 
 /// One live ZooKeeper session and the queues (elections, locks) it serves.
 #[derive(Debug)]
@@ -184,15 +47,13 @@ pub struct ZkSession {
     pub timing: Timing,
     pub cfg: Arc<CoordConfig>,
     link: watch::Receiver<Link>,
-    queues: Mutex<HashMap<(QueueKind, QueueName), Weak<QueueHandle>>>,
+    queues: QueueRegistry,
     /// Background releases (znode deletes) still running: a drain waits for them.
     pub(crate) releases: tokio_util::task::TaskTracker,
-    /// Queues alive on every session of the gateway (the `max_queues` limit).
-    live_queues: Arc<AtomicUsize>,
-    /// The gateway is draining: releases wait [`Timing::drain_handoff`] first.
-    draining: CancellationToken,
     /// Room for proclaimed bytes in flight on this session (`max_proclaim_bytes_in_flight`).
     proclaims: Arc<tokio::sync::Semaphore>,
+    /// The gateway is draining: releases wait [`Timing::drain_handoff`] first.
+    draining: CancellationToken,
     /// Send time of the newest liveness probe ZooKeeper answered (kept by `follow_session`):
     /// the server heard from this session no earlier than this.
     last_answered: Mutex<Instant>,
@@ -239,18 +100,9 @@ impl ZkSession {
         }
     }
 
-    /// The leader as this gateway's watch on the election sees it, if it watches it (a local
-    /// candidate or observer, or a queue still lingering): it knows when that leader took
-    /// office, which a one-off read cannot tell.
-    pub fn watched_leader(&self, election: &QueueName) -> Option<LeaderInfo> {
-        let queue = self
-            .queues
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(QueueKind::Election, election.clone()))
-            .and_then(Weak::upgrade)?;
-        let leader = queue.view().borrow().leader.clone();
-        leader
+    /// See [`QueueRegistry::watched_leader`].
+    pub fn watched_leader(&self, election: &QueueName) -> Option<Holder> {
+        self.queues.watched_leader(election)
     }
 
     /// Keeps `queue` (its watch and its view of the members) for [`QUEUE_LINGER`] after the last
@@ -272,37 +124,22 @@ impl ZkSession {
     /// per queue per session, shared by every local candidate and observer (G4).
     ///
     /// # Errors
-    /// `ResourceExhausted` when the gateway already serves `max_queues` distinct queues;
+    /// `LimitReached` when the gateway already serves `max_queues` distinct queues;
     /// ZooKeeper errors placing the watch or listing the queue.
     pub async fn queue(
-        self: &Arc<Self>,
+        &self,
         kind: QueueKind,
         name: &QueueName,
     ) -> Result<Arc<QueueHandle>, CoordError> {
-        let key = (kind, name.clone());
-        if let Some(q) = self
-            .queues
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            .and_then(Weak::upgrade)
-        {
-            if !q.is_closed() {
-                return Ok(q);
-            }
-        }
-        let slot = QueueSlot::reserve(&self.live_queues, self.cfg.max_queues)?;
-        let q = QueueHandle::start(self.clone(), kind, name.clone(), slot).await?;
-        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        // Another task may have started one meanwhile: keep the first, drop ours.
-        if let Some(existing) = queues.get(&key).and_then(Weak::upgrade) {
-            if !existing.is_closed() {
-                return Ok(existing);
-            }
-        }
-        queues.retain(|_, w| w.strong_count() > 0);
-        queues.insert(key, Arc::downgrade(&q));
-        Ok(q)
+        let io = || SessionIo {
+            zk: self.zk.clone(),
+            session_id: self.session_id(),
+            link: self.link(),
+            permit_reads: self.cfg.member_reads(QueueKind::Lock),
+        };
+        self.queues
+            .get_or_start(io, kind, name, self.queue_path(kind, name))
+            .await
     }
 
     /// Deletes `path`, retrying through connection losses until it is gone or this session is
@@ -362,40 +199,13 @@ impl ZkSession {
             .clone()
             .try_acquire_many_owned(self.proclaim_charge(value_len))
             .map_err(|_| {
-                crate::metrics::limit_rejected("proclaim_bytes_in_flight");
-                CoordError::ResourceExhausted(format!(
-                    "limit reached: proclaimed bytes in flight on this gateway's ZooKeeper session (--max-proclaim-bytes-in-flight = {}); retry shortly",
-                    self.cfg.max_proclaim_bytes_in_flight
-                ))
+                Limit::ProclaimBytesInFlight(self.cfg.max_proclaim_bytes_in_flight).reject()
             })
     }
 
     /// `/<root>/<folder>/<queue>`.
     pub fn queue_path(&self, kind: QueueKind, name: &QueueName) -> String {
         format!("{}/{}/{}", self.cfg.root_path(), kind.folder(), name)
-    }
-}
-
-/// One of the gateway's `max_queues` places, held by a queue's handle for as long as it lives.
-#[derive(Debug)]
-pub struct QueueSlot(Arc<AtomicUsize>);
-
-impl QueueSlot {
-    fn reserve(live: &Arc<AtomicUsize>, max: usize) -> Result<Self, CoordError> {
-        if live.fetch_add(1, Ordering::AcqRel) >= max {
-            live.fetch_sub(1, Ordering::AcqRel);
-            crate::metrics::limit_rejected("queues_per_gateway");
-            return Err(CoordError::ResourceExhausted(format!(
-                "limit reached: distinct elections and locks in use on this gateway (--max-queues = {max}); use fewer names at once or another gateway"
-            )));
-        }
-        Ok(Self(live.clone()))
-    }
-}
-
-impl Drop for QueueSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -449,14 +259,13 @@ pub async fn supervise_slot(
             timing,
             cfg: cfg.clone(),
             link: link_rx,
-            queues: Mutex::new(HashMap::new()),
+            queues: QueueRegistry::new(live_queues.clone(), cfg.max_queues),
             releases: tokio_util::task::TaskTracker::new(),
-            live_queues: live_queues.clone(),
-            draining: draining.clone(),
             proclaims: Arc::new(tokio::sync::Semaphore::new(
                 cfg.max_proclaim_bytes_in_flight.max(1),
             )),
             last_answered: Mutex::new(Instant::now()),
+            draining: draining.clone(),
         });
         tracing::info!(
             session = format_args!("{:#x}", session.session_id()),

@@ -32,8 +32,63 @@ pub enum InvalidInput {
     DotName { field: &'static str },
     #[error("value is {len} bytes; the limit is {limit} bytes")]
     ValueTooLarge { len: usize, limit: usize },
-    #[error("{0}")]
-    Other(String),
+    #[error(
+        "{field} {value:?} contains the control character {bad:?}; control characters and line separators are not allowed"
+    )]
+    ControlCharacter {
+        field: &'static str,
+        value: String,
+        bad: char,
+    },
+    #[error("permits is {0}; at most {max} are allowed (0 or 1 is a mutex)", max = crate::coord::lock::MAX_PERMITS)]
+    TooManyPermits(u32),
+    #[error(
+        "mode READ needs permits 0 or 1 (a read-write lock has one writer at a time), not {0}"
+    )]
+    ReadWithPermits(u32),
+    #[error("ttl must be positive; leave it unset to tie the lease to the stream")]
+    ZeroTtl,
+    /// A rule broken by the named request field.
+    #[error("{field}: {error}")]
+    InField {
+        field: &'static str,
+        error: Box<InvalidInput>,
+    },
+    #[error("{field} must not be negative (got {got})")]
+    NegativeDuration { field: &'static str, got: String },
+    #[error("mode {0} is not a LockMode: use LOCK_MODE_WRITE (0) or LOCK_MODE_READ (1)")]
+    LockMode(i32),
+    #[error("page_token is not a next_page_token from an earlier reply")]
+    PageToken,
+    /// A stream's opening message (join, acquire) sent again later.
+    #[error("{what} may only be the first message of {stream} stream")]
+    FirstOnly {
+        what: &'static str,
+        stream: &'static str,
+    },
+    /// A stream whose first message is not its opening one.
+    #[error("the first {stream} message must be {expected}")]
+    FirstMessage {
+        stream: &'static str,
+        expected: &'static str,
+    },
+    #[error("empty {message}: set {set}")]
+    EmptyRequest {
+        message: &'static str,
+        set: &'static str,
+    },
+    #[error("stream closed before its first message ({what})")]
+    ClosedBeforeFirst { what: &'static str },
+}
+
+impl InvalidInput {
+    /// The same refusal, prefixed with the request field it concerns.
+    pub fn in_field(self, field: &'static str) -> Self {
+        InvalidInput::InField {
+            field,
+            error: Box::new(self),
+        }
+    }
 }
 
 fn validate_name(field: &'static str, s: &str) -> Result<(), InvalidInput> {
@@ -120,10 +175,11 @@ impl Participant {
             .chars()
             .find(|&c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
         {
-            return Err(InvalidInput::Other(format!(
-                "{field} {:?} contains the control character {bad:?}; control characters and line separators are not allowed",
-                s.chars().take(60).collect::<String>()
-            )));
+            return Err(InvalidInput::ControlCharacter {
+                field,
+                value: s.chars().take(60).collect(),
+                bad,
+            });
         }
         Ok(Self(s))
     }
@@ -214,19 +270,54 @@ impl ProtectedId {
     }
 }
 
+/// What a queue member asks for: to lead an election, or a lock exclusively (one permit of a
+/// semaphore) or shared. Its letter starts the member's znode name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemberMode {
+    /// An election candidate (`c`): holds like a writer of a one-permit lock.
+    Candidate,
+    /// A WRITE lock request (`w`): exclusive, or one permit of a semaphore.
+    Write,
+    /// A READ lock request (`r`): shared with other readers.
+    Read,
+}
+
+impl MemberMode {
+    pub fn letter(self) -> char {
+        match self {
+            MemberMode::Candidate => 'c',
+            MemberMode::Write => 'w',
+            MemberMode::Read => 'r',
+        }
+    }
+
+    pub fn from_letter(c: char) -> Option<Self> {
+        match c {
+            'c' => Some(MemberMode::Candidate),
+            'w' => Some(MemberMode::Write),
+            'r' => Some(MemberMode::Read),
+            _ => None,
+        }
+    }
+
+    /// Whether members of this mode share the hold with each other (readers).
+    pub fn is_shared(self) -> bool {
+        self == MemberMode::Read
+    }
+}
+
 /// The name of one queue member's znode: `<mode>-<32 hex protected id>-<10+ digit sequence>`.
-/// The mode letter is `c` for election candidates, `w`/`r` for write/read lock requests.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct MemberName {
-    pub mode: char,
+    pub mode: MemberMode,
     pub id: String,
     pub sequence: i64,
 }
 
 impl MemberName {
     /// The prefix passed to a sequential create; ZooKeeper appends the sequence.
-    pub fn prefix(mode: char, id: &ProtectedId) -> String {
-        format!("{mode}-{}-", id.hex())
+    pub fn prefix(mode: MemberMode, id: &ProtectedId) -> String {
+        format!("{}-{}-", mode.letter(), id.hex())
     }
 
     /// Parses a child name; `None` for anything that is not one of ours.
@@ -235,10 +326,9 @@ impl MemberName {
         let mode = parts.next()?;
         let id = parts.next()?;
         let seq = parts.next()?;
-        let mode = match mode {
-            "c" => 'c',
-            "w" => 'w',
-            "r" => 'r',
+        let mut letters = mode.chars();
+        let mode = match (letters.next(), letters.next()) {
+            (Some(c), None) => MemberMode::from_letter(c)?,
             _ => return None,
         };
         if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -256,9 +346,9 @@ impl MemberName {
 
     pub fn node_name(&self) -> String {
         if self.sequence <= i64::from(i32::MAX) {
-            format!("{}-{}-{:010}", self.mode, self.id, self.sequence)
+            format!("{}-{}-{:010}", self.mode.letter(), self.id, self.sequence)
         } else {
-            format!("{}-{}-{:019}", self.mode, self.id, self.sequence)
+            format!("{}-{}-{:019}", self.mode.letter(), self.id, self.sequence)
         }
     }
 }
@@ -338,13 +428,18 @@ impl Lease {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FencingToken(pub u64);
 
-/// A leader (or lock holder) as everybody may see it: no lease here.
+/// A member that holds — an election's leader or a lock holder — as everybody may see it: no
+/// lease here.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaderInfo {
-    pub election: QueueName,
-    pub candidate: String,
+pub struct Holder {
+    /// The election or lock.
+    pub queue: QueueName,
+    /// The candidate or owner.
+    pub participant: String,
+    /// The leader's proclaimed value (empty for locks).
     pub value: Vec<u8>,
     pub fencing_token: FencingToken,
+    /// When it took office: when the answering gateway saw it, else its join time.
     pub since: SystemTime,
 }
 
@@ -359,7 +454,7 @@ pub struct MemberInfo {
     pub fencing_token: FencingToken,
     pub joined: SystemTime,
     pub leader_since: Option<SystemTime>,
-    pub mode: char,
+    pub mode: MemberMode,
 }
 
 impl MemberInfo {
@@ -491,7 +586,11 @@ mod tests {
     #[test]
     fn member_names_round_trip_and_order() {
         let id = ProtectedId::random();
-        let name = format!("{}{:010}", MemberName::prefix('c', &id), 42);
+        let name = format!(
+            "{}{:010}",
+            MemberName::prefix(MemberMode::Candidate, &id),
+            42
+        );
         let m = MemberName::parse(&name).unwrap();
         assert_eq!(m.sequence, 42);
         assert_eq!(m.node_name(), name);
@@ -510,7 +609,7 @@ mod tests {
             fencing_token: FencingToken(sequence as u64),
             joined: SystemTime::UNIX_EPOCH,
             leader_since: None,
-            mode: 'w',
+            mode: MemberMode::Write,
         };
         let items: Vec<MemberInfo> = (1..=10).map(|s| member(s * 10, 36)).collect();
         let seqs = |v: &[MemberInfo]| v.iter().map(|m| m.sequence).collect::<Vec<_>>();
@@ -552,8 +651,12 @@ mod tests {
     #[test]
     fn leases_round_trip_and_reject_garbage() {
         let id = ProtectedId::random();
-        let member =
-            MemberName::parse(&format!("{}{:010}", MemberName::prefix('c', &id), 7)).unwrap();
+        let member = MemberName::parse(&format!(
+            "{}{:010}",
+            MemberName::prefix(MemberMode::Candidate, &id),
+            7
+        ))
+        .unwrap();
         let lease = Lease {
             kind: QueueKind::Election,
             queue: QueueName::new("db").unwrap(),

@@ -1,0 +1,611 @@
+//! One queue member: one EPHEMERAL_SEQUENTIAL znode with a protected name, registered with
+//! its queue's actor, following its session's link, and deleted when it is dropped. Elections
+//! and locks are the same lifecycle; [`Candidacy`](super::election::Candidacy) adds only
+//! proclaim, [`LockHold`](super::lock::LockHold) only its wait and ttl.
+//!
+//! # Never an orphan
+//! The znode's deletion is armed before the create is sent: its protected id is known by
+//! then, so a join dropped at any await (the client went away) finds its znode again and
+//! deletes it in the background, and a member dropped later deletes it by name. Every delete
+//! is a tracked task retried until the znode is gone or the session is over (a drain waits
+//! for them), so stream loss is release (G3) and joining is cancellation safe.
+//!
+//! # Gone: resigned or lost?
+//! When the queue reports the znode gone, [`Member::next_event`] decides why before saying
+//! anything (see `LinkFollower::znode_gone_cause`): a resign or release by lease from any
+//! gateway, or the session's end.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use zookeeper_client as zkc;
+
+use super::link::{wait_usable, LinkChange, LinkFollower, LossReason};
+use super::queue::{Created, Enlisted, MemberSignal, QueueHandle, Refusal};
+use super::record::{now_ms, NodeRecord};
+use super::session::ZkSession;
+use super::types::{Holder, Lease, MemberMode, MemberName, ProtectedId, QueueKind};
+use super::{CoordError, Retry};
+
+/// What a member's stream hears, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum MemberEvent {
+    /// Confirmed as holding (see `queue`); `failover` as in [`MemberSignal::Holds`].
+    Holds {
+        holder: Holder,
+        failover: Option<Duration>,
+    },
+    /// The holder's value changed (elections).
+    Proclaimed(Holder),
+    Suspended {
+        stop_within: Duration,
+    },
+    Resumed,
+    /// The znode was deleted by a resign/release by lease, on any gateway.
+    Left,
+    /// The session is over (or presumed over).
+    Lost(LossReason),
+}
+
+/// Deletes a member's znode when dropped while armed: by name once the create answered, else
+/// by its protected prefix (the create may have been applied). Keeps the queue's actor
+/// lingering after a created member goes (see [`ZkSession::linger`]).
+#[derive(Debug)]
+struct Cleanup {
+    session: Arc<ZkSession>,
+    queue: Arc<QueueHandle>,
+    prefix: String,
+    /// The znode's name, once created.
+    node: Option<String>,
+    armed: bool,
+}
+
+impl Cleanup {
+    fn path(&self, node: &str) -> String {
+        format!("{}/{}", self.queue.path, node)
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if self.node.is_some() {
+            self.session.linger(self.queue.clone());
+        }
+        if !self.armed {
+            return;
+        }
+        match self.node.take() {
+            Some(node) => {
+                self.queue.unregister(&node);
+                drop(release_in_background(&self.session, self.path(&node)));
+            }
+            None => {
+                let (session, queue_path) = (self.session.clone(), self.queue.path.clone());
+                let prefix = std::mem::take(&mut self.prefix);
+                self.session.releases.spawn(async move {
+                    match find_protected(&session, &queue_path, &prefix).await {
+                        Ok(Some((member, _))) => {
+                            let path = format!("{queue_path}/{}", member.node_name());
+                            let _ = session.delete_until_gone(&path).await;
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::debug!(error = %e, "looking for an abandoned member znode failed; the session's end removes it")
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// One member znode of this gateway's session and everything that follows it.
+#[derive(Debug)]
+pub struct Member {
+    cleanup: Cleanup,
+    lease: Lease,
+    path: String,
+    record: NodeRecord,
+    enlisted: Enlisted,
+    signals: mpsc::UnboundedReceiver<MemberSignal>,
+    link: LinkFollower,
+    /// The queue reported the znode gone (`Some(actor_stopped)`) and the cause is still being
+    /// decided: kept here so `next_event` stays cancellation safe.
+    pending_gone: Option<bool>,
+    /// The client asked to leave: the delete runs in the background ([`Member::begin_leave`])
+    /// and only the link is followed until it is done.
+    leaving: bool,
+    _stream: tokio_util::task::task_tracker::TaskTrackerToken,
+}
+
+impl super::Coordinator {
+    /// A new member of the queue `kind`/`name` on a session of the pool (see [`Member::join`]),
+    /// counted as a stream for the drain.
+    pub(crate) async fn join_member(
+        &self,
+        kind: QueueKind,
+        name: &super::types::QueueName,
+        mode: MemberMode,
+        record: NodeRecord,
+    ) -> Result<Member, CoordError> {
+        let stream = self.stream_token();
+        let session = self.session()?;
+        let queue = session.queue(kind, name).await?;
+        Member::join(session, queue, mode, record, stream).await
+    }
+}
+
+impl Member {
+    /// Creates the member's znode in `queue` and registers it. A lock queue refuses a permit
+    /// count that differs from the members ahead; a refused member's znode is deleted before
+    /// this returns (G8).
+    ///
+    /// # Errors
+    /// `LimitReached` for a full queue, `PermitMismatch`, `Unavailable` without a usable
+    /// session; ZooKeeper errors.
+    ///
+    /// # Cancellation safety
+    /// Cancellation safe: a future dropped at any point leaves no znode behind (see the module
+    /// docs).
+    pub(crate) async fn join(
+        session: Arc<ZkSession>,
+        queue: Arc<QueueHandle>,
+        mode: MemberMode,
+        record: NodeRecord,
+        stream: tokio_util::task::task_tracker::TaskTrackerToken,
+    ) -> Result<Self, CoordError> {
+        queue.check_room(session.cfg.max_queue_members())?;
+        let id = ProtectedId::random();
+        let mut cleanup = Cleanup {
+            session: session.clone(),
+            prefix: MemberName::prefix(mode, &id),
+            queue,
+            node: None,
+            armed: true,
+        };
+        let created = match create_member(&session, &cleanup.queue, mode, &id, &record).await {
+            Ok(c) => c,
+            Err(e) => {
+                // Failed rather than dropped: whatever the create may have left is the
+                // session's (as before any member existed).
+                cleanup.armed = false;
+                return Err(e);
+            }
+        };
+        let member = created.member.clone();
+        let record = created.record.clone();
+        cleanup.node = Some(member.node_name());
+        let path = cleanup.path(&member.node_name());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let enlisted = match cleanup.queue.enlist(created, tx).await {
+            Ok(e) => e,
+            Err(refusal) => {
+                // Leave no znode behind (G8): delete it before answering.
+                if let Err(e) = session.delete_until_gone(&path).await {
+                    tracing::debug!(error = %e, "deleting a refused member failed; the session's end will remove it");
+                }
+                cleanup.armed = false;
+                let kind = cleanup.queue.kind;
+                return Err(match refusal {
+                    Refusal::PermitMismatch { recorded } => CoordError::PermitMismatch {
+                        lock: cleanup.queue.name.clone(),
+                        recorded,
+                        asked: record.permits,
+                    },
+                    Refusal::Gone => Retry::VanishedAfterCreate(kind).into(),
+                    Refusal::Zk(e) => e.into(),
+                });
+            }
+        };
+        let lease = Lease {
+            kind: cleanup.queue.kind,
+            queue: cleanup.queue.name.clone(),
+            member,
+        };
+        Ok(Self {
+            link: LinkFollower::new(session.link()),
+            cleanup,
+            lease,
+            path,
+            record,
+            enlisted,
+            signals: rx,
+            pending_gone: None,
+            leaving: false,
+            _stream: stream,
+        })
+    }
+
+    /// The capability naming this member's znode (given only on its own stream).
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Members ahead of this one when it joined.
+    pub fn position(&self) -> u32 {
+        self.enlisted.ahead
+    }
+
+    /// How long a holder hearing nothing may assume it still holds (G3b).
+    pub fn silence_limit(&self) -> Duration {
+        self.cleanup.session.timing.silence_limit
+    }
+
+    /// See [`ZkSession::may_heartbeat`].
+    pub fn may_heartbeat(&self) -> bool {
+        self.cleanup.session.may_heartbeat()
+    }
+
+    /// Whether it held by its queue's view the moment it joined.
+    pub(crate) fn held_at_join(&self) -> bool {
+        self.enlisted.holds
+    }
+
+    /// What the znode stored when it was created.
+    pub(crate) fn record(&self) -> &NodeRecord {
+        &self.record
+    }
+
+    /// The znode was reported gone (its cause is being decided) or the client is leaving:
+    /// either way it holds no more.
+    pub(crate) fn is_settling(&self) -> bool {
+        self.pending_gone.is_some() || self.leaving
+    }
+
+    /// The next thing to tell the client. After `Left` or `Lost` the member is over.
+    ///
+    /// # Cancellation safety
+    /// Cancellation safe: it only reads channels, so it can sit in a `select!` loop.
+    pub(crate) async fn next_event(&mut self) -> MemberEvent {
+        if let Some(actor_stopped) = self.pending_gone {
+            return self.resolve_gone(actor_stopped).await;
+        }
+        if self.leaving {
+            return link_event(self.link.next().await);
+        }
+        tokio::select! {
+            biased;
+            change = self.link.next() => link_event(change),
+            signal = self.signals.recv() => match signal {
+                Some(MemberSignal::Holds { holder, failover }) => MemberEvent::Holds { holder, failover },
+                Some(MemberSignal::Proclaimed(holder)) => MemberEvent::Proclaimed(holder),
+                gone @ (Some(MemberSignal::Gone) | None) => {
+                    self.pending_gone = Some(gone.is_none());
+                    self.resolve_gone(gone.is_none()).await
+                }
+            },
+        }
+    }
+
+    /// A resign/release by lease, or a session going away? Decided only once known (see
+    /// `LinkFollower::znode_gone_cause`).
+    async fn resolve_gone(&mut self, actor_stopped: bool) -> MemberEvent {
+        let session = &self.cleanup.session;
+        let cause = self
+            .link
+            .znode_gone_cause(&session.zk, actor_stopped, session.timing.negotiated)
+            .await;
+        self.pending_gone = None;
+        match cause {
+            Some(reason) => MemberEvent::Lost(reason),
+            None => {
+                // Deleted by someone else: nothing left to delete.
+                self.cleanup.armed = false;
+                MemberEvent::Left
+            }
+        }
+    }
+
+    /// Starts leaving: the znode is deleted by a tracked background task that retries until
+    /// it is gone or the session is over (so dropping the stream meanwhile cannot orphan it),
+    /// and the returned future reports the outcome. From now on `next_event` follows only the
+    /// link, so the stream still hears `suspended` and ends `ABORTED` in time if the session
+    /// goes before the delete is confirmed.
+    pub(crate) fn begin_leave(
+        &mut self,
+    ) -> impl std::future::Future<Output = Result<(), CoordError>> + Send + 'static {
+        self.cleanup
+            .queue
+            .unregister(&self.lease.member.node_name());
+        self.leaving = true;
+        // The background task owns the delete now: nothing more for `Drop` to do.
+        self.cleanup.armed = false;
+        release_outcome(release_in_background(
+            &self.cleanup.session,
+            self.path.clone(),
+        ))
+    }
+
+    /// Writes `record` over the znode's data, repeating a write lost to the link once it is
+    /// back (it is idempotent). Borrows nothing, so the stream keeps serving its link while it
+    /// runs; if the session ends first it ends quietly (the stream ends by its link), and a
+    /// znode already gone is left to the queue's signal.
+    pub(crate) fn write_record(
+        &self,
+        record: NodeRecord,
+    ) -> impl std::future::Future<Output = Result<(), CoordError>> + Send + 'static {
+        let session = self.cleanup.session.clone();
+        let path = self.path.clone();
+        async move {
+            let data = record.encode_to_vec();
+            let _room = session.proclaim_room(data.len()).await;
+            let mut link = session.link();
+            loop {
+                match session.zk.set_data(&path, &data, None).await {
+                    Ok(_) => return Ok(()),
+                    Err(e) if super::zk::is_transport_failure(&e) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        if wait_usable(&mut link).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Err(zkc::Error::NoNode) => return Ok(()),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+}
+
+fn link_event(change: LinkChange) -> MemberEvent {
+    match change {
+        LinkChange::Lost(reason) => MemberEvent::Lost(reason),
+        LinkChange::Suspended { stop_within } => MemberEvent::Suspended { stop_within },
+        LinkChange::Resumed => MemberEvent::Resumed,
+    }
+}
+
+/// Creates a member znode named by `id` in `queue`. A fresh name's queue znode is made in the
+/// same transaction (one round trip and one log write for both). A create whose reply was lost
+/// to a connection loss is found again by its protected id and our session as owner (G5), then
+/// adopted.
+async fn create_member(
+    session: &ZkSession,
+    queue: &QueueHandle,
+    mode: MemberMode,
+    id: &ProtectedId,
+    record: &NodeRecord,
+) -> Result<Created, CoordError> {
+    let queue_path = queue.path.as_str();
+    let prefix = MemberName::prefix(mode, id);
+    let prefix_path = format!("{queue_path}/{prefix}");
+    // Gateways before 0.2 took `elected_at_ms` as their own confirmation write and show a head
+    // without it as vacant; this gateway confirms without writing (see `queue`), so it stamps
+    // the join time for them. It never reads the field as a sign of leadership.
+    let record = NodeRecord {
+        elected_at_ms: now_ms(),
+        ..record.clone()
+    };
+    let data = record.encode_to_vec();
+    let mut with_queue = !queue.probably_exists();
+    let mut made_folders = false;
+    let created = |sequence, czxid| Created {
+        member: MemberName {
+            mode,
+            id: id.hex(),
+            sequence,
+        },
+        record: record.clone(),
+        czxid,
+    };
+    for _attempt in 0..6 {
+        let made = if with_queue {
+            session
+                .zk
+                .create_queue_and_member(queue_path, &prefix_path, &data)
+                .await
+                .map(|(czxid, seq)| (seq, czxid))
+        } else {
+            session
+                .zk
+                .create_member(&prefix_path, &data)
+                .await
+                .map(|(stat, seq)| (seq, Some(stat.czxid)))
+        };
+        match made {
+            Ok((sequence, czxid)) => return Ok(created(sequence, czxid)),
+            // The queue exists after all (another member made it meanwhile).
+            Err(zkc::Error::NodeExists) if with_queue => with_queue = false,
+            // The queue is gone (reaped since the actor last saw it): make it with the member.
+            Err(zkc::Error::NoNode) if !with_queue => with_queue = true,
+            // No folder either: a fresh tree.
+            Err(zkc::Error::NoNode) if !made_folders => {
+                made_folders = true;
+                let root = session.cfg.root_path();
+                let folder = queue_path[root.len() + 1..]
+                    .split('/')
+                    .next()
+                    .unwrap_or_default();
+                session.zk.ensure_folders(root, folder).await?;
+            }
+            // The reply was lost: the create may have been applied (G5).
+            Err(e) if super::zk::is_transport_failure(&e) => {
+                if let Some((member, czxid)) = find_protected(session, queue_path, &prefix).await? {
+                    return Ok(created(member.sequence, Some(czxid)));
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Retry::CreateGaveUp.into())
+}
+
+/// Looks for our own znode by protected prefix after a lost create reply (G5). Every read that
+/// fails on the link is tried again once the link is back, so a maybe-applied create is never
+/// taken for a failed one while the session lives; a lost session ends the search (the znode,
+/// if it was made, went with it).
+async fn find_protected(
+    session: &ZkSession,
+    queue_path: &str,
+    prefix: &str,
+) -> Result<Option<(MemberName, i64)>, CoordError> {
+    let mut link = session.link();
+    'look: loop {
+        wait_usable(&mut link).await.map_err(|e| match e {
+            // Never joined, so nothing was lost: the client may simply retry.
+            CoordError::SessionLost(r) => Retry::LostWhileJoining(r).into(),
+            e => e,
+        })?;
+        let children = match session.zk.list_children(queue_path).await {
+            Ok(c) => c,
+            Err(zkc::Error::NoNode) => return Ok(None),
+            Err(e) if super::zk::is_transport_failure(&e) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue 'look;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        for child in children.iter().filter(|c| c.starts_with(prefix)) {
+            let path = format!("{queue_path}/{child}");
+            match session.zk.get_data(&path).await {
+                Ok((_, stat)) if stat.ephemeral_owner == session.session_id() => {
+                    return Ok(MemberName::parse(child).map(|m| (m, stat.czxid)));
+                }
+                // Not ours (cannot happen with a 128-bit id, but never adopt a stranger's node),
+                // or deleted since the listing.
+                Ok(_) | Err(zkc::Error::NoNode) => {}
+                Err(e) if super::zk::is_transport_failure(&e) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue 'look;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        return Ok(None);
+    }
+}
+
+/// Deletes a member znode in the background, retried until gone or the session is over, and
+/// tracked so a drain waits for it. The returned handle reports the outcome; dropping it does
+/// not stop the delete.
+fn release_in_background(
+    session: &Arc<ZkSession>,
+    path: String,
+) -> tokio::task::JoinHandle<Result<bool, CoordError>> {
+    let s = session.clone();
+    let delay = session.release_delay();
+    session.releases.spawn(async move {
+        if let Some(d) = delay {
+            tokio::time::sleep(d).await;
+        }
+        let r = s.delete_until_gone(&path).await;
+        if let Err(e) = &r {
+            tracing::debug!(error = %e, "background release ended without a confirmed delete; the session's end removes the znode");
+        }
+        r
+    })
+}
+
+/// Awaits a [`release_in_background`] for a client that asked to leave: `Ok` once the znode is
+/// gone (whoever deleted it).
+async fn release_outcome(
+    handle: tokio::task::JoinHandle<Result<bool, CoordError>>,
+) -> Result<(), CoordError> {
+    match handle.await {
+        Ok(r) => r.map(|_| ()),
+        Err(_) => Err(Retry::ReleaseTaskFailed.into()),
+    }
+}
+
+/// The path of the znode a lease names, on `session`.
+pub(crate) fn lease_path(session: &ZkSession, lease: &Lease) -> String {
+    format!(
+        "{}/{}",
+        session.queue_path(lease.kind, &lease.queue),
+        lease.member.node_name()
+    )
+}
+
+/// Deletes the znode a lease names, from any gateway (Resign, Release). Idempotent: a spent
+/// lease is `LeaseNotFound`; connection losses are retried until done, `NoNode` or the
+/// session's end.
+///
+/// # Errors
+/// `LeaseNotFound` for a lease naming no znode; `Unavailable` without a session, or when this
+/// gateway's session went before the delete was confirmed.
+pub(crate) async fn delete_by_lease(session: &ZkSession, lease: &Lease) -> Result<(), CoordError> {
+    match session.delete_until_gone(&lease_path(session, lease)).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(CoordError::LeaseNotFound),
+        // This gateway's session went before the delete was confirmed: the member's znode
+        // (another session's) may still be there. A retry answers OK or NOT_FOUND.
+        Err(CoordError::SessionLost(r)) => Err(Retry::LostDuringResign(r).into()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Replaces the value in the znode a lease names, from any gateway, keeping the rest of its
+/// record: a versioned write, re-read and retried when a concurrent write came first.
+/// Returns the record written and the znode's new stat.
+///
+/// # Errors
+/// `LeaseNotFound` once the znode is gone; `Unavailable` after repeated races.
+pub(crate) async fn update_by_lease(
+    session: &ZkSession,
+    lease: &Lease,
+    value: Vec<u8>,
+) -> Result<(NodeRecord, zkc::Stat), CoordError> {
+    let path = lease_path(session, lease);
+    for _ in 0..10 {
+        let (data, stat) = match session.zk.get_data(&path).await {
+            Ok(r) => r,
+            Err(zkc::Error::NoNode) => return Err(CoordError::LeaseNotFound),
+            Err(e) => return Err(e.into()),
+        };
+        let mut record = NodeRecord::decode_lossy(&data);
+        record.value = value.clone();
+        match session
+            .zk
+            .set_data(&path, &record.encode_to_vec(), Some(stat.version))
+            .await
+        {
+            Ok(new_stat) => return Ok((record, new_stat)),
+            Err(zkc::Error::BadVersion) => continue,
+            Err(zkc::Error::NoNode) => return Err(CoordError::LeaseNotFound),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Retry::ProclaimContended.into())
+}
+
+/// Lists a queue's members in order, without their data. One `getChildren`, whose reply the
+/// queue-size limit keeps within the packet budget (G10; see [`paging`](super::paging)).
+pub(crate) async fn list_members(
+    session: &ZkSession,
+    path: &str,
+) -> Result<Vec<MemberName>, CoordError> {
+    let children = match session.zk.list_children(path).await {
+        Ok(c) => c,
+        Err(zkc::Error::NoNode) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut members: Vec<MemberName> = children
+        .iter()
+        .filter_map(|c| MemberName::parse(c))
+        .collect();
+    members.sort_by_key(|m| m.sequence);
+    Ok(members)
+}
+
+/// Reads the data of `members` of the queue at `path`, in paged multi-reads (G10); members gone
+/// meanwhile are `None`.
+pub(crate) async fn read_data(
+    session: &ZkSession,
+    kind: QueueKind,
+    path: &str,
+    members: &[MemberName],
+) -> Result<Vec<Option<(NodeRecord, zkc::Stat)>>, CoordError> {
+    let paths: Vec<String> = members
+        .iter()
+        .map(|m| format!("{path}/{}", m.node_name()))
+        .collect();
+    let data = session
+        .zk
+        .get_many(&paths, session.cfg.member_reads(kind))
+        .await?;
+    Ok(data
+        .into_iter()
+        .map(|d| d.map(|(bytes, stat)| (NodeRecord::decode_lossy(&bytes), stat)))
+        .collect())
+}

@@ -1,0 +1,578 @@
+//! The per-queue actor: one per election (or lock) per ZooKeeper session of this gateway.
+//!
+//! It holds the gateway's only watch on the queue — a persistent recursive watch on the queue's
+//! znode — and keeps the ordered member list in memory. Every local candidate and observer is
+//! served from here, so a leader change costs one event plus O(1) requests per gateway, however
+//! many candidates or observers it has (G4), and only the successor's stream is woken.
+//!
+//! After a reconnect the actor re-lists the queue before trusting its view again, because
+//! persistent watches miss events while disconnected (ZOOKEEPER-4698).
+//!
+//! Every decision — who holds, when a member is confirmed, what observers see — is made by the
+//! pure [`QueueState`] (see [`state`] for the rules); the actor here only turns ZooKeeper's
+//! events and replies into its events and performs the reads and signals it asks for, one at a
+//! time and in order, so the state sees exactly the queue as of the newest reply or event.
+//! Handles are owned by the session's [`QueueRegistry`]; an actor knows only its session's
+//! [`Zk`], id and link.
+
+pub mod state;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use futures::FutureExt;
+use tokio::sync::{mpsc, oneshot, watch};
+use zookeeper_client as zkc;
+use zookeeper_client::{EventType, SessionState, WatchedEvent};
+
+use super::link::Link;
+use super::paging::ReadPlan;
+use super::record::NodeRecord;
+use super::types::{Holder, MemberName, QueueKind, QueueName};
+use super::zk::Zk;
+use super::{CoordError, Limit};
+use state::{Action, Due, Event, MemberData, Ownership};
+pub use state::{Created, Enlisted, HolderScan, MemberSignal, QueueState, QueueView, Refusal};
+
+/// What an actor needs of its session: the client, whose session owns the members it
+/// confirms, and the link, which says when confirmations may run.
+#[derive(Debug, Clone)]
+pub struct SessionIo {
+    pub zk: Zk,
+    pub session_id: i64,
+    pub link: watch::Receiver<Link>,
+    /// How to page the multi-read of members' permits.
+    pub permit_reads: ReadPlan,
+}
+
+enum Command {
+    Register {
+        created: Created,
+        signals: mpsc::UnboundedSender<MemberSignal>,
+        reply: oneshot::Sender<Result<Enlisted, Refusal>>,
+    },
+    Unregister {
+        node: String,
+    },
+}
+
+/// A handle on a running queue actor; the actor stops when the last handle is dropped.
+#[derive(Debug)]
+pub struct QueueHandle {
+    pub kind: QueueKind,
+    pub name: QueueName,
+    pub path: String,
+    cmd: mpsc::UnboundedSender<Command>,
+    view: watch::Receiver<QueueView>,
+    /// The gateway's `max_queues` place, given back when the last user drops the handle.
+    _slot: QueueSlot,
+    /// Members in the actor's view, kept by the actor (see [`QueueHandle::check_room`]).
+    size: Arc<AtomicUsize>,
+    /// Whether the queue's znode exists by the actor's view, so a member of a fresh name is
+    /// created together with its queue in one round trip (see `member::create_member`).
+    present: Arc<AtomicBool>,
+}
+
+impl QueueHandle {
+    /// Places the queue's watch and lists it (one round trip), then runs the actor in the
+    /// background.
+    ///
+    /// # Errors
+    /// ZooKeeper errors from placing the watch or listing the queue.
+    async fn start(
+        io: SessionIo,
+        kind: QueueKind,
+        name: QueueName,
+        path: String,
+        slot: QueueSlot,
+    ) -> Result<Arc<Self>, zkc::Error> {
+        let (watcher, listing) = io.zk.watch_and_list(&path).await;
+        let watcher = watcher?;
+        let listing = absent_as_none(listing)?;
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let (view_tx, view_rx) = watch::channel(QueueView::default());
+        let size = Arc::new(AtomicUsize::new(0));
+        let present = Arc::new(AtomicBool::new(false));
+        let mut actor = Actor {
+            state: QueueState::new(kind, name.clone()),
+            io,
+            link_open: true,
+            path: path.clone(),
+            watcher,
+            watching: true,
+            signals: HashMap::new(),
+            pending: None,
+            view_tx,
+            cmd_rx,
+            size: size.clone(),
+            present: present.clone(),
+        };
+        actor.apply(Event::Listed(listing)).await;
+        tokio::spawn(actor.run());
+        Ok(Arc::new(Self {
+            kind,
+            name,
+            path,
+            cmd: cmd_tx,
+            view: view_rx,
+            _slot: slot,
+            size,
+            present,
+        }))
+    }
+
+    /// Whether the queue's znode exists, as far as the actor knows (a hint: acting on a stale
+    /// one costs a failed request, never correctness).
+    pub fn probably_exists(&self) -> bool {
+        self.present.load(Ordering::Relaxed)
+    }
+
+    /// Refuses a new member once the queue has `limit` members (by this gateway's view), the
+    /// most that one `getChildren` reply lists within the packet budget (G10; see
+    /// [`paging`](super::paging)).
+    ///
+    /// # Errors
+    /// `LimitReached` naming the limit.
+    pub fn check_room(&self, limit: usize) -> Result<(), CoordError> {
+        let size = self.size.load(Ordering::Relaxed);
+        if size >= limit {
+            return Err(Limit::QueueMembers {
+                kind: self.kind,
+                name: self.name.clone(),
+                size,
+                max: limit,
+            }
+            .reject());
+        }
+        Ok(())
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.cmd.is_closed()
+    }
+
+    pub fn view(&self) -> watch::Receiver<QueueView> {
+        self.view.clone()
+    }
+
+    /// Registers a freshly created local member. In a lock queue the member is refused when a
+    /// member ahead agreed to a different permit count (`record.permits`, at least 1), so all
+    /// members alive at the same time agree on it.
+    ///
+    /// # Errors
+    /// [`Refusal`]; the caller then deletes the znode.
+    pub async fn enlist(
+        &self,
+        created: Created,
+        signals: mpsc::UnboundedSender<MemberSignal>,
+    ) -> Result<Enlisted, Refusal> {
+        let (reply, rx) = oneshot::channel();
+        self.cmd
+            .send(Command::Register {
+                created,
+                signals,
+                reply,
+            })
+            .map_err(|_| Refusal::Gone)?;
+        rx.await.unwrap_or(Err(Refusal::Gone))
+    }
+
+    pub fn unregister(&self, node: &str) {
+        let _ = self.cmd.send(Command::Unregister {
+            node: node.to_owned(),
+        });
+    }
+}
+
+/// A listing's children, `None` when the queue's znode does not exist.
+fn absent_as_none(
+    listing: Result<Vec<String>, zkc::Error>,
+) -> Result<Option<Vec<String>>, zkc::Error> {
+    match listing {
+        Ok(c) => Ok(Some(c)),
+        Err(zkc::Error::NoNode) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// One of the gateway's `max_queues` places, held by a queue's handle for as long as it lives.
+#[derive(Debug)]
+pub struct QueueSlot(Arc<AtomicUsize>);
+
+impl QueueSlot {
+    fn reserve(live: &Arc<AtomicUsize>, max: usize) -> Result<Self, CoordError> {
+        if live.fetch_add(1, Ordering::AcqRel) >= max {
+            live.fetch_sub(1, Ordering::AcqRel);
+            return Err(Limit::QueuesPerGateway(max).reject());
+        }
+        Ok(Self(live.clone()))
+    }
+}
+
+impl Drop for QueueSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The queues one session serves: at most one actor per queue (G4), started on first use and
+/// stopped when its last user is gone, within the gateway's `max_queues`.
+#[derive(Debug)]
+pub struct QueueRegistry {
+    queues: Mutex<HashMap<(QueueKind, QueueName), Weak<QueueHandle>>>,
+    /// Queues alive on every session of the gateway (the `max_queues` limit).
+    live: Arc<AtomicUsize>,
+    max: usize,
+}
+
+impl QueueRegistry {
+    pub fn new(live: Arc<AtomicUsize>, max: usize) -> Self {
+        Self {
+            queues: Mutex::new(HashMap::new()),
+            live,
+            max,
+        }
+    }
+
+    fn running(&self, key: &(QueueKind, QueueName)) -> Option<Arc<QueueHandle>> {
+        self.queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .and_then(Weak::upgrade)
+            .filter(|q| !q.is_closed())
+    }
+
+    /// The leader as this session's watch on the election sees it, if it watches it (a local
+    /// candidate or observer, or a queue still lingering): it knows when that leader took
+    /// office, which a one-off read cannot tell.
+    pub fn watched_leader(&self, election: &QueueName) -> Option<Holder> {
+        let queue = self.running(&(QueueKind::Election, election.clone()))?;
+        let leader = queue.view().borrow().leader.clone();
+        leader
+    }
+
+    /// The actor for the queue at `path`, started on first use.
+    ///
+    /// # Errors
+    /// `LimitReached` when the gateway already serves `max_queues` distinct queues;
+    /// ZooKeeper errors placing the watch or listing the queue.
+    pub async fn get_or_start(
+        &self,
+        io: impl FnOnce() -> SessionIo,
+        kind: QueueKind,
+        name: &QueueName,
+        path: String,
+    ) -> Result<Arc<QueueHandle>, CoordError> {
+        let key = (kind, name.clone());
+        if let Some(q) = self.running(&key) {
+            return Ok(q);
+        }
+        let slot = QueueSlot::reserve(&self.live, self.max)?;
+        let q = QueueHandle::start(io(), kind, name.clone(), path, slot).await?;
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        // Another task may have started one meanwhile: keep the first, drop ours.
+        if let Some(existing) = queues.get(&key).and_then(Weak::upgrade) {
+            if !existing.is_closed() {
+                return Ok(existing);
+            }
+        }
+        queues.retain(|_, w| w.strong_count() > 0);
+        queues.insert(key, Arc::downgrade(&q));
+        Ok(q)
+    }
+}
+
+/// A registration being decided: its node, channel and reply.
+type Pending = (
+    String,
+    mpsc::UnboundedSender<MemberSignal>,
+    oneshot::Sender<Result<Enlisted, Refusal>>,
+);
+
+/// The I/O around one [`QueueState`].
+struct Actor {
+    state: QueueState,
+    io: SessionIo,
+    link_open: bool,
+    path: String,
+    watcher: zkc::PersistentWatcher,
+    watching: bool,
+    /// Local members' channels, by node name.
+    signals: HashMap<String, mpsc::UnboundedSender<MemberSignal>>,
+    /// The registration being decided.
+    pending: Option<Pending>,
+    view_tx: watch::Sender<QueueView>,
+    cmd_rx: mpsc::UnboundedReceiver<Command>,
+    /// The state's size, published for [`QueueHandle::check_room`].
+    size: Arc<AtomicUsize>,
+    present: Arc<AtomicBool>,
+}
+
+enum Step {
+    Continue,
+    Stop,
+}
+
+/// The session ended while an action ran: the actor stops.
+struct Stopped;
+
+impl Actor {
+    async fn run(mut self) {
+        // Read the head once before anything happens, so observers get their first state.
+        self.reconcile().await;
+        loop {
+            let step = tokio::select! {
+                ev = self.watcher.changed(), if self.watching => self.on_event(ev).await,
+                // A suspended link that comes back without a reconnect (a stale probe answered
+                // again) triggers no event: confirmations that waited for it run now.
+                r = self.io.link.changed(), if self.link_open => {
+                    self.link_open = r.is_ok();
+                    Step::Continue
+                }
+                cmd = self.cmd_rx.recv() => match cmd {
+                    None => Step::Stop,
+                    Some(cmd) => {
+                        // Apply every event already received first: our own znode's creation
+                        // event precedes the create reply, so the view then includes it.
+                        let mut step = self.drain_events().await;
+                        if matches!(step, Step::Continue) {
+                            step = self.on_command(cmd).await;
+                        }
+                        step
+                    }
+                },
+            };
+            if matches!(step, Step::Stop) {
+                break;
+            }
+            if let Step::Stop = self.reconcile().await {
+                break;
+            }
+        }
+        // Whatever is still local hears nothing more; its stream follows the session link.
+        self.view_tx.send_modify(|v| v.leader = None);
+    }
+
+    /// Whether confirmations may run: only while the link is up. A follower cut off from its
+    /// quorum keeps answering reads for a while, so a read while suspended proves nothing
+    /// (G2); the link's return re-runs the reconcile.
+    async fn reconcile(&mut self) -> Step {
+        let link_up = matches!(*self.io.link.borrow(), Link::Connected);
+        self.apply(Event::Reconcile { link_up }).await
+    }
+
+    async fn drain_events(&mut self) -> Step {
+        while self.watching {
+            match self.watcher.changed().now_or_never() {
+                Some(ev) => {
+                    if let Step::Stop = self.on_event(ev).await {
+                        return Step::Stop;
+                    }
+                }
+                None => break,
+            }
+        }
+        Step::Continue
+    }
+
+    fn member_of(&self, path: &str) -> Option<MemberName> {
+        path.strip_prefix(self.path.as_str())?
+            .strip_prefix('/')
+            .filter(|c| !c.contains('/'))
+            .and_then(MemberName::parse)
+    }
+
+    async fn on_event(&mut self, ev: WatchedEvent) -> Step {
+        let event = match ev.event_type {
+            EventType::Session => match ev.session_state {
+                SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                    // zookeeper-client 0.11.2 restores watches after a reconnect with
+                    // SetWatches, not SetWatches2 (`index = index.max(index)` in
+                    // session/watch.rs), so the server forgets persistent watches: place ours
+                    // again before re-reading. The old watcher is dropped after the new one
+                    // exists, so no RemoveWatches reaches the server.
+                    match self.io.zk.watch_queue(&self.path).await {
+                        Ok(w) => self.watcher = w,
+                        Err(e) => {
+                            tracing::warn!(queue = %self.path, error = %e, "re-placing the queue watch failed")
+                        }
+                    }
+                    match absent_as_none(self.io.zk.list_children(&self.path).await) {
+                        Ok(listing) => Event::Listed(listing),
+                        Err(e) => {
+                            tracing::warn!(queue = %self.path, error = %e, "re-reading the queue after reconnect failed");
+                            return Step::Continue;
+                        }
+                    }
+                }
+                SessionState::Disconnected => return Step::Continue,
+                // Terminal: the watcher must not be polled again; streams end via the link.
+                _ => {
+                    self.watching = false;
+                    return Step::Stop;
+                }
+            },
+            EventType::NodeCreated if ev.path == self.path => Event::QueueCreated,
+            EventType::NodeDeleted if ev.path == self.path => Event::QueueDeleted,
+            EventType::NodeCreated => match self.member_of(&ev.path) {
+                Some(m) => Event::MemberCreated(m),
+                None => return Step::Continue,
+            },
+            EventType::NodeDeleted => match self.member_of(&ev.path) {
+                Some(m) => Event::MemberDeleted(m),
+                None => return Step::Continue,
+            },
+            EventType::NodeDataChanged => match self.member_of(&ev.path) {
+                Some(m) => Event::DataChanged(m, ev.zxid),
+                None => return Step::Continue,
+            },
+            EventType::NodeChildrenChanged => return Step::Continue,
+        };
+        self.apply(event).await
+    }
+
+    async fn on_command(&mut self, cmd: Command) -> Step {
+        match cmd {
+            Command::Register {
+                created,
+                signals,
+                reply,
+            } => {
+                self.pending = Some((created.member.node_name(), signals, reply));
+                self.apply(Event::Register(created)).await
+            }
+            Command::Unregister { node } => {
+                self.signals.remove(&node);
+                self.apply(Event::Unregister(node)).await
+            }
+        }
+    }
+
+    /// Applies `event` and performs what it calls for, feeding each answer back, until the
+    /// state asks for nothing more. Nothing else is looked at meanwhile, so every answer is
+    /// applied to the state that asked for it.
+    async fn apply(&mut self, event: Event) -> Step {
+        let mut queue = std::collections::VecDeque::from([event]);
+        while let Some(event) = queue.pop_front() {
+            for action in self.state.apply(event) {
+                match self.perform(action).await {
+                    Ok(Some(answer)) => queue.push_back(answer),
+                    Ok(None) => {}
+                    Err(Stopped) => return Step::Stop,
+                }
+            }
+        }
+        self.size.store(self.state.members(), Ordering::Relaxed);
+        self.present.store(self.state.present(), Ordering::Relaxed);
+        Step::Continue
+    }
+
+    /// Performs one action; a read's answer comes back as the event to apply next.
+    async fn perform(&mut self, action: Action) -> Result<Option<Event>, Stopped> {
+        match action {
+            Action::CheckPresent(node) => {
+                let present = self
+                    .io
+                    .zk
+                    .get_data(&format!("{}/{node}", self.path))
+                    .await
+                    .is_ok();
+                Ok(Some(Event::Present(present)))
+            }
+            // Events that arrived meanwhile (members created before ours among them) must be
+            // in the view before it decides anything.
+            Action::Settle => match Box::pin(self.drain_events()).await {
+                Step::Continue => Ok(Some(Event::Settled)),
+                Step::Stop => Err(Stopped),
+            },
+            Action::ReadPermits(members) => {
+                let paths: Vec<String> = members
+                    .iter()
+                    .map(|(_, n)| format!("{}/{n}", self.path))
+                    .collect();
+                let read = self
+                    .io
+                    .zk
+                    .get_many(&paths, self.io.permit_reads)
+                    .await
+                    .map(|data| {
+                        members
+                            .iter()
+                            .zip(data)
+                            .map(|((s, _), d)| {
+                                (*s, d.map(|(b, _)| NodeRecord::decode_lossy(&b).permits))
+                            })
+                            .collect()
+                    });
+                Ok(Some(Event::PermitsRead(read)))
+            }
+            Action::CheckOwnership(due) => Ok(Some(Event::Owned(self.ownership(due).await))),
+            Action::ReadHead { sequence, node } => {
+                let read = self
+                    .io
+                    .zk
+                    .get_data(&format!("{}/{node}", self.path))
+                    .await
+                    .map(|(data, stat)| {
+                        MemberData::from_stat(NodeRecord::decode_lossy(&data), &stat)
+                    });
+                Ok(Some(Event::HeadRead {
+                    sequence,
+                    node,
+                    read,
+                }))
+            }
+            Action::Reply(result) => {
+                if let Some((node, signals, reply)) = self.pending.take() {
+                    if result.is_ok() {
+                        self.signals.insert(node, signals);
+                    }
+                    let _ = reply.send(result);
+                }
+                Ok(None)
+            }
+            Action::Signal(node, signal) => {
+                let gone = matches!(signal, MemberSignal::Gone);
+                if let Some(tx) = self.signals.get(&node) {
+                    let _ = tx.send(signal);
+                }
+                if gone {
+                    self.signals.remove(&node);
+                }
+                Ok(None)
+            }
+            Action::Publish(view) => {
+                self.view_tx.send_replace(view);
+                Ok(None)
+            }
+        }
+    }
+
+    /// What proves each of `due` ours: the creation zxid from its create reply, if it held the
+    /// moment it registered, else a read of its znode on this session — all reads in flight at
+    /// once.
+    async fn ownership(&self, due: Vec<Due>) -> Vec<(Due, Ownership)> {
+        let session = self.io.session_id;
+        let checks = due.into_iter().map(|d| {
+            let path = format!("{}/{}", self.path, d.node);
+            let zk = &self.io.zk;
+            async move {
+                let found = match d.czxid {
+                    Some(czxid) => Ownership::Ours(czxid),
+                    None => match zk.stat(&path).await {
+                        Ok(Some(stat)) if stat.ephemeral_owner == session => {
+                            Ownership::Ours(stat.czxid)
+                        }
+                        Ok(Some(stat)) => Ownership::Foreign(stat.ephemeral_owner),
+                        Ok(None) => Ownership::Gone,
+                        Err(e) => Ownership::Failed(e),
+                    },
+                };
+                (d, found)
+            }
+        });
+        futures::future::join_all(checks).await
+    }
+}

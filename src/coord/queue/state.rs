@@ -1,0 +1,1274 @@
+//! The queue's pure core: what one session's actor knows of a queue and what it decides,
+//! without any I/O. [`QueueState::apply`] takes one [`Event`] — a watch event, a listing, a
+//! registration, the answer to a read it asked for, the link's state — and returns the
+//! [`Action`]s it calls for: reads to make (their answers come back as events), members to
+//! signal, views to publish. The actor around it (`super::Actor`) only performs them, so every
+//! rule here is tested without a network.
+//!
+//! # Who holds
+//! [`HolderScan`] states the one rule that decides which members hold (lead, own a permit,
+//! share a read lock); the state confirms each local member the moment the rule admits it and
+//! signals only that member, so a change wakes exactly the members that now hold (G4).
+//! Elections additionally keep the observers' view of the head ([`QueueView`]).
+//!
+//! # Confirmation costs no write
+//! "Elected" and "acquired" mean confirmed: the gateway has seen its own znode present and
+//! owned by its current session while the rule admits it. ZooKeeper answers one session's
+//! requests and sends its watch events in one order, so the view is exactly the queue as of
+//! the newest reply or event. A member that holds the moment it registers is confirmed by its
+//! own create reply (the view then includes every member made before it); one admitted later
+//! by a read of its znode on the same session (present, and ours). Neither writes, so an
+//! acquisition costs ZooKeeper the create and the delete — the raw recipe's two log writes —
+//! and no other gateway hears of the confirmation. Nothing is confirmed while the link is
+//! suspended: a follower cut off from its quorum still answers reads (G2).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+use zookeeper_client as zkc;
+
+use crate::coord::record::{ms_to_time, NodeRecord};
+use crate::coord::types::{FencingToken, Holder, MemberMode, MemberName, QueueKind, QueueName};
+
+/// What observers see of a queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueView {
+    /// False until the actor has listed the queue once.
+    pub synced: bool,
+    /// The confirmed leader; `None` while vacant (or while a new head awaits confirmation).
+    pub leader: Option<Holder>,
+}
+
+/// What the actor tells one local member.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MemberSignal {
+    /// Confirmed holder (ownership checked): the head of an election, or a lock holder.
+    /// `failover` is, for elections, the time from the predecessor's disappearance, when this
+    /// gateway saw it.
+    Holds {
+        holder: Holder,
+        failover: Option<Duration>,
+    },
+    /// The leader's value changed.
+    Proclaimed(Holder),
+    /// The znode was deleted by someone else (a `Resign` by lease on any gateway).
+    Gone,
+}
+
+/// A member's place in the queue when it registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Enlisted {
+    /// Members ahead of it.
+    pub ahead: u32,
+    /// Whether it already holds by the actor's current view (it is confirmed and signalled
+    /// right after). A try-lock succeeds exactly when this is true.
+    pub holds: bool,
+}
+
+/// Why a member could not be registered. Its znode is left for the caller to delete.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The znode is already gone.
+    Gone,
+    /// A lock member ahead agreed to `recorded` permits, not to this member's count.
+    PermitMismatch { recorded: u32 },
+    /// Reading the members ahead (to compare permits) failed.
+    Zk(zkc::Error),
+}
+
+/// A member znode this session has just created (or found again after a lost create reply),
+/// ready to register with its queue.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub member: MemberName,
+    pub record: NodeRecord,
+    /// The znode's creation zxid — its fencing token — when the reply carried it.
+    pub czxid: Option<i64>,
+}
+
+/// What an ownership check found.
+#[derive(Debug)]
+pub enum Ownership {
+    /// Present and ours, created at this zxid.
+    Ours(i64),
+    /// Present but another session's.
+    Foreign(i64),
+    Gone,
+    Failed(zkc::Error),
+}
+
+/// A local member the rule admits, to be proven ours: by its create reply's zxid when it held
+/// the moment it registered, else by a read of its znode on this session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Due {
+    pub sequence: i64,
+    pub node: String,
+    pub czxid: Option<i64>,
+}
+
+/// What a read of a member's data returned (the parts of its stat the queue uses).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberData {
+    pub record: NodeRecord,
+    pub czxid: i64,
+    pub mzxid: i64,
+    /// Creation time, ms since the epoch.
+    pub ctime: i64,
+}
+
+impl MemberData {
+    pub fn from_stat(record: NodeRecord, stat: &zkc::Stat) -> Self {
+        Self {
+            record,
+            czxid: stat.czxid,
+            mzxid: stat.mzxid,
+            ctime: stat.ctime,
+        }
+    }
+
+    /// `since` for a holder this gateway did not see take office (see `record::since`).
+    fn since(&self) -> SystemTime {
+        self.record
+            .elected_at()
+            .unwrap_or_else(|| ms_to_time(self.ctime))
+    }
+}
+
+/// Everything that can happen to a queue, as the actor reports it.
+#[derive(Debug)]
+pub enum Event {
+    /// A listing of the queue's children; `None` when its znode does not exist.
+    Listed(Option<Vec<String>>),
+    QueueCreated,
+    QueueDeleted,
+    MemberCreated(MemberName),
+    MemberDeleted(MemberName),
+    /// A member's data changed, at this zxid.
+    DataChanged(MemberName, i64),
+    /// A local member to register (the actor keeps its signal channel).
+    Register(Created),
+    /// Answer to [`Action::CheckPresent`].
+    Present(bool),
+    /// Every event received before the [`Action::Settle`] has been applied.
+    Settled,
+    /// Answer to [`Action::ReadPermits`]: each member's permits (`None`: gone meanwhile).
+    PermitsRead(Result<Vec<(i64, Option<u32>)>, zkc::Error>),
+    Unregister(String),
+    /// Bring the holders up to date; `link_up` says whether the session's link is connected
+    /// (nothing is confirmed while it is not).
+    Reconcile {
+        link_up: bool,
+    },
+    /// Answer to [`Action::CheckOwnership`], in its order.
+    Owned(Vec<(Due, Ownership)>),
+    /// Answer to [`Action::ReadHead`].
+    HeadRead {
+        sequence: i64,
+        node: String,
+        read: Result<MemberData, zkc::Error>,
+    },
+}
+
+/// What the state asks the actor to do.
+#[derive(Debug)]
+pub enum Action {
+    /// Read whether the registering member's znode exists (the watch has not shown it yet);
+    /// answer with [`Event::Present`].
+    CheckPresent(String),
+    /// Apply every watch event already received, then answer [`Event::Settled`]: members
+    /// created before the registering one must be in the view before it decides anything.
+    Settle,
+    /// Read the permit counts of these members (sequence, node); answer
+    /// [`Event::PermitsRead`].
+    ReadPermits(Vec<(i64, String)>),
+    /// Prove these local members ours, all at once; answer [`Event::Owned`].
+    CheckOwnership(Vec<Due>),
+    /// Read the election's head; answer [`Event::HeadRead`].
+    ReadHead { sequence: i64, node: String },
+    /// Answer the pending registration.
+    Reply(Result<Enlisted, Refusal>),
+    /// Tell a local member (`Gone` also forgets its channel).
+    Signal(String, MemberSignal),
+    /// Publish this view to observers.
+    Publish(QueueView),
+}
+
+/// The one rule that decides who holds, applied to a queue in sequence order.
+///
+/// A writer (`w`, and an election candidate `c`) holds when fewer than `permits` members are
+/// ahead of it and none of them is a reader; a reader (`r`) holds when no writer is ahead of
+/// it. So an election (one permit, no readers) is led by its head, a mutex or an N-permit
+/// semaphore is held by its first N members, and a read-write lock (one permit) admits a run
+/// of readers at the head or a single writer — in FIFO order, so a writer queued behind
+/// readers goes before every later reader.
+///
+/// Each condition can only turn true while a member waits (members ahead leave, newcomers
+/// queue behind), never back: a member that holds keeps holding until it leaves. That is why
+/// a gateway whose view lags can only be late, never wrong.
+#[derive(Debug, Default, Clone)]
+pub struct HolderScan {
+    ahead: usize,
+    writers: usize,
+    readers: usize,
+}
+
+impl HolderScan {
+    /// Whether a member of `mode` would hold with the members pushed so far ahead of it.
+    /// `permits` of 0 counts as 1.
+    pub fn admits(&self, mode: MemberMode, permits: u32) -> bool {
+        if mode.is_shared() {
+            self.writers == 0
+        } else {
+            self.readers == 0 && self.ahead < permits.max(1) as usize
+        }
+    }
+
+    /// Counts a member as ahead of the ones still to come.
+    pub fn push(&mut self, mode: MemberMode) {
+        self.ahead += 1;
+        if mode.is_shared() {
+            self.readers += 1;
+        } else {
+            self.writers += 1;
+        }
+    }
+
+    /// True when no later member can hold with at most `max_permits` permits.
+    pub fn exhausted(&self, max_permits: u32) -> bool {
+        self.writers > 0 && (self.readers > 0 || self.ahead >= max_permits.max(1) as usize)
+    }
+}
+
+/// A registered member of this gateway.
+#[derive(Debug)]
+struct Local {
+    sequence: i64,
+    mode: MemberMode,
+    record: NodeRecord,
+    confirmed: bool,
+    /// From the create reply, until the first confirmation looks: a member that holds the
+    /// moment it registers is confirmed by that reply alone.
+    czxid: Option<i64>,
+}
+
+/// An election's head, as far as read.
+#[derive(Debug)]
+struct Head {
+    sequence: i64,
+    /// Known data (None until fetched).
+    leader: Option<Holder>,
+    fetched: bool,
+    /// mzxid of the last write we know the content of, to skip refetching it.
+    known_mzxid: i64,
+    /// When this gateway saw it become the head; `None` for a head it found in office when it
+    /// first listed the queue (then its join time is the best lower bound).
+    seen_at: Option<SystemTime>,
+}
+
+/// What only one recipe keeps.
+#[derive(Debug)]
+enum Recipe {
+    /// The head, its observers' view and the failover clock.
+    Election {
+        head: Option<Head>,
+        head_gone_at: Option<Instant>,
+        /// The queue has been listed and its head read once (heads found before have no
+        /// `seen_at`).
+        listed: bool,
+    },
+    /// Sequence → the permit count that member agreed to, as far as read. A member's permits
+    /// never change, so entries stay valid until it leaves.
+    Lock { permits: HashMap<i64, u32> },
+}
+
+/// One queue as one session sees it (see the module docs).
+#[derive(Debug)]
+pub struct QueueState {
+    name: QueueName,
+    recipe: Recipe,
+    /// Whether the queue's znode exists, by the latest listing or event.
+    present: bool,
+    /// sequence → member
+    members: BTreeMap<i64, MemberName>,
+    /// node name → local member
+    local: HashMap<String, Local>,
+    /// The registration being decided (one at a time).
+    pending: Option<Created>,
+    link_up: bool,
+    /// What observers were last shown.
+    published: QueueView,
+}
+
+impl QueueState {
+    pub fn new(kind: QueueKind, name: QueueName) -> Self {
+        let recipe = match kind {
+            QueueKind::Election => Recipe::Election {
+                head: None,
+                head_gone_at: None,
+                listed: false,
+            },
+            QueueKind::Lock => Recipe::Lock {
+                permits: HashMap::new(),
+            },
+        };
+        Self {
+            name,
+            recipe,
+            present: false,
+            members: BTreeMap::new(),
+            local: HashMap::new(),
+            pending: None,
+            link_up: true,
+            published: QueueView::default(),
+        }
+    }
+
+    /// Members in the view.
+    pub fn members(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the queue's znode exists by the view.
+    pub fn present(&self) -> bool {
+        self.present
+    }
+
+    /// Applies one event and returns what it calls for, in order.
+    pub fn apply(&mut self, event: Event) -> Vec<Action> {
+        let mut out = Vec::new();
+        let reconciling = matches!(
+            event,
+            Event::Reconcile { .. } | Event::Owned(_) | Event::HeadRead { .. }
+        );
+        match event {
+            Event::Listed(children) => self.listed(children, &mut out),
+            Event::QueueCreated => self.present = true,
+            Event::QueueDeleted => self.present = false,
+            Event::MemberCreated(m) => {
+                self.members.insert(m.sequence, m);
+            }
+            Event::MemberDeleted(m) => self.forget(m.sequence, &m.node_name(), &mut out),
+            Event::DataChanged(m, zxid) => {
+                if let Recipe::Election {
+                    head: Some(head), ..
+                } = &mut self.recipe
+                {
+                    if head.sequence == m.sequence && zxid != head.known_mzxid {
+                        head.fetched = false;
+                    }
+                }
+            }
+            Event::Register(created) => self.register(created, &mut out),
+            Event::Present(false) => {
+                self.pending = None;
+                out.push(Action::Reply(Err(Refusal::Gone)));
+            }
+            Event::Present(true) => {
+                if let Some(c) = &self.pending {
+                    self.members.insert(c.member.sequence, c.member.clone());
+                    out.push(Action::Settle);
+                }
+            }
+            Event::Settled => self.check_permits(&mut out),
+            Event::PermitsRead(Err(e)) => {
+                self.pending = None;
+                out.push(Action::Reply(Err(Refusal::Zk(e))));
+            }
+            Event::PermitsRead(Ok(read)) => {
+                if let Recipe::Lock { permits } = &mut self.recipe {
+                    // Missing: deleted meanwhile; its deletion event follows.
+                    permits.extend(read.into_iter().filter_map(|(s, p)| Some((s, p?.max(1)))));
+                }
+                self.finish_registration(&mut out);
+            }
+            Event::Unregister(node) => {
+                self.local.remove(&node);
+            }
+            Event::Reconcile { link_up } => {
+                self.link_up = link_up;
+                self.reconcile(&mut out);
+            }
+            Event::Owned(checks) => self.owned(checks, &mut out),
+            Event::HeadRead {
+                sequence,
+                node,
+                read,
+            } => self.head_read(sequence, &node, read, &mut out),
+        }
+        if let Recipe::Election { listed, .. } = &mut self.recipe {
+            // The first reconcile is done once it asks for nothing more: heads seen from then
+            // on are seen taking office.
+            if reconciling && !out.iter().any(Action::is_read) {
+                *listed = true;
+            }
+        }
+        out
+    }
+
+    /// Rebuilds the view from a listing: a reconnect's resync, or the first listing. Local
+    /// members missing from it are gone.
+    fn listed(&mut self, children: Option<Vec<String>>, out: &mut Vec<Action>) {
+        self.present = children.is_some();
+        self.members = children
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|c| MemberName::parse(c))
+            .map(|m| (m.sequence, m))
+            .collect();
+        let mut gone: Vec<(i64, String)> = self
+            .local
+            .iter()
+            .filter(|(_, l)| !self.members.contains_key(&l.sequence))
+            .map(|(n, l)| (l.sequence, n.clone()))
+            .collect();
+        gone.sort();
+        for (seq, node) in gone {
+            self.forget(seq, &node, out);
+        }
+        match &mut self.recipe {
+            Recipe::Lock { permits } => permits.retain(|s, _| self.members.contains_key(s)),
+            Recipe::Election { head, .. } => {
+                if let Some(h) = head.as_mut() {
+                    h.fetched = false;
+                }
+            }
+        }
+        // `synced` is set by the next publish, once the head has been read: an observer's
+        // first message must be the real state, never a vacancy we have not checked.
+    }
+
+    /// A member's znode is gone: drop it from the view and tell its local stream, if any.
+    fn forget(&mut self, sequence: i64, node: &str, out: &mut Vec<Action>) {
+        self.members.remove(&sequence);
+        match &mut self.recipe {
+            Recipe::Lock { permits } => {
+                permits.remove(&sequence);
+            }
+            Recipe::Election {
+                head, head_gone_at, ..
+            } => {
+                if head.as_ref().is_some_and(|h| h.sequence == sequence) {
+                    *head_gone_at = Some(Instant::now());
+                }
+            }
+        }
+        if self.local.remove(node).is_some() {
+            out.push(Action::Signal(node.to_owned(), MemberSignal::Gone));
+        }
+    }
+
+    fn register(&mut self, created: Created, out: &mut Vec<Action>) {
+        let seen = self.members.contains_key(&created.member.sequence);
+        let node = created.member.node_name();
+        self.pending = Some(created);
+        if seen {
+            self.check_permits(out);
+        } else {
+            // Not seen by the watch: confirm with ZooKeeper rather than guess.
+            out.push(Action::CheckPresent(node));
+        }
+    }
+
+    /// Lock queues: reads the permits of members ahead not known yet (local and known members
+    /// cost nothing), then [`QueueState::finish_registration`] compares.
+    fn check_permits(&mut self, out: &mut Vec<Action>) {
+        let (Some(c), Recipe::Lock { permits }) = (&self.pending, &self.recipe) else {
+            return self.finish_registration(out);
+        };
+        let unknown: Vec<(i64, String)> = self
+            .members
+            .range(..c.member.sequence)
+            .filter(|(s, _)| !permits.contains_key(s))
+            .map(|(s, m)| (*s, m.node_name()))
+            .collect();
+        if unknown.is_empty() {
+            self.finish_registration(out);
+        } else {
+            out.push(Action::ReadPermits(unknown));
+        }
+    }
+
+    /// Registers the pending member. In a lock queue it is refused when a member ahead agreed
+    /// to a different permit count: checking every member ahead (not only the head) makes any
+    /// two members alive at the same time agree, since the younger one saw the older one.
+    fn finish_registration(&mut self, out: &mut Vec<Action>) {
+        let Some(Created {
+            member,
+            record,
+            czxid,
+        }) = self.pending.take()
+        else {
+            return;
+        };
+        let ours = record.permits.max(1);
+        if let Recipe::Lock { permits } = &mut self.recipe {
+            let mismatch = self
+                .members
+                .range(..member.sequence)
+                .find_map(|(s, _)| permits.get(s).copied().filter(|&p| p != ours));
+            if let Some(recorded) = mismatch {
+                out.push(Action::Reply(Err(Refusal::PermitMismatch { recorded })));
+                return;
+            }
+            permits.insert(member.sequence, ours);
+        }
+        let ahead = self.members.range(..member.sequence).count() as u32;
+        let holds = self.would_hold(member.sequence, member.mode, ours);
+        self.local.insert(
+            member.node_name(),
+            Local {
+                sequence: member.sequence,
+                mode: member.mode,
+                record,
+                confirmed: false,
+                // Its create reply confirms it only if it holds right now; later it takes a
+                // read (see the module docs).
+                czxid: czxid.filter(|_| holds),
+            },
+        );
+        out.push(Action::Reply(Ok(Enlisted { ahead, holds })));
+    }
+
+    /// Whether the member `sequence` holds by the current view ([`HolderScan`]).
+    fn would_hold(&self, sequence: i64, mode: MemberMode, permits: u32) -> bool {
+        let mut scan = HolderScan::default();
+        for m in self.members.range(..sequence).map(|(_, m)| m) {
+            scan.push(m.mode);
+            if scan.exhausted(permits) {
+                return false;
+            }
+        }
+        scan.admits(mode, permits)
+    }
+
+    fn reconcile(&mut self, out: &mut Vec<Action>) {
+        match self.recipe {
+            Recipe::Election { .. } => self.reconcile_head(out),
+            Recipe::Lock { .. } => self.reconcile_holders(out),
+        }
+    }
+
+    /// Lock queues: asks to confirm every local member that the rule now admits, all checks
+    /// at once (a writer leaving may admit a whole run of readers). Nothing is written, so a
+    /// hand-over costs the delete, one event and at most one read per new holder on its own
+    /// gateway (G4).
+    fn reconcile_holders(&mut self, out: &mut Vec<Action>) {
+        if !self.link_up {
+            return;
+        }
+        let due = self.due_holders();
+        if !due.is_empty() {
+            out.push(Action::CheckOwnership(due));
+        }
+    }
+
+    /// Local members that hold by the rule but are not confirmed yet.
+    fn due_holders(&self) -> Vec<Due> {
+        let mut waiting = self.local.values().filter(|l| !l.confirmed).count();
+        if waiting == 0 {
+            return Vec::new();
+        }
+        let max_permits = self
+            .local
+            .values()
+            .map(|l| l.record.permits.max(1))
+            .max()
+            .unwrap_or(1);
+        let mut scan = HolderScan::default();
+        let mut due = Vec::new();
+        for (&sequence, m) in &self.members {
+            if waiting == 0 || scan.exhausted(max_permits) {
+                break;
+            }
+            let node = m.node_name();
+            if let Some(local) = self.local.get(&node).filter(|l| !l.confirmed) {
+                waiting -= 1;
+                if scan.admits(local.mode, local.record.permits) {
+                    due.push(Due {
+                        sequence,
+                        node,
+                        czxid: local.czxid,
+                    });
+                }
+            }
+            scan.push(m.mode);
+        }
+        due
+    }
+
+    /// Elections: brings the head up to date: confirm it if it is ours, else read who it is.
+    fn reconcile_head(&mut self, out: &mut Vec<Action>) {
+        let first = self.members.iter().next().map(|(&s, m)| (s, m.node_name()));
+        let Recipe::Election {
+            head,
+            head_gone_at,
+            listed,
+        } = &mut self.recipe
+        else {
+            return;
+        };
+        let Some((sequence, node)) = first else {
+            *head = None;
+            // A vacancy nobody waited through is not a failover.
+            *head_gone_at = None;
+            self.publish(None, out);
+            return;
+        };
+        let mut vacated = false;
+        if head.as_ref().is_none_or(|h| h.sequence != sequence) {
+            *head = Some(Head {
+                sequence,
+                leader: None,
+                fetched: false,
+                known_mzxid: 0,
+                seen_at: listed.then(SystemTime::now),
+            });
+            // The previous leader is gone; until the new head is confirmed, nobody leads.
+            // (Only a change if a leader was published: the first state is read first.)
+            vacated = self.published.leader.is_some();
+        }
+        let fetched = head.as_ref().is_some_and(|h| h.fetched);
+        if vacated {
+            self.publish(None, out);
+        }
+        if let Some(local) = self.local.get(&node).filter(|l| !l.confirmed) {
+            // Ours: confirmed by its own create reply or a read, never while suspended.
+            if self.link_up {
+                out.push(Action::CheckOwnership(vec![Due {
+                    sequence,
+                    node,
+                    czxid: local.czxid,
+                }]));
+            }
+            return;
+        }
+        if !fetched {
+            out.push(Action::ReadHead { sequence, node });
+        }
+    }
+
+    /// Settles ownership checks: only a znode present *and* owned by our current session
+    /// confirms its member (CURATOR-696); a vanished or foreign znode is forgotten, and
+    /// whatever follows it may now hold.
+    fn owned(&mut self, checks: Vec<(Due, Ownership)>, out: &mut Vec<Action>) {
+        let mut rerun = false;
+        for (due, check) in checks {
+            let Due { sequence, node, .. } = due;
+            match check {
+                Ownership::Ours(czxid) => match self.local.get_mut(&node) {
+                    Some(local) => {
+                        local.confirmed = true;
+                        local.czxid = None;
+                        let holder = Holder {
+                            queue: self.name.clone(),
+                            participant: local.record.participant.clone(),
+                            value: local.record.value.clone(),
+                            fencing_token: FencingToken(czxid as u64),
+                            since: SystemTime::now(),
+                        };
+                        self.confirmed(node, holder, out);
+                    }
+                    // Unregistered meanwhile.
+                    None => rerun = true,
+                },
+                Ownership::Foreign(owner) => {
+                    tracing::error!(queue = %self.name, owner, "member znode is not owned by our session; not confirming it");
+                    self.forget(sequence, &node, out);
+                    rerun = true;
+                }
+                Ownership::Gone => {
+                    self.forget(sequence, &node, out);
+                    rerun = true;
+                }
+                Ownership::Failed(e) => {
+                    tracing::debug!(queue = %self.name, error = %e, "confirming a holder failed; will retry after the next event");
+                }
+            }
+        }
+        // Each rerun follows a member removed from the view (or one no longer due), so it ends.
+        if rerun {
+            self.reconcile(out);
+        }
+    }
+
+    /// A local member is confirmed: tell it, and, for an election's head, the observers.
+    fn confirmed(&mut self, node: String, mut holder: Holder, out: &mut Vec<Action>) {
+        let mut failover = None;
+        if let Recipe::Election {
+            head: Some(head),
+            head_gone_at,
+            ..
+        } = &mut self.recipe
+        {
+            // It has led since this gateway saw it become the head (observers may have been
+            // told already, if its creation event came before its registration).
+            if let Some(seen) = head.seen_at {
+                holder.since = seen;
+            }
+            failover = head_gone_at.take().map(|t| t.elapsed());
+            head.leader = Some(holder.clone());
+            head.fetched = true;
+            head.seen_at = Some(holder.since);
+        }
+        let election = matches!(self.recipe, Recipe::Election { .. });
+        out.push(Action::Signal(
+            node,
+            MemberSignal::Holds {
+                holder: holder.clone(),
+                failover,
+            },
+        ));
+        if election {
+            self.publish(Some(holder), out);
+        }
+    }
+
+    fn head_read(
+        &mut self,
+        sequence: i64,
+        node: &str,
+        read: Result<MemberData, zkc::Error>,
+        out: &mut Vec<Action>,
+    ) {
+        let data = match read {
+            Ok(d) => d,
+            Err(zkc::Error::NoNode) => {
+                self.forget(sequence, node, out);
+                return self.reconcile_head(out);
+            }
+            Err(e) => {
+                tracing::debug!(queue = %self.name, error = %e, "reading the queue head failed; will retry on the next event");
+                return;
+            }
+        };
+        let Recipe::Election {
+            head: Some(head), ..
+        } = &mut self.recipe
+        else {
+            return;
+        };
+        let leader = Holder {
+            queue: self.name.clone(),
+            participant: data.record.participant.clone(),
+            value: data.record.value.clone(),
+            fencing_token: FencingToken(data.czxid as u64),
+            since: head.seen_at.unwrap_or_else(|| data.since()),
+        };
+        head.fetched = true;
+        head.known_mzxid = data.mzxid;
+        let changed = head.leader.as_ref() != Some(&leader);
+        head.leader = Some(leader.clone());
+        if changed && self.local.get(node).is_some_and(|l| l.confirmed) {
+            out.push(Action::Signal(
+                node.to_owned(),
+                MemberSignal::Proclaimed(leader.clone()),
+            ));
+        }
+        self.publish(Some(leader), out);
+    }
+
+    /// Shows observers `leader`, unless they see it already; tokens never go down in what
+    /// observers see.
+    fn publish(&mut self, leader: Option<Holder>, out: &mut Vec<Action>) {
+        let v = &mut self.published;
+        if v.leader == leader && v.synced {
+            return;
+        }
+        if let (Some(old), Some(new)) = (&v.leader, &leader) {
+            if new.fencing_token < old.fencing_token {
+                return;
+            }
+        }
+        v.leader = leader;
+        v.synced = true;
+        out.push(Action::Publish(v.clone()));
+    }
+}
+
+impl Action {
+    /// Whether the action is a read whose answer comes back as an event.
+    fn is_read(&self) -> bool {
+        matches!(
+            self,
+            Action::CheckPresent(_)
+                | Action::Settle
+                | Action::ReadPermits(_)
+                | Action::CheckOwnership(_)
+                | Action::ReadHead { .. }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(c: char) -> MemberMode {
+        MemberMode::from_letter(c).unwrap()
+    }
+
+    /// Member `sequence` of mode letter `m` (its protected id derived from the sequence).
+    fn member(m: char, sequence: i64) -> MemberName {
+        MemberName {
+            mode: mode(m),
+            id: format!("{sequence:032x}"),
+            sequence,
+        }
+    }
+
+    fn node(m: char, sequence: i64) -> String {
+        member(m, sequence).node_name()
+    }
+
+    fn created(m: char, sequence: i64, permits: u32, czxid: Option<i64>) -> Created {
+        Created {
+            member: member(m, sequence),
+            record: NodeRecord {
+                participant: format!("p{sequence}"),
+                permits,
+                ..Default::default()
+            },
+            czxid,
+        }
+    }
+
+    fn state(kind: QueueKind, members: &[(char, i64)]) -> QueueState {
+        let mut s = QueueState::new(kind, QueueName::new("q").unwrap());
+        let listing = members.iter().map(|&(m, q)| node(m, q)).collect();
+        assert!(s.apply(Event::Listed(Some(listing))).is_empty());
+        s
+    }
+
+    /// Registers a member already in the view (members ahead that are not local agree on its
+    /// permits); returns the reply.
+    fn enlist(s: &mut QueueState, c: Created) -> Enlisted {
+        let permits = c.record.permits;
+        let mut out = s.apply(Event::Register(c));
+        if let [Action::ReadPermits(ahead)] = out.as_slice() {
+            let read = ahead.iter().map(|(q, _)| (*q, Some(permits))).collect();
+            out = s.apply(Event::PermitsRead(Ok(read)));
+        }
+        match out.as_slice() {
+            [Action::Reply(Ok(e))] => *e,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn data(participant: &str, czxid: i64, mzxid: i64) -> MemberData {
+        MemberData {
+            record: NodeRecord {
+                participant: participant.into(),
+                ..Default::default()
+            },
+            czxid,
+            mzxid,
+            ctime: 1,
+        }
+    }
+
+    /// Answers the read of head `sequence` with its data.
+    fn head_is(s: &mut QueueState, sequence: i64, read: MemberData) -> Vec<Action> {
+        s.apply(Event::HeadRead {
+            sequence,
+            node: node('c', sequence),
+            read: Ok(read),
+        })
+    }
+
+    fn ownership_asked(actions: &[Action]) -> Vec<Due> {
+        actions
+            .iter()
+            .find_map(|a| match a {
+                Action::CheckOwnership(d) => Some(d.clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
+    fn signalled(actions: &[Action]) -> Vec<(String, &MemberSignal)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Signal(n, s) => Some((n.clone(), s)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn published(actions: &[Action]) -> Vec<Option<u64>> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Publish(v) => Some(v.leader.as_ref().map(|l| l.fencing_token.0)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Which members of a queue (mode letters in sequence order) hold with `permits`.
+    fn holders(modes: &str, permits: u32) -> String {
+        let mut scan = HolderScan::default();
+        modes
+            .chars()
+            .map(|m| {
+                let holds = scan.admits(mode(m), permits);
+                scan.push(mode(m));
+                if holds {
+                    m.to_ascii_uppercase()
+                } else {
+                    m
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn elections_mutexes_and_semaphores() {
+        assert_eq!(holders("ccc", 0), "Ccc", "an election is led by its head");
+        assert_eq!(holders("www", 1), "Www");
+        assert_eq!(holders("www", 0), "Www", "0 permits is a mutex");
+        assert_eq!(holders("wwwww", 3), "WWWww");
+        assert_eq!(holders("w", 3), "W");
+    }
+
+    #[test]
+    fn read_write_in_fifo_order() {
+        assert_eq!(holders("rrr", 1), "RRR", "readers share");
+        assert_eq!(
+            holders("rrwr", 1),
+            "RRwr",
+            "a writer behind readers blocks later readers"
+        );
+        assert_eq!(holders("wrr", 1), "Wrr", "a writer excludes readers");
+        assert_eq!(holders("rwwr", 1), "Rwwr");
+        assert_eq!(
+            holders("wwr", 2),
+            "WWr",
+            "permits bound writers; readers wait for all"
+        );
+        assert_eq!(holders("rww", 2), "Rww");
+    }
+
+    #[test]
+    fn exhausted_only_when_nobody_later_can_hold() {
+        for (modes, permits) in [
+            ("ccc", 1),
+            ("rrwr", 1),
+            ("wwwww", 3),
+            ("rrr", 1),
+            ("rww", 2),
+        ] {
+            let mut scan = HolderScan::default();
+            let chars: Vec<char> = modes.chars().collect();
+            for (i, &m) in chars.iter().enumerate() {
+                scan.push(mode(m));
+                if scan.exhausted(permits) {
+                    let mut rest = scan.clone();
+                    for &later in &chars[i + 1..] {
+                        assert!(!rest.admits(mode(later), permits), "{modes} {permits}");
+                        rest.push(mode(later));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_member_holding_at_once_is_confirmed_by_its_create_reply() {
+        let mut s = state(QueueKind::Lock, &[('w', 1)]);
+        let e = enlist(&mut s, created('w', 1, 1, Some(77)));
+        assert_eq!(
+            e,
+            Enlisted {
+                ahead: 0,
+                holds: true
+            }
+        );
+        let asked = s.apply(Event::Reconcile { link_up: true });
+        let due = ownership_asked(&asked);
+        assert_eq!(due.len(), 1);
+        assert_eq!(
+            due[0].czxid,
+            Some(77),
+            "no read needed: the reply proves it"
+        );
+        let out = s.apply(Event::Owned(vec![(due[0].clone(), Ownership::Ours(77))]));
+        match signalled(&out).as_slice() {
+            [(
+                n,
+                MemberSignal::Holds {
+                    holder,
+                    failover: None,
+                },
+            )] => {
+                assert_eq!(n, &node('w', 1));
+                assert_eq!(holder.fencing_token, FencingToken(77));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            s.apply(Event::Reconcile { link_up: true }).is_empty(),
+            "confirmed once"
+        );
+    }
+
+    #[test]
+    fn a_member_admitted_later_is_confirmed_by_a_read_and_never_while_suspended() {
+        let mut s = state(QueueKind::Lock, &[('w', 1), ('w', 2)]);
+        let e = enlist(&mut s, created('w', 2, 1, Some(20)));
+        assert_eq!(
+            e,
+            Enlisted {
+                ahead: 1,
+                holds: false
+            }
+        );
+        assert!(ownership_asked(&s.apply(Event::Reconcile { link_up: true })).is_empty());
+        // The holder ahead leaves while the link is suspended: nothing is confirmed.
+        assert!(s.apply(Event::MemberDeleted(member('w', 1))).is_empty());
+        assert!(s.apply(Event::Reconcile { link_up: false }).is_empty());
+        // Back: a read proves it ours (its create reply predates the admission).
+        let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        assert_eq!((due.len(), due[0].czxid), (1, None));
+        // A foreign znode is never confirmed: forgotten, and its stream told.
+        let out = s.apply(Event::Owned(vec![(due[0].clone(), Ownership::Foreign(9))]));
+        assert!(matches!(
+            signalled(&out).as_slice(),
+            [(_, MemberSignal::Gone)]
+        ));
+        assert_eq!(s.members(), 0);
+    }
+
+    #[test]
+    fn a_failed_read_is_retried_after_the_next_event() {
+        let mut s = state(QueueKind::Lock, &[('w', 1), ('r', 2)]);
+        enlist(&mut s, created('r', 2, 1, None));
+        s.apply(Event::MemberDeleted(member('w', 1)));
+        let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        let out = s.apply(Event::Owned(vec![(
+            due[0].clone(),
+            Ownership::Failed(zkc::Error::ConnectionLoss),
+        )]));
+        assert!(out.is_empty());
+        assert_eq!(
+            ownership_asked(&s.apply(Event::Reconcile { link_up: true })).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_writer_leaving_admits_a_run_of_readers_at_once() {
+        let mut s = state(QueueKind::Lock, &[('w', 1), ('r', 2), ('r', 3), ('w', 4)]);
+        for (m, q) in [('r', 2), ('r', 3), ('w', 4)] {
+            assert!(!enlist(&mut s, created(m, q, 1, None)).holds);
+        }
+        s.apply(Event::MemberDeleted(member('w', 1)));
+        let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        let seqs: Vec<i64> = due.iter().map(|d| d.sequence).collect();
+        assert_eq!(seqs, vec![2, 3], "both readers, not the writer behind them");
+    }
+
+    #[test]
+    fn a_vanished_holder_admits_the_next_in_the_same_step() {
+        let mut s = state(QueueKind::Lock, &[('w', 1), ('w', 2)]);
+        enlist(&mut s, created('w', 1, 1, None));
+        enlist(&mut s, created('w', 2, 1, None));
+        let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        assert_eq!(due[0].sequence, 1);
+        let out = s.apply(Event::Owned(vec![(due[0].clone(), Ownership::Gone)]));
+        assert!(matches!(
+            signalled(&out).as_slice(),
+            [(_, MemberSignal::Gone)]
+        ));
+        assert_eq!(ownership_asked(&out)[0].sequence, 2);
+    }
+
+    #[test]
+    fn permits_must_agree_with_every_member_ahead() {
+        let mut s = state(QueueKind::Lock, &[('w', 1), ('w', 2), ('w', 3)]);
+        enlist(&mut s, created('w', 1, 3, None));
+        // Member 2 is another gateway's: its permits are read; member 1's are known.
+        let out = s.apply(Event::Register(created('w', 3, 2, None)));
+        match out.as_slice() {
+            [Action::ReadPermits(m)] => assert_eq!(m, &vec![(2, node('w', 2))]),
+            other => panic!("{other:?}"),
+        }
+        let out = s.apply(Event::PermitsRead(Ok(vec![(2, Some(3))])));
+        assert!(matches!(
+            out.as_slice(),
+            [Action::Reply(Err(Refusal::PermitMismatch { recorded: 3 }))]
+        ));
+        // Known now: the next newcomer costs no read.
+        assert!(matches!(
+            s.apply(Event::Register(created('w', 3, 3, None)))
+                .as_slice(),
+            [Action::Reply(Ok(Enlisted {
+                ahead: 2,
+                holds: true
+            }))]
+        ));
+        // A failed read refuses the member.
+        let mut s = state(QueueKind::Lock, &[('w', 1), ('w', 2)]);
+        s.apply(Event::Register(created('w', 2, 1, None)));
+        assert!(matches!(
+            s.apply(Event::PermitsRead(Err(zkc::Error::ConnectionLoss)))
+                .as_slice(),
+            [Action::Reply(Err(Refusal::Zk(_)))]
+        ));
+    }
+
+    #[test]
+    fn a_member_the_watch_has_not_shown_is_read_then_ordered_after_earlier_events() {
+        let mut s = state(QueueKind::Lock, &[]);
+        let out = s.apply(Event::Register(created('w', 5, 1, Some(50))));
+        assert!(matches!(out.as_slice(), [Action::CheckPresent(n)] if n == &node('w', 5)));
+        // Present: events received meanwhile are applied before it is placed.
+        assert!(matches!(
+            s.apply(Event::Present(true)).as_slice(),
+            [Action::Settle]
+        ));
+        s.apply(Event::MemberCreated(member('w', 4)));
+        match s.apply(Event::Settled).as_slice() {
+            [Action::ReadPermits(m)] => assert_eq!(m.len(), 1),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            s.apply(Event::PermitsRead(Ok(vec![(4, Some(1))])))
+                .as_slice(),
+            [Action::Reply(Ok(Enlisted {
+                ahead: 1,
+                holds: false
+            }))]
+        ));
+        // Gone already: refused.
+        assert!(matches!(
+            {
+                s.apply(Event::Register(created('w', 9, 1, None)));
+                s.apply(Event::Present(false))
+            }
+            .as_slice(),
+            [Action::Reply(Err(Refusal::Gone))]
+        ));
+    }
+
+    #[test]
+    fn a_resync_drops_members_gone_while_disconnected() {
+        let mut s = state(QueueKind::Lock, &[('w', 1), ('w', 2)]);
+        enlist(&mut s, created('w', 1, 1, Some(1)));
+        enlist(&mut s, created('w', 2, 1, None));
+        let out = s.apply(Event::Listed(Some(vec![node('w', 2)])));
+        assert!(matches!(
+            signalled(&out).as_slice(),
+            [(n, MemberSignal::Gone)] if n == &node('w', 1)
+        ));
+        assert_eq!(s.members(), 1);
+        let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        assert_eq!((due[0].sequence, due[0].czxid), (2, None));
+        // The queue itself gone: empty and absent.
+        s.apply(Event::Listed(None));
+        assert_eq!((s.members(), s.present()), (0, false));
+    }
+
+    #[test]
+    fn an_election_publishes_its_head_and_vacancies() {
+        let mut s = state(QueueKind::Election, &[('c', 1), ('c', 2)]);
+        // The first state is read before anything is published.
+        match s.apply(Event::Reconcile { link_up: true }).as_slice() {
+            [Action::ReadHead { sequence: 1, node }] => {
+                assert_eq!(node, &super::tests::node('c', 1))
+            }
+            other => panic!("{other:?}"),
+        }
+        let out = head_is(&mut s, 1, data("a", 10, 10));
+        assert_eq!(published(&out), vec![Some(10)]);
+        // A write to the head whose content is known costs no read.
+        s.apply(Event::DataChanged(member('c', 1), 10));
+        assert!(s.apply(Event::Reconcile { link_up: true }).is_empty());
+        // The head leaves: vacant until the next is read.
+        s.apply(Event::MemberDeleted(member('c', 1)));
+        let out = s.apply(Event::Reconcile { link_up: true });
+        assert_eq!(published(&out), vec![None]);
+        assert!(matches!(
+            out.last(),
+            Some(Action::ReadHead { sequence: 2, .. })
+        ));
+        // It vanished meanwhile: the queue is empty, and that is published once.
+        let out = s.apply(Event::HeadRead {
+            sequence: 2,
+            node: node('c', 2),
+            read: Err(zkc::Error::NoNode),
+        });
+        assert!(published(&out).is_empty(), "vacant already");
+        assert_eq!(s.members(), 0);
+    }
+
+    #[test]
+    fn our_head_is_confirmed_then_observers_see_it_with_its_failover() {
+        let mut s = state(QueueKind::Election, &[('c', 1), ('c', 2)]);
+        s.apply(Event::Reconcile { link_up: true });
+        head_is(&mut s, 1, data("a", 10, 10));
+        assert_eq!(enlist(&mut s, created('c', 2, 0, Some(20))).ahead, 1);
+        s.apply(Event::MemberDeleted(member('c', 1)));
+        // Suspended: neither confirmed nor read.
+        let out = s.apply(Event::Reconcile { link_up: false });
+        assert_eq!(published(&out), vec![None]);
+        assert!(ownership_asked(&out).is_empty());
+        let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        assert_eq!(
+            (due[0].sequence, due[0].czxid),
+            (2, None),
+            "admitted later: a read"
+        );
+        let out = s.apply(Event::Owned(vec![(due[0].clone(), Ownership::Ours(20))]));
+        match signalled(&out).as_slice() {
+            [(_, MemberSignal::Holds { holder, failover })] => {
+                assert_eq!(holder.participant, "p2");
+                assert!(failover.is_some(), "it waited through the vacancy");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(published(&out), vec![Some(20)]);
+        // A proclaim reaches our own leader as `Proclaimed`.
+        s.apply(Event::DataChanged(member('c', 2), 21));
+        let out = s.apply(Event::Reconcile { link_up: true });
+        assert!(matches!(
+            out.as_slice(),
+            [Action::ReadHead { sequence: 2, .. }]
+        ));
+        let mut d = data("p2", 20, 21);
+        d.record.value = b"v".to_vec();
+        let out = head_is(&mut s, 2, d);
+        assert!(matches!(
+            signalled(&out).as_slice(),
+            [(_, MemberSignal::Proclaimed(h))] if h.value == b"v"
+        ));
+    }
+
+    #[test]
+    fn tokens_never_go_down_for_observers() {
+        let mut s = state(QueueKind::Election, &[('c', 5)]);
+        s.apply(Event::Reconcile { link_up: true });
+        let out = head_is(&mut s, 5, data("new", 50, 50));
+        assert_eq!(published(&out), vec![Some(50)]);
+        // A stale read naming an older leader is not shown.
+        s.apply(Event::DataChanged(member('c', 5), 51));
+        s.apply(Event::Reconcile { link_up: true });
+        let out = head_is(&mut s, 5, data("old", 40, 51));
+        assert!(published(&out).is_empty());
+    }
+
+    #[test]
+    fn an_empty_election_is_published_vacant_once() {
+        let mut s = state(QueueKind::Election, &[]);
+        let out = s.apply(Event::Reconcile { link_up: true });
+        assert!(matches!(
+            out.as_slice(),
+            [Action::Publish(QueueView {
+                synced: true,
+                leader: None
+            })]
+        ));
+        assert!(s.apply(Event::Reconcile { link_up: true }).is_empty());
+    }
+}
