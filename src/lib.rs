@@ -7,9 +7,15 @@
 //!   small per-call buffers.
 //! - [`api`]: tonic handlers; proto ↔ domain conversion; errors → gRPC status;
 //!   [`api::limits`]: stream limits per gateway and per client connection (G10).
-//! - [`coord`]: no tonic types: ZooKeeper sessions, per-queue actors, elections, leases;
-//!   [`coord::paging`] keeps every ZooKeeper packet under `--zk-max-packet`;
-//!   [`coord::session`] holds the G2 clock and the quorum (`sync`) liveness probe.
+//! - [`coord`]: no tonic types. [`coord::session`]: the ZooKeeper session pool, the G2 clock
+//!   and the quorum (`sync`) liveness probe; [`coord::link`]: the link state every stream
+//!   follows; [`coord::timing`]: every duration derived from T, checked once;
+//!   [`coord::queue`]: one actor per queue per session around the pure
+//!   [`coord::queue::state`] core (who holds, confirmation, observers' view — unit-tested
+//!   without a network); [`coord::member`]: one member znode per stream, its guard and release;
+//!   [`coord::election`] and [`coord::lock`]: what only each recipe adds; [`coord::error`]:
+//!   errors named by meaning; [`coord::paging`] keeps every ZooKeeper packet under
+//!   `--zk-max-packet`; [`coord::zk`]: the instrumented ZooKeeper client.
 //! - [`server`]: `run(config, listener, http, shutdown)`: the gateway, in-process for tests.
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`metrics`]: every metric name, described once; [`grpc_metrics`]: the tower layer that
