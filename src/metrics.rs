@@ -16,6 +16,29 @@ pub const FAILOVER: &str = "zkgate_failover_seconds";
 pub const CAMPAIGNS_ACTIVE: &str = "zkgate_campaigns_active";
 pub const ELECTION_CANDIDATES: &str = "zkgate_election_candidates";
 pub const ELECTION_LEADERS: &str = "zkgate_election_leaders";
+
+/// Every metric the contract names (contract "Observability"), as this module spells it.
+pub const CONTRACT_METRICS: &[&str] = &[
+    LEADER_CHANGES,
+    LEADER_TENURE,
+    FAILOVER,
+    CAMPAIGNS_ACTIVE,
+    OBSERVERS_ACTIVE,
+    LOCKS_HELD,
+    LOCK_WAIT,
+    ZK_CONNECTED,
+    ZK_SESSION_EXPIRATIONS,
+    ZK_REQUESTS,
+    ZK_REQUEST_DURATION,
+    GRPC_REQUESTS,
+    GRPC_STREAMS_ACTIVE,
+];
+
+/// The per-election gauges, beyond the contract: they make the per-election alert possible.
+pub const ELECTION_GAUGES: &[&str] = &[ELECTION_CANDIDATES, ELECTION_LEADERS];
+
+/// The histograms among them.
+pub const HISTOGRAMS: &[&str] = &[LEADER_TENURE, FAILOVER, LOCK_WAIT, ZK_REQUEST_DURATION];
 pub const OBSERVERS_ACTIVE: &str = "zkgate_observers_active";
 pub const LOCKS_HELD: &str = "zkgate_locks_held";
 pub const LOCK_WAIT: &str = "zkgate_lock_wait_seconds";

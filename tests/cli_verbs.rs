@@ -727,67 +727,6 @@ async fn by_lease_verbs_lock_flags_and_endpoint_lists() {
     wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
 }
 
-/// A CA, a server certificate for 127.0.0.1 and `localhost`, and a client certificate, made
-/// with openssl (as tests/security.rs does).
-fn make_pki(dir: &std::path::Path) {
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl runs");
-        assert!(out.status.success(), "openssl {args:?}: {out:?}");
-    };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=zkgate-test-ca",
-    ]);
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:gw.test\n",
-    )
-    .unwrap();
-    for who in ["server", "client"] {
-        let (key, csr, pem) = (
-            format!("{who}.key"),
-            format!("{who}.csr"),
-            format!("{who}.pem"),
-        );
-        let subj = format!("/CN={who}");
-        openssl(&[
-            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", &subj,
-        ]);
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            &pem,
-            "-days",
-            "1",
-            "-extfile",
-            "san.ext",
-        ]);
-    }
-}
-
 /// The TLS flags against a gateway that requires client certificates (mTLS): with `--ca`,
 /// `--cert`, `--key` (and `--server-name` for a name the endpoint does not carry) the verbs
 /// work; without a client certificate they are refused.
@@ -795,7 +734,7 @@ fn make_pki(dir: &std::path::Path) {
 async fn tls_flags_reach_a_mutual_tls_gateway() {
     use tonic::transport::{Certificate, Identity, ServerTlsConfig};
     let dir = tempfile::tempdir().unwrap();
-    make_pki(dir.path());
+    zkgate_testkit::pki::make_pki(dir.path());
     let path = |f: &str| dir.path().join(f).to_str().unwrap().to_owned();
     let read = |f: &str| std::fs::read(dir.path().join(f)).unwrap();
     let zk = shared_zk();

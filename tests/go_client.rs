@@ -178,28 +178,10 @@ fn go_stubs_match_the_protos() {
     );
     let generated = fresh.path().join("zkgatev1");
     let checked_in = repo_file("clients/go/zkgatev1");
-    let list = |dir: &Path| -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .filter_map(Result::ok)
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".pb.go"))
-            .collect();
-        names.sort();
-        names
-    };
-    assert_eq!(
-        list(&generated),
-        list(&checked_in),
-        "stub files differ: run clients/go/regen.sh"
+    dev_process::assert_stubs_match(
+        &generated,
+        &checked_in,
+        |n| n.ends_with(".pb.go"),
+        "clients/go/regen.sh (with Debian's protobuf-compiler, protoc-gen-go and protoc-gen-go-grpc)",
     );
-    for name in list(&generated) {
-        let a = std::fs::read_to_string(generated.join(&name)).unwrap();
-        let b = std::fs::read_to_string(checked_in.join(&name)).unwrap();
-        assert!(
-            a == b,
-            "clients/go/zkgatev1/{name} is stale: run clients/go/regen.sh (with Debian's \
-             protobuf-compiler, protoc-gen-go and protoc-gen-go-grpc)"
-        );
-    }
 }

@@ -229,88 +229,6 @@ fn candidates_include(gw: &GatewayProc, election: &str, candidate: &str) -> bool
     })
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA, and server (127.0.0.1, localhost) and client certificates signed by it, in `dir`.
-fn make_pki(dir: &Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=zkgate-java-test-ca",
-        ],
-    );
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .unwrap();
-    for who in ["server", "client"] {
-        let (key, csr, pem) = (
-            format!("{who}.key"),
-            format!("{who}.csr"),
-            format!("{who}.pem"),
-        );
-        openssl(
-            dir,
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                &key,
-                "-out",
-                &csr,
-                "-subj",
-                &format!("/CN={who}"),
-            ],
-        );
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &pem,
-                "-days",
-                "1",
-                "-extfile",
-                "san.ext",
-            ],
-        );
-    }
-}
-
 /// `zkgate serve` with TLS that requires client certificates (procgw's health check speaks
 /// plaintext, so this one is started by hand). Killed on drop.
 struct TlsGateway {
@@ -389,7 +307,7 @@ fn java_client_elects_locks_fails_over_and_watches_silence() {
     };
     let (mut gw1, gw2, gw3) = (spawn("gw1"), spawn("gw2"), spawn("gw3"));
     let pki = tempfile::tempdir().unwrap();
-    make_pki(pki.path());
+    zkgate_testkit::pki::make_pki(pki.path());
     let tls = TlsGateway::start(&zk, &root, pki.path());
 
     let started = Instant::now();

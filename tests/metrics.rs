@@ -23,6 +23,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Streaming};
 use zkgate::metrics as m;
+use zkgate::metrics::{CONTRACT_METRICS, ELECTION_GAUGES, HISTOGRAMS};
 use zkgate::proto as pb;
 use zkgate::proto::acquire_request::Request as LReq;
 use zkgate::proto::acquire_response::Event as LEvent;
@@ -450,33 +451,6 @@ async fn lead_alone(client: &mut pb::election_client::ElectionClient<Channel>, e
 }
 
 // ---------------------------------------------------------------------------------------------
-
-/// Every contract "Observability" metric name.
-const CONTRACT_METRICS: &[&str] = &[
-    m::LEADER_CHANGES,
-    m::LEADER_TENURE,
-    m::FAILOVER,
-    m::CAMPAIGNS_ACTIVE,
-    m::OBSERVERS_ACTIVE,
-    m::LOCKS_HELD,
-    m::LOCK_WAIT,
-    m::ZK_CONNECTED,
-    m::ZK_SESSION_EXPIRATIONS,
-    m::ZK_REQUESTS,
-    m::ZK_REQUEST_DURATION,
-    m::GRPC_REQUESTS,
-    m::GRPC_STREAMS_ACTIVE,
-];
-
-/// The per-election gauges (not named by contract "Observability"; they make the per-election alert possible).
-const ELECTION_GAUGES: &[&str] = &[m::ELECTION_CANDIDATES, m::ELECTION_LEADERS];
-
-const HISTOGRAMS: &[&str] = &[
-    m::LEADER_TENURE,
-    m::FAILOVER,
-    m::LOCK_WAIT,
-    m::ZK_REQUEST_DURATION,
-];
 
 /// The whole script in one test, in a fixed order: its steps share the process-global recorder,
 /// and the election-label cap depends on the order in which names are first elected.

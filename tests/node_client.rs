@@ -5,7 +5,6 @@
 //! in-process gateway, and the package's own checks (shipped protos equal proto/, `tsc --noEmit`
 //! over index.d.ts).
 
-use zkgate_testkit as support;
 use zkgate_testkit::dev_process;
 
 const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
@@ -14,7 +13,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dev_process::*;
-use support::procgw::{GatewayProc, GatewaySpec};
 
 /// `node` and `npm` on PATH, and the client's pinned packages installed (`npm ci`).
 fn node_deps() -> bool {
@@ -61,36 +59,15 @@ fn node_helpers_elect_lock_fail_over_and_watch_silence() {
     assert!(!files.is_empty(), "no clients/node/test/*.test.js");
 
     // A short session timeout keeps the frozen-gateway test short: silence_limit = 1.05 s.
-    let gw = DevGateway::start(&["--session-timeout", "3s"]);
-    // g2: the fleet tests' second gateway (same ZooKeeper and root), which one of them drains.
-    let spec = GatewaySpec::binary(BIN, &gw.zk, "/zkgate", Duration::from_secs(3));
-    let (_rt, g2) = GatewayProc::spawn_sync("g2", spec);
-    // g3: a gateway with mutual TLS (server certificate for 127.0.0.1 and localhost).
-    let pki = tempfile::tempdir().unwrap();
-    support::pki::make_pki(pki.path());
-    let mut spec = GatewaySpec::binary(BIN, &gw.zk, "/zkgate", Duration::from_secs(3));
-    let file = |f: &str| pki.path().join(f).display().to_string();
-    spec.extra = vec![
-        "--tls-cert".into(),
-        file("server.pem"),
-        "--tls-key".into(),
-        file("server.key"),
-        "--tls-client-ca".into(),
-        file("ca.pem"),
-    ];
-    let (_rt3, g3) = GatewayProc::spawn_sync("g3", spec);
+    let fleet = ClientFleet::start(BIN, Duration::from_secs(3));
+    let gw = &fleet.dev;
     let started = Instant::now();
     let out = Command::new("node")
         // One file at a time: the election and lock files each freeze the shared gateway.
         .args(["--test", "--test-concurrency=1", "--test-reporter=tap"])
         .args(&files)
         .current_dir(&dir)
-        .env("ZKGATE_ADDR", gw.grpc.to_string())
-        .env("ZKGATE_PID", gw.pid().to_string())
-        .env("ZKGATE_FLEET", format!("http://{},{}", gw.grpc, g2.url()))
-        .env("ZKGATE_PID2", g2.pid.to_string())
-        .env("ZKGATE_TLS_ADDR", g3.addr.to_string())
-        .env("ZKGATE_TLS_DIR", pki.path())
+        .envs(fleet.env())
         .env_remove("NODE_OPTIONS")
         .stdin(Stdio::null())
         .output()

@@ -17,34 +17,8 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zkgate::metrics as m;
+use zkgate::metrics::{CONTRACT_METRICS, ELECTION_GAUGES, HISTOGRAMS};
 use zkgate_testkit::*;
-
-/// Every metric contract "Observability" names, as `src/metrics.rs` spells it.
-const CONTRACT_METRICS: &[&str] = &[
-    m::LEADER_CHANGES,
-    m::LEADER_TENURE,
-    m::FAILOVER,
-    m::CAMPAIGNS_ACTIVE,
-    m::OBSERVERS_ACTIVE,
-    m::LOCKS_HELD,
-    m::LOCK_WAIT,
-    m::ZK_CONNECTED,
-    m::ZK_SESSION_EXPIRATIONS,
-    m::ZK_REQUESTS,
-    m::ZK_REQUEST_DURATION,
-    m::GRPC_REQUESTS,
-    m::GRPC_STREAMS_ACTIVE,
-];
-
-/// The per-election gauges the gateway exports beyond contract "Observability" (for the per-election alert).
-const ELECTION_GAUGES: &[&str] = &[m::ELECTION_CANDIDATES, m::ELECTION_LEADERS];
-
-const HISTOGRAMS: &[&str] = &[
-    m::LEADER_TENURE,
-    m::FAILOVER,
-    m::LOCK_WAIT,
-    m::ZK_REQUEST_DURATION,
-];
 
 /// How long Prometheus may take to start, scrape and evaluate what a test expects.
 const PROMETHEUS_WAIT: Duration = Duration::from_secs(30);

@@ -5,17 +5,14 @@
 //! asyncio API), its checked-in stubs against a fresh `regen.sh` run, and `pip install` of the
 //! package.
 
-use zkgate_testkit as support;
 use zkgate_testkit::dev_process;
 
 const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use dev_process::*;
-use support::procgw::{GatewayProc, GatewaySpec};
 
 /// Whether `python3` can import every module in `modules`.
 fn python_has(modules: &[&str]) -> bool {
@@ -46,34 +43,13 @@ fn python_helpers_elect_lock_fail_over_and_watch_silence() {
         return;
     }
     // A short session timeout keeps the frozen-gateway test short: silence_limit = 1.05 s.
-    let gw = DevGateway::start(&["--session-timeout", "3s"]);
-    // g2: the fleet tests' second gateway (same ZooKeeper and root), which one of them drains.
-    let spec = GatewaySpec::binary(BIN, &gw.zk, "/zkgate", Duration::from_secs(3));
-    let (_rt, g2) = GatewayProc::spawn_sync("g2", spec);
-    // g3: a gateway with mutual TLS (server certificate for 127.0.0.1 and localhost).
-    let pki = tempfile::tempdir().unwrap();
-    support::pki::make_pki(pki.path());
-    let mut spec = GatewaySpec::binary(BIN, &gw.zk, "/zkgate", Duration::from_secs(3));
-    let file = |f: &str| pki.path().join(f).display().to_string();
-    spec.extra = vec![
-        "--tls-cert".into(),
-        file("server.pem"),
-        "--tls-key".into(),
-        file("server.key"),
-        "--tls-client-ca".into(),
-        file("ca.pem"),
-    ];
-    let (_rt3, g3) = GatewayProc::spawn_sync("g3", spec);
+    let fleet = ClientFleet::start(BIN, Duration::from_secs(3));
+    let gw = &fleet.dev;
     let started = std::time::Instant::now();
     let out = Command::new("python3")
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
         .current_dir(repo_file("clients/python"))
-        .env("ZKGATE_ADDR", gw.grpc.to_string())
-        .env("ZKGATE_PID", gw.pid().to_string())
-        .env("ZKGATE_FLEET", format!("http://{},{}", gw.grpc, g2.url()))
-        .env("ZKGATE_PID2", g2.pid.to_string())
-        .env("ZKGATE_TLS_ADDR", g3.addr.to_string())
-        .env("ZKGATE_TLS_DIR", pki.path())
+        .envs(fleet.env())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .stdin(Stdio::null())
         .output()
@@ -107,30 +83,12 @@ fn python_stubs_match_the_protos() {
     assert!(status.success(), "regen.sh failed");
     let generated = fresh.path().join("zkgate/v1");
     let checked_in = repo_file("clients/python/zkgate/v1");
-    let list = |dir: &Path| -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .filter_map(Result::ok)
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.contains("_pb2"))
-            .collect();
-        names.sort();
-        names
-    };
-    assert_eq!(
-        list(&generated),
-        list(&checked_in),
-        "stub files differ: run clients/python/regen.sh"
+    assert_stubs_match(
+        &generated,
+        &checked_in,
+        |n| n.contains("_pb2"),
+        "clients/python/regen.sh (with grpcio-tools from clients/python/requirements-dev.txt)",
     );
-    for name in list(&generated) {
-        let a = std::fs::read_to_string(generated.join(&name)).unwrap();
-        let b = std::fs::read_to_string(checked_in.join(&name)).unwrap();
-        assert!(
-            a == b,
-            "clients/python/zkgate/v1/{name} is stale: run clients/python/regen.sh \
-             (with grpcio-tools from clients/python/requirements-dev.txt)"
-        );
-    }
 }
 
 #[test]

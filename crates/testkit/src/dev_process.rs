@@ -265,3 +265,92 @@ pub fn repo_file(path: &str) -> PathBuf {
     assert!(Path::new(&p).exists(), "{} is missing", p.display());
     p
 }
+
+/// The fleet the Python and Node suites run against: `zkgate dev` (ZooKeeper and gateway 1, with
+/// session timeout `t`), a second plaintext gateway on the same ZooKeeper and root (one fleet
+/// test drains it), and a third with mutual TLS (certificates from [`crate::pki`] in `pki`).
+pub struct ClientFleet {
+    pub dev: DevGateway,
+    pub g2: crate::procgw::GatewayProc,
+    pub g3: crate::procgw::GatewayProc,
+    pub pki: tempfile::TempDir,
+    _runtimes: (tokio::runtime::Runtime, tokio::runtime::Runtime),
+}
+
+impl ClientFleet {
+    pub fn start(bin: &str, t: Duration) -> Self {
+        use crate::procgw::{GatewayProc, GatewaySpec};
+        let secs = format!("{}s", t.as_secs());
+        let dev = DevGateway::start(&["--session-timeout", &secs]);
+        let spec = GatewaySpec::binary(bin, &dev.zk, "/zkgate", t);
+        let (rt2, g2) = GatewayProc::spawn_sync("g2", spec);
+        let pki = tempfile::tempdir().expect("temp dir");
+        crate::pki::make_pki(pki.path());
+        let mut spec = GatewaySpec::binary(bin, &dev.zk, "/zkgate", t);
+        let file = |f: &str| pki.path().join(f).display().to_string();
+        spec.extra = vec![
+            "--tls-cert".into(),
+            file("server.pem"),
+            "--tls-key".into(),
+            file("server.key"),
+            "--tls-client-ca".into(),
+            file("ca.pem"),
+        ];
+        let (rt3, g3) = GatewayProc::spawn_sync("g3", spec);
+        Self {
+            dev,
+            g2,
+            g3,
+            pki,
+            _runtimes: (rt2, rt3),
+        }
+    }
+
+    /// What a client suite reads to find the fleet: `ZKGATE_ADDR`/`ZKGATE_PID` (gateway 1),
+    /// `ZKGATE_FLEET` (gateways 1 and 2), `ZKGATE_PID2`, `ZKGATE_TLS_ADDR`, `ZKGATE_TLS_DIR`.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("ZKGATE_ADDR", self.dev.grpc.to_string()),
+            ("ZKGATE_PID", self.dev.pid().to_string()),
+            (
+                "ZKGATE_FLEET",
+                format!("http://{},{}", self.dev.grpc, self.g2.url()),
+            ),
+            ("ZKGATE_PID2", self.g2.pid.to_string()),
+            ("ZKGATE_TLS_ADDR", self.g3.addr.to_string()),
+            ("ZKGATE_TLS_DIR", self.pki.path().display().to_string()),
+        ]
+    }
+}
+
+/// Checked-in generated stubs equal a fresh regeneration: the same files (those `is_stub`
+/// accepts) with the same bytes. `regen` names the script to run when they do not.
+pub fn assert_stubs_match(
+    generated: &Path,
+    checked_in: &Path,
+    is_stub: impl Fn(&str) -> bool,
+    regen: &str,
+) {
+    let list = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| is_stub(n))
+            .collect();
+        names.sort();
+        names
+    };
+    let names = list(generated);
+    assert!(!names.is_empty(), "{regen} generated nothing");
+    assert_eq!(names, list(checked_in), "stub files differ: run {regen}");
+    for name in names {
+        let a = std::fs::read_to_string(generated.join(&name)).unwrap();
+        let b = std::fs::read_to_string(checked_in.join(&name)).unwrap();
+        assert!(
+            a == b,
+            "{} is stale: run {regen}",
+            checked_in.join(&name).display()
+        );
+    }
+}

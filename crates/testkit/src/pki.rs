@@ -1,6 +1,6 @@
-//! Test certificates: a CA (`ca.pem`), a server certificate for 127.0.0.1 and localhost
+//! Test certificates: a CA (`ca.pem`), a server certificate for 127.0.0.1, localhost and gw.test
 //! (`server.pem`, `server.key`) and a client certificate (`client.pem`, `client.key`), made with
-//! openssl. Used by `tests/security.rs` (through `#[path]`) and the client suites.
+//! openssl. Used by `tests/security.rs`, `tests/cli_verbs.rs` and the client suites.
 #![allow(dead_code)]
 
 use std::path::Path;
@@ -41,7 +41,7 @@ pub fn make_pki(dir: &Path) {
     );
     std::fs::write(
         dir.join("san.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:gw.test\n",
     )
     .unwrap();
     for who in ["server", "client"] {
