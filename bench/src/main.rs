@@ -125,11 +125,36 @@ fn gateway_binary(args: &Args) -> PathBuf {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     phase("cargo build --release --workspace --bins (the gateway)");
-    let status = std::process::Command::new(cargo)
+    let mut build = std::process::Command::new(cargo);
+    build
         .args(["build", "--release", "--workspace", "--bins"])
-        .current_dir(&workspace)
-        .status()
-        .expect("run cargo");
+        .current_dir(&workspace);
+    // `cargo run` gave this process its package's CARGO_* variables, OUT_DIR and a
+    // LD_LIBRARY_PATH into target/; a nested cargo that inherits them sees a changed environment,
+    // reruns build scripts and recompiles half the tree, and so does the next `cargo run`.
+    for (k, v) in std::env::vars_os() {
+        let k_str = k.to_string_lossy();
+        if (k_str.starts_with("CARGO_") && k_str != "CARGO_HOME" && k_str != "CARGO_TARGET_DIR")
+            || k_str == "OUT_DIR"
+        {
+            build.env_remove(&k);
+        }
+        if k_str == "LD_LIBRARY_PATH" {
+            let kept: Vec<_> = std::env::split_paths(&v)
+                .filter(|p| {
+                    !p.starts_with(workspace.join("target"))
+                        && !p.to_string_lossy().contains("/target/")
+                        && !p.to_string_lossy().contains("/toolchains/")
+                })
+                .collect();
+            if kept.is_empty() {
+                build.env_remove(&k);
+            } else {
+                build.env(&k, std::env::join_paths(kept).expect("paths"));
+            }
+        }
+    }
+    let status = build.status().expect("run cargo");
     assert!(status.success(), "building the gateway failed");
     let exe = std::env::current_exe().expect("own path");
     exe.parent().expect("target dir").join("zkgate")

@@ -162,7 +162,10 @@ impl Report {
             rows.into_iter()
                 .map(|r| {
                     (
-                        r.label.trim_end_matches(", p50").to_owned(),
+                        r.label
+                            .trim_end_matches(", p50")
+                            .trim_end_matches(": acquisitions/s")
+                            .to_owned(),
                         [r.zkgate, r.etcd, r.raw_zk],
                     )
                 })

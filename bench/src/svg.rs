@@ -47,7 +47,7 @@ pub fn nice_ceiling(max: f64) -> f64 {
 /// Horizontal grouped bars: one group per `(label, values)`, one bar per system, the value
 /// printed at the end of each bar. Missing values are left out.
 pub fn bars(title: &str, unit: &str, groups: &[(String, [Option<f64>; 3])]) -> String {
-    let (left, right, top, bar, gap) = (250.0, 90.0, 60.0, 16.0, 18.0);
+    let (left, right, top, bar, gap) = (300.0, 90.0, 60.0, 16.0, 18.0);
     let width = 820.0;
     let plot_w = width - left - right;
     let group_h = 3.0 * bar + gap;

@@ -265,13 +265,39 @@ struct Throughput {
     /// CPU used by ZooKeeper's JVM and by the gateway, as % of one core.
     zk_cpu: f64,
     gateway_cpu: f64,
+    /// CPU of this program (the clients).
+    bench_cpu: f64,
+    elapsed: Duration,
     acquisitions: u64,
+}
+
+impl Throughput {
+    /// Adds another slice of the same run: counts and times add up, rates are recomputed.
+    fn merge(mut self, o: Throughput) -> Throughput {
+        let (a, b) = (self.elapsed.as_secs_f64(), o.elapsed.as_secs_f64());
+        let avg = |x: f64, y: f64| (x * a + y * b) / (a + b);
+        self.zk_cpu = avg(self.zk_cpu, o.zk_cpu);
+        self.gateway_cpu = avg(self.gateway_cpu, o.gateway_cpu);
+        self.bench_cpu = avg(self.bench_cpu, o.bench_cpu);
+        self.elapsed += o.elapsed;
+        self.acquisitions += o.acquisitions;
+        self.rate = self.acquisitions as f64 / self.elapsed.as_secs_f64();
+        self.waits.extend(o.waits);
+        let zero = Cost::default();
+        self.cost.add_delta(&zero, &o.cost);
+        self
+    }
 }
 
 /// `clients` clients, each on its own connection (raw ZK: its own session), loop
 /// acquire → release on lock `name(i)` for `secs`.
-async fn throughput(ctx: &Ctx, s: usize, clients: usize, name: fn(usize) -> String) -> Throughput {
-    let secs = ctx.scale.throughput_secs;
+async fn throughput(
+    ctx: &Ctx,
+    s: usize,
+    clients: usize,
+    name: fn(usize) -> String,
+    secs: f64,
+) -> Throughput {
     let mut cs = Vec::new();
     for _ in 0..clients {
         cs.push(Client::connect(&ctx.targets[s]).await);
@@ -280,6 +306,7 @@ async fn throughput(ctx: &Ctx, s: usize, clients: usize, name: fn(usize) -> Stri
     let before = counters(ctx, s).await;
     let zk_cpu0 = ctx.zk_pid.map(env::proc_cpu_time).unwrap_or_default();
     let gw_cpu0 = ctx.gateway.cpu_time();
+    let own_cpu0 = env::proc_cpu_time(std::process::id());
     let count = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(secs);
@@ -309,6 +336,7 @@ async fn throughput(ctx: &Ctx, s: usize, clients: usize, name: fn(usize) -> Stri
     let elapsed = started.elapsed();
     let zk_cpu = ctx.zk_pid.map(env::proc_cpu_time).unwrap_or_default() - zk_cpu0;
     let gw_cpu = ctx.gateway.cpu_time() - gw_cpu0;
+    let own_cpu = env::proc_cpu_time(std::process::id()) - own_cpu0;
     tokio::time::sleep(SETTLE).await;
     let after = counters(ctx, s).await;
     let mut cost = Cost::default();
@@ -323,6 +351,8 @@ async fn throughput(ctx: &Ctx, s: usize, clients: usize, name: fn(usize) -> Stri
         cost,
         zk_cpu: zk_cpu.as_secs_f64() / elapsed.as_secs_f64() * 100.0,
         gateway_cpu: gw_cpu.as_secs_f64() / elapsed.as_secs_f64() * 100.0,
+        bench_cpu: own_cpu.as_secs_f64() / elapsed.as_secs_f64() * 100.0,
+        elapsed,
         acquisitions: n,
     }
 }
@@ -334,12 +364,25 @@ async fn throughput_workload(
     what: &str,
     name: fn(usize) -> String,
 ) {
-    let secs = ctx.scale.throughput_secs;
-    let mut results = Vec::new();
-    for (s, sys) in SYSTEMS.iter().enumerate() {
-        phase(&format!("{workload}: {what}, {sys}, {secs} s"));
-        results.push(throughput(ctx, s, clients, name).await);
+    // Three slices per system, interleaved (zkgate, etcd, raw ZK, zkgate, …), so that a change
+    // in the machine's load between slices falls on all three.
+    const SLICES: usize = 3;
+    let secs = ctx.scale.throughput_secs / SLICES as f64;
+    let mut results: Vec<Option<Throughput>> = vec![None, None, None];
+    for slice in 0..SLICES {
+        for (s, sys) in SYSTEMS.iter().enumerate() {
+            phase(&format!(
+                "{workload}: {what}, {sys}, slice {} of {SLICES}, {secs} s",
+                slice + 1
+            ));
+            let t = throughput(ctx, s, clients, name, secs).await;
+            results[s] = Some(match results[s].take() {
+                None => t,
+                Some(prev) => prev.merge(t),
+            });
+        }
     }
+    let results: Vec<Throughput> = results.into_iter().map(|t| t.expect("run")).collect();
     let r = &results;
     ctx.report.rows.push(
         Row::new(
@@ -397,6 +440,19 @@ async fn throughput_workload(
             Better::Count,
         )
         .values([Some(r[0].gateway_cpu), None, None]),
+    );
+    ctx.report.rows.push(
+        Row::new(
+            workload,
+            &format!("{what}: load generator CPU"),
+            "%",
+            Better::Count,
+        )
+        .values([
+            Some(r[0].bench_cpu),
+            Some(r[1].bench_cpu),
+            Some(r[2].bench_cpu),
+        ]),
     );
     ctx.report.requests_per_op(
         &format!("{workload} {what}, per acquisition"),
