@@ -849,7 +849,11 @@ async fn run_slot(world: Arc<World>, i: usize) {
 /// Injects a client fault (kill, reset, blackhole) on a client that leads (or else has a live
 /// stream), without waiting.
 fn inject_client(world: &Arc<World>, kind: Fault) -> Option<Injected> {
-    let keepalive = world.t / 5 + world.t * 2 / 5;
+    let keepalive = {
+        let mut cfg = zkgate::coord::CoordConfig::new("unused");
+        cfg.session_timeout = world.t;
+        zkgate::coord::timing::Timing::requested(&cfg).dead_client_bound()
+    };
     let i = world.pick_client()?;
     let slot = &world.slots[i];
     let from = Instant::now();

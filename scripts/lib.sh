@@ -131,6 +131,44 @@ ensure_node_client() {
     fi
 }
 
+# The JDK and Debian's jars that clients/java builds against (clients/java/build.sh: no Maven,
+# nothing downloaded), protoc with the gRPC Java plugin (clients/java/regen.sh), and JUnit 5's
+# console launcher (tests/java_client.rs). libgrpc-java does not pull in its transport's and
+# core's run-time dependencies (Netty, Guava, PerfMark, Gson), so they are named here.
+JAVA_CLIENT_PACKAGES=(
+    openjdk-17-jdk-headless protobuf-compiler protobuf-compiler-grpc-java-plugin
+    libgrpc-java libprotobuf-java libnetty-java libguava-java libperfmark-java
+    libgoogle-gson-java libgoogle-common-protos-java libgeronimo-annotation-1.3-spec-java junit5
+)
+ensure_java_client() {
+    if command -v javac >/dev/null 2>&1 && command -v protoc >/dev/null 2>&1 &&
+        command -v grpc_java_plugin >/dev/null 2>&1 &&
+        [ -f /usr/share/java/grpc-netty.jar ] && [ -f /usr/share/java/perfmark-api.jar ] &&
+        [ -f /usr/share/java/gson.jar ] && [ -f /usr/share/java/proto-google-common-protos.jar ] &&
+        [ -f /usr/share/java/geronimo-annotation-1.3-spec.jar ] &&
+        [ -f /usr/share/java/junit-platform-console-standalone.jar ]; then
+        return 0
+    fi
+    apt_install "${JAVA_CLIENT_PACKAGES[@]}"
+}
+
+# Go and the Go packages clients/go builds against OFFLINE (clients/go/go.sh: GOPATH mode over
+# /usr/share/gocode, no module proxy), plus protoc and the Go plugins that tests/go_client.rs
+# regenerates the stubs with. golang-github-golang-protobuf-1-5-dev is named so that apt picks
+# it, not the 1.3 API, for golang-google-grpc-dev: only 1.5 works with the generated code.
+ensure_go() {
+    local gocode=/usr/share/gocode/src
+    if command -v go >/dev/null 2>&1 && command -v protoc >/dev/null 2>&1 &&
+        command -v protoc-gen-go >/dev/null 2>&1 && command -v protoc-gen-go-grpc >/dev/null 2>&1 &&
+        [ -f "$gocode/google.golang.org/grpc/go.mod" ] &&
+        [ -f "$gocode/google.golang.org/protobuf/go.mod" ] &&
+        grep -q google.golang.org/protobuf "$gocode/github.com/golang/protobuf/go.mod" 2>/dev/null; then
+        return 0
+    fi
+    apt_install golang-go golang-google-grpc-dev golang-google-protobuf-dev \
+        golang-github-golang-protobuf-1-5-dev protobuf-compiler protoc-gen-go protoc-gen-go-grpc
+}
+
 # The Rust toolchain cannot come from Debian (its cargo is too old for this crate) and rustup's
 # own servers may be out of reach; say so rather than fail obscurely.
 ensure_cargo() {

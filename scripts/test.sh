@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls exactly this). Installs what is missing
-# (ZooKeeper, promtool, grpcurl, the Python client's packages, buildah, systemd-analyze and the
+# (ZooKeeper, promtool, grpcurl, the Python client's packages, Node.js, the JDK and Debian's
+# gRPC Java jars, Go with the Go client's Debian packages, buildah, systemd-analyze and the
 # deploy kit's checkers), then checks formatting and
 # clippy lints and runs every test. Extra arguments go to `cargo test`, e.g.
 #   scripts/test.sh --test walkthrough
@@ -16,10 +17,18 @@ ensure_promtool
 ensure_grpcurl
 ensure_python_client_deps
 ensure_node_client
+ensure_java_client
+ensure_go
 ensure_buildah
 ensure_systemd_analyze
 ensure_deploy_checkers
 say "tools ready in $(($(date +%s) - start)) s: $(java -version 2>&1 | head -1); $(grpcurl -version 2>&1); python3 $(python3 -c 'import grpc; print("grpcio", grpc.__version__)')"
+
+# The conformance agents tests/cross_language.rs starts (the Python, Node and Rust ones need no
+# build step of their own).
+say "building the Java and Go clients' agents (clients/java/build.sh, clients/go/build.sh)"
+bash clients/java/build.sh >/dev/null
+bash clients/go/build.sh >/dev/null
 
 say "cargo fmt --check"
 cargo fmt --all --check

@@ -1,22 +1,50 @@
 //! The command-line verbs besides `serve`: `dev` and the client verbs in the style of
-//! `etcdctl elect` / `consul lock`, using the generated gRPC client. `elect -- CMD` and
-//! `lock -- CMD` run CMD exactly while the hold lasts ([`crate::held_command`]).
+//! `etcdctl elect` / `consul lock`, built on the Rust client (`zkgate-client`, so the CLI
+//! follows the fleet rules of `clients/CONFORMANCE.md`: endpoint failover, loss reasons, the
+//! silence watchdog). `elect -- CMD` and `lock -- CMD` run CMD exactly while the hold lasts
+//! ([`crate::held_command`]); without CMD, `--output json` makes them the conformance agent.
 
-use std::pin::Pin;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use serde_json::{json, Value};
 use tokio::net::TcpListener;
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::StreamExt;
+use zkgate_client::pb::{Candidate, Holder, Leader, LockMode};
+use zkgate_client::{
+    Backoff, Client, Endpoint, Endpoints, Error, HoldEvent, HoldOptions, Leadership, LockHold,
+    LockOptions, LossReason, TlsOptions,
+};
 
-use crate::config::{DevArgs, ElectArgs, LockArgs, NameArgs};
+use crate::config::{
+    ClientArgs, DevArgs, ElectArgs, LeaseArgs, LockArgs, NameArgs, Output, ValidateArgs,
+};
 use crate::coord::{CoordConfig, Coordinator};
 use crate::held_command::{exit_code, spawn_error_code, HeldCommand};
 use crate::localzk::{LocalZk, LocalZkOptions};
-use crate::proto as pb;
-use crate::proto::campaign_response::Event;
-use crate::proto::election_client::ElectionClient;
 use crate::server::{self, ServeConfig};
+
+/// The client verbs' exit codes (README "Command line"). With CMD, `elect` and `lock` exit
+/// with CMD's own code once CMD has run.
+pub mod exit {
+    /// Done: the answer was printed; a hold was given up after SIGINT/SIGTERM.
+    pub const OK: u8 = 0;
+    /// Failed: no gateway reachable, a refusal (bad name, permits mismatch, TLS), anything
+    /// unexpected.
+    pub const FAILURE: u8 = 1;
+    /// Bad command line (clap's own code), or `zkgate dev` without ZooKeeper.
+    pub const USAGE: u8 = 2;
+    /// The hold was lost and the verb does not campaign again (`--no-requeue`/`--once`, `lock`
+    /// without `--requeue`).
+    pub const LOST: u8 = 3;
+    /// Not found: `leader` with nobody leading; `resign`/`release` with a lease the gateway
+    /// cannot honour.
+    pub const NOT_FOUND: u8 = 4;
+    /// `validate`: the token is not current.
+    pub const NOT_CURRENT: u8 = 5;
+    /// `lock --timeout`: not acquired in time.
+    pub const NOT_ACQUIRED: u8 = 6;
+}
 
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
@@ -48,7 +76,7 @@ pub async fn dev(args: DevArgs) -> ExitCode {
              From a checkout, scripts/dev.sh installs them and runs this command.",
             LocalZk::install_hint()
         );
-        return ExitCode::from(2);
+        return ExitCode::from(exit::USAGE);
     }
     // Bind first: a taken port is the likeliest mistake and costs nothing to report.
     let listener = match TcpListener::bind(args.listen).await {
@@ -149,15 +177,25 @@ pub async fn dev(args: DevArgs) -> ExitCode {
     }
 }
 
-async fn election_client(
-    endpoint: &str,
-) -> Result<ElectionClient<tonic::transport::Channel>, String> {
-    ElectionClient::connect(endpoint.to_owned())
-        .await
-        .map_err(|e| format!("cannot reach the gateway at {endpoint}: {e}"))
+/// The client for a verb's `--endpoint`s (or `ZKGATE_ENDPOINT`) and TLS flags.
+async fn connect(args: &ClientArgs) -> Result<Client, String> {
+    let mut endpoints = Endpoints::or_env(&args.endpoints).map_err(|e| e.to_string())?;
+    if args.tls_requested() {
+        let mut tls = TlsOptions::from_files(
+            args.ca.as_deref(),
+            args.cert.as_deref(),
+            args.key.as_deref(),
+        )
+        .map_err(|e| e.to_string())?;
+        if let Some(name) = &args.server_name {
+            tls = tls.server_name(name.clone());
+        }
+        endpoints = endpoints.tls(tls);
+    }
+    Client::connect(endpoints).await.map_err(|e| e.to_string())
 }
 
-fn show(l: &pb::Leader) -> String {
+fn show(l: &Leader) -> String {
     format!(
         "{} (fencing token {}) {}",
         l.candidate,
@@ -166,46 +204,245 @@ fn show(l: &pb::Leader) -> String {
     )
 }
 
-/// `zkgate leader NAME`.
-pub async fn leader(args: NameArgs) -> Result<(), String> {
-    let mut c = election_client(&args.endpoint.endpoint).await?;
-    let r = c
-        .leader(pb::LeaderRequest {
-            election: args.name,
-        })
-        .await
-        .map_err(|s| s.message().to_owned())?;
-    if let Some(l) = r.into_inner().leader {
-        println!("{}", show(&l));
-    }
-    Ok(())
+/// A leader in `--output json`: tokens are decimal strings (JSON numbers lose u64 precision),
+/// the value is UTF-8 text (lossy), times are RFC 3339.
+fn leader_json(l: &Leader) -> Value {
+    json!({
+        "election": l.election,
+        "candidate": l.candidate,
+        "value": String::from_utf8_lossy(&l.value),
+        "fencing_token": l.fencing_token.to_string(),
+        "since": l.since.as_ref().map(ToString::to_string),
+    })
 }
 
-/// `zkgate observe NAME`: one line per change.
-pub async fn observe(args: NameArgs) -> Result<(), String> {
-    let mut c = election_client(&args.endpoint.endpoint).await?;
-    let mut s = c
-        .observe(pb::ObserveRequest {
-            election: args.name,
-        })
-        .await
-        .map_err(|s| s.message().to_owned())?
-        .into_inner();
-    while let Some(msg) = s.next().await {
-        match msg.map_err(|s| s.message().to_owned())?.leader {
-            Some(l) => println!("leader {}", show(&l)),
-            None => println!("vacant"),
+fn candidate_json(c: &Candidate) -> Value {
+    json!({
+        "position": c.position,
+        "candidate": c.candidate,
+        "value": String::from_utf8_lossy(&c.value),
+        "fencing_token": c.fencing_token.to_string(),
+        "joined": c.joined.as_ref().map(ToString::to_string),
+        "leader": c.leader,
+    })
+}
+
+fn mode_name(mode: i32) -> &'static str {
+    if mode == LockMode::Read as i32 {
+        "read"
+    } else {
+        "write"
+    }
+}
+
+fn holder_json(h: &Holder) -> Value {
+    json!({
+        "owner": h.owner,
+        "fencing_token": h.fencing_token.to_string(),
+        "since": h.since.as_ref().map(ToString::to_string),
+        "mode": mode_name(h.mode),
+    })
+}
+
+/// Reports a failed call on stderr and picks the exit code.
+fn failed(e: &Error) -> u8 {
+    eprintln!("zkgate: {e}");
+    if e.code() == Some(tonic::Code::NotFound) {
+        exit::NOT_FOUND
+    } else {
+        exit::FAILURE
+    }
+}
+
+/// Runs a query verb: connect, then `f`.
+async fn query<F, Fut>(args: &ClientArgs, f: F) -> u8
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: std::future::Future<Output = u8>,
+{
+    match connect(args).await {
+        Ok(c) => f(c).await,
+        Err(e) => {
+            eprintln!("zkgate: {e}");
+            exit::FAILURE
         }
     }
-    Ok(())
 }
 
-/// How long a verb waits for the gateway to confirm a resign/release before it just cancels the
-/// stream (which releases the znode too, only without a confirmation).
-const GIVE_UP_CONFIRMATION: Duration = Duration::from_secs(1);
-/// Retry delays for campaigning again after a failed or lost round (reset by `queued`).
-const RETRY_MIN: Duration = Duration::from_millis(100);
-const RETRY_MAX: Duration = Duration::from_secs(5);
+/// `zkgate leader NAME`.
+pub async fn leader(args: NameArgs) -> u8 {
+    let json = args.client.output == Output::Json;
+    query(&args.client, |c| async move {
+        match c.leader(&args.name).await {
+            Ok(Some(l)) if json => println!("{}", json!({ "leader": leader_json(&l) })),
+            Ok(Some(l)) => println!("{}", show(&l)),
+            Ok(None) => {
+                if json {
+                    println!("{}", json!({ "leader": null }));
+                }
+                eprintln!("zkgate: no leader of {:?}", args.name);
+                return exit::NOT_FOUND;
+            }
+            Err(e) => return failed(&e),
+        }
+        exit::OK
+    })
+    .await
+}
+
+/// `zkgate observe NAME`: one line per change, across gateway failures (tokens never go down).
+pub async fn observe(args: NameArgs) -> u8 {
+    let json = args.client.output == Output::Json;
+    query(&args.client, |c| async move {
+        let mut s = c.observe(&args.name);
+        while let Some(item) = s.next().await {
+            match item {
+                Ok(Some(l)) if json => println!("{}", json!({ "leader": leader_json(&l) })),
+                Ok(Some(l)) => println!("leader {}", show(&l)),
+                Ok(None) if json => println!("{}", json!({ "leader": null })),
+                Ok(None) => println!("vacant"),
+                Err(e) => return failed(&e),
+            }
+        }
+        exit::OK
+    })
+    .await
+}
+
+/// `zkgate candidates NAME`: the queue in order, all pages.
+pub async fn candidates(args: NameArgs) -> u8 {
+    let json = args.client.output == Output::Json;
+    query(&args.client, |c| async move {
+        match c.candidates(&args.name).await {
+            Ok(list) if json => {
+                let list: Vec<Value> = list.iter().map(candidate_json).collect();
+                println!("{}", json!({ "candidates": list }));
+            }
+            Ok(list) => {
+                for c in list {
+                    println!(
+                        "{:>4}  {}  fencing token {}{}  {}",
+                        c.position,
+                        c.candidate,
+                        c.fencing_token,
+                        if c.leader { "  leader" } else { "" },
+                        String::from_utf8_lossy(&c.value)
+                    );
+                }
+            }
+            Err(e) => return failed(&e),
+        }
+        exit::OK
+    })
+    .await
+}
+
+/// `zkgate holders NAME`: the lock's holders (all pages) and how many wait.
+pub async fn holders(args: NameArgs) -> u8 {
+    let json = args.client.output == Output::Json;
+    query(&args.client, |c| async move {
+        match c.holders(&args.name).await {
+            Ok(h) if json => {
+                let list: Vec<Value> = h.holders.iter().map(holder_json).collect();
+                println!("{}", json!({ "holders": list, "waiting": h.waiting }));
+            }
+            Ok(h) => {
+                for x in &h.holders {
+                    println!(
+                        "{}  fencing token {}  {}  since {}",
+                        x.owner,
+                        x.fencing_token,
+                        mode_name(x.mode),
+                        x.since
+                            .as_ref()
+                            .map(ToString::to_string)
+                            .unwrap_or_default()
+                    );
+                }
+                println!("waiting {}", h.waiting);
+            }
+            Err(e) => return failed(&e),
+        }
+        exit::OK
+    })
+    .await
+}
+
+/// The lease argument; `-` reads it from standard input.
+fn lease_arg(lease: &str) -> Result<String, String> {
+    if lease != "-" {
+        return Ok(lease.to_owned());
+    }
+    let mut s = String::new();
+    std::io::stdin()
+        .read_line(&mut s)
+        .map_err(|e| format!("reading the lease from standard input: {e}"))?;
+    Ok(s.trim().to_owned())
+}
+
+/// `zkgate resign LEASE` / `zkgate release LEASE`.
+pub async fn give_up_by_lease(args: LeaseArgs, lock: bool) -> u8 {
+    let json = args.client.output == Output::Json;
+    let lease = match lease_arg(&args.lease) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("zkgate: {e}");
+            return exit::FAILURE;
+        }
+    };
+    query(&args.client, |c| async move {
+        let (r, done) = if lock {
+            (c.release(&lease).await, "released")
+        } else {
+            (c.resign(&lease).await, "resigned")
+        };
+        match r {
+            Ok(()) if json => println!("{}", json!({ done: true })),
+            Ok(()) => println!("{done}"),
+            Err(e) => return failed(&e),
+        }
+        exit::OK
+    })
+    .await
+}
+
+/// `zkgate validate [--lock] NAME TOKEN`: exit 0 when current, 5 when not.
+pub async fn validate(args: ValidateArgs) -> u8 {
+    let json = args.client.output == Output::Json;
+    query(&args.client, |c| async move {
+        let (current, leader) = if args.lock {
+            match c.validate_lock(&args.name, args.token).await {
+                Ok(current) => (current, None),
+                Err(e) => return failed(&e),
+            }
+        } else {
+            match c.validate(&args.name, args.token).await {
+                Ok(v) => (v.current, v.leader),
+                Err(e) => return failed(&e),
+            }
+        };
+        if json {
+            let mut v = json!({ "current": current });
+            if !args.lock {
+                v["leader"] = leader.as_ref().map_or(Value::Null, leader_json);
+            }
+            println!("{v}");
+        } else if current {
+            println!("current");
+        } else {
+            match &leader {
+                Some(l) => println!("not current (leader {})", show(l)),
+                None => println!("not current"),
+            }
+        }
+        if current {
+            exit::OK
+        } else {
+            exit::NOT_CURRENT
+        }
+    })
+    .await
+}
 
 /// `hostname-pid`, the default candidate or owner name.
 fn default_participant() -> String {
@@ -213,175 +450,72 @@ fn default_participant() -> String {
     format!("{}-{}", host.trim(), std::process::id())
 }
 
-/// What a Campaign or Acquire stream tells the verbs, with the proto differences gone.
-#[derive(Debug)]
-enum HoldEvent {
-    Queued {
-        position: u32,
-    },
-    /// `elected` / `acquired`.
-    Granted {
-        fencing_token: u64,
-        silence_limit: Option<Duration>,
-        line: String,
-    },
-    Suspended {
-        stop_within: Option<Duration>,
-    },
-    Resumed,
-    /// Worth a line, changes nothing (a proclaimed value).
-    Note(String),
-    Heartbeat,
-}
-
-type HoldEvents = Pin<Box<dyn Stream<Item = Result<HoldEvent, tonic::Status>> + Send>>;
-
-/// One open Campaign or Acquire stream.
-struct Hold {
-    events: HoldEvents,
-    /// Sends `resign{}` / `release{}` on the stream (it also keeps the request side open).
-    send_give_up: Box<dyn FnOnce() + Send>,
+/// A Campaign or an Acquire, as the verbs drive them.
+enum Hold {
+    Leadership(Leadership),
+    Lock(LockHold),
 }
 
 impl Hold {
-    /// Gives the hold up in-stream and waits (briefly) for the gateway to end the stream.
-    /// Dropping the stream afterwards cancels it, which releases the znode in any case.
-    async fn give_up(self) {
-        let Hold {
-            mut events,
-            send_give_up,
-        } = self;
-        send_give_up();
-        let _ = tokio::time::timeout(GIVE_UP_CONFIRMATION, async {
-            while let Some(Ok(_)) = events.next().await {}
-        })
-        .await;
-    }
-}
-
-/// Why opening a stream failed.
-enum OpenError {
-    Unreachable(String),
-    Refused(tonic::Status),
-}
-
-impl std::fmt::Display for OpenError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    async fn next_event(&mut self) -> Option<HoldEvent> {
         match self {
-            OpenError::Unreachable(e) => f.write_str(e),
-            OpenError::Refused(s) => write!(f, "{:?}: {}", s.code(), s.message()),
+            Hold::Leadership(l) => l.next_event().await,
+            Hold::Lock(l) => l.next_event().await,
+        }
+    }
+
+    fn endpoint(&self) -> Endpoint {
+        match self {
+            Hold::Leadership(l) => l.endpoint().clone(),
+            Hold::Lock(l) => l.endpoint().clone(),
+        }
+    }
+
+    fn end_status(&self) -> Option<tonic::Status> {
+        match self {
+            Hold::Leadership(l) => l.end_status(),
+            Hold::Lock(l) => l.end_status(),
+        }
+    }
+
+    /// Resigns / releases in-stream and waits (briefly) for the gateway to end the stream;
+    /// dropping cancels it in any case.
+    async fn give_up(self) {
+        match self {
+            Hold::Leadership(l) => l.resign().await,
+            Hold::Lock(l) => l.release().await,
         }
     }
 }
 
-/// Refusals that campaigning again cannot fix (bad name or candidate, permits mismatch, …).
-fn is_permanent(code: tonic::Code) -> bool {
-    use tonic::Code::*;
-    matches!(
-        code,
-        InvalidArgument | FailedPrecondition | PermissionDenied | Unauthenticated | Unimplemented
-    )
+/// What a verb campaigns or queues for.
+enum Target {
+    Election {
+        name: String,
+        candidate: String,
+        value: Vec<u8>,
+    },
+    Lock(LockOptions),
 }
 
-async fn open_campaign(endpoint: String, join: pb::Join) -> Result<Hold, OpenError> {
-    use pb::campaign_request::Request;
-    let mut c = election_client(&endpoint)
-        .await
-        .map_err(OpenError::Unreachable)?;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let join = pb::CampaignRequest {
-        request: Some(Request::Join(join)),
-    };
-    tx.try_send(join).expect("an empty channel");
-    let stream = c
-        .campaign(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .map_err(OpenError::Refused)?
-        .into_inner();
-    let events = stream.filter_map(|m| match m {
-        Err(status) => Some(Err(status)),
-        Ok(pb::CampaignResponse { event: None }) => None,
-        Ok(pb::CampaignResponse { event: Some(ev) }) => Some(Ok(match ev {
-            Event::Queued(q) => HoldEvent::Queued {
-                position: q.position,
-            },
-            Event::Elected(e) => {
-                let leader = e.leader.unwrap_or_default();
-                HoldEvent::Granted {
-                    fencing_token: leader.fencing_token,
-                    silence_limit: e.silence_limit.and_then(|d| Duration::try_from(d).ok()),
-                    line: format!("elected: {}", show(&leader)),
-                }
+impl Target {
+    async fn open(&self, client: &Client, hold: HoldOptions) -> Result<Hold, Error> {
+        match self {
+            Target::Election {
+                name,
+                candidate,
+                value,
+            } => client
+                .campaign_with(name, candidate, value, hold)
+                .await
+                .map(Hold::Leadership),
+            Target::Lock(opts) => {
+                let mut opts = opts.clone();
+                opts.hold = hold;
+                client.queue_lock(opts).await.map(Hold::Lock)
             }
-            Event::Suspended(s) => HoldEvent::Suspended {
-                stop_within: s.stop_within.and_then(|d| Duration::try_from(d).ok()),
-            },
-            Event::Resumed(_) => HoldEvent::Resumed,
-            Event::Proclaimed(p) => HoldEvent::Note(format!(
-                "proclaimed: {}",
-                p.leader.as_ref().map(show).unwrap_or_default()
-            )),
-            Event::Heartbeat(_) => HoldEvent::Heartbeat,
-        })),
-    });
-    let send_give_up = Box::new(move || {
-        let _ = tx.try_send(pb::CampaignRequest {
-            request: Some(Request::Resign(pb::ResignCandidacy {})),
-        });
-    });
-    Ok(Hold {
-        events: Box::pin(events),
-        send_give_up,
-    })
-}
-
-async fn open_lock(endpoint: String, acquire: pb::AcquireLock) -> Result<Hold, OpenError> {
-    use crate::proto::acquire_request::Request;
-    use crate::proto::acquire_response::Event as LockEvent;
-    let mut c = crate::proto::lock_client::LockClient::connect(endpoint.clone())
-        .await
-        .map_err(|e| {
-            OpenError::Unreachable(format!("cannot reach the gateway at {endpoint}: {e}"))
-        })?;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let name = acquire.name.clone();
-    tx.try_send(pb::AcquireRequest {
-        request: Some(Request::Acquire(acquire)),
-    })
-    .expect("an empty channel");
-    let stream = c
-        .acquire(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .map_err(OpenError::Refused)?
-        .into_inner();
-    let events = stream.filter_map(move |m| match m {
-        Err(status) => Some(Err(status)),
-        Ok(pb::AcquireResponse { event: None }) => None,
-        Ok(pb::AcquireResponse { event: Some(ev) }) => Some(Ok(match ev {
-            LockEvent::Queued(q) => HoldEvent::Queued {
-                position: q.position,
-            },
-            LockEvent::Acquired(a) => HoldEvent::Granted {
-                fencing_token: a.fencing_token,
-                silence_limit: a.silence_limit.and_then(|d| Duration::try_from(d).ok()),
-                line: format!("acquired lock {name:?} (fencing token {})", a.fencing_token),
-            },
-            LockEvent::Suspended(s) => HoldEvent::Suspended {
-                stop_within: s.stop_within.and_then(|d| Duration::try_from(d).ok()),
-            },
-            LockEvent::Resumed(_) => HoldEvent::Resumed,
-            LockEvent::Heartbeat(_) => HoldEvent::Heartbeat,
-        })),
-    });
-    let send_give_up = Box::new(move || {
-        let _ = tx.try_send(pb::AcquireRequest {
-            request: Some(Request::Release(pb::ReleaseLock {})),
-        });
-    });
-    Ok(Hold {
-        events: Box::pin(events),
-        send_give_up,
-    })
+        }
+    }
 }
 
 /// SIGINT and SIGTERM to the verb, registered once so that none is missed between two waits.
@@ -422,24 +556,98 @@ impl Interrupts {
     }
 }
 
-/// How a verb runs CMD against its holds.
+/// How a verb runs CMD against its holds, and how it prints.
 struct Supervision {
     /// "leadership" or "the lock", for messages.
     what: &'static str,
-    /// Empty: `elect` without CMD (print the events only).
+    /// Empty: no CMD (print the events and hold until a signal).
     command: Vec<String>,
     kill_grace: Duration,
     requeue: bool,
-    /// `elect` prints its event lines on stdout (scripts read them), `lock` on stderr.
+    /// Text mode: `elect` prints its event lines on stdout (scripts read them), `lock` on
+    /// stderr.
     lines_on_stdout: bool,
+    json: bool,
+    /// `elected` or `acquired`, in JSON.
+    granted_event: &'static str,
+    /// The election or lock name, for messages.
+    name: String,
 }
 
 impl Supervision {
+    /// A text line (nothing in JSON mode, where only the agent's events are printed).
     fn say(&self, line: &str) {
-        if self.lines_on_stdout {
+        if self.json {
+            eprintln!("zkgate: {line}");
+        } else if self.lines_on_stdout {
             println!("{line}");
         } else {
             eprintln!("{line}");
+        }
+    }
+
+    fn event(&self, v: Value) {
+        println!("{v}");
+    }
+
+    fn granted(&self, line: &str, token: u64, endpoint: &Endpoint) {
+        if self.json {
+            self.event(json!({
+                "event": self.granted_event,
+                "token": token.to_string(),
+                "endpoint": endpoint.as_str(),
+            }));
+        } else {
+            self.say(line);
+        }
+    }
+
+    /// A round ended. Only a granted hold can be *lost* (the `lost` event of
+    /// `clients/CONFORMANCE.md`); a waiter whose stream ends just queues again.
+    fn lost(&self, reason: LossReason, granted: bool) {
+        if !granted {
+            eprintln!(
+                "zkgate: the stream ended before {} was granted ({})",
+                self.what,
+                reason.as_str()
+            );
+            return;
+        }
+        if self.json {
+            self.event(json!({ "event": "lost", "reason": reason.as_str() }));
+        }
+        let why = match reason {
+            LossReason::Suspended => "the gateway lost ZooKeeper (suspended)",
+            LossReason::Silence => "no message from the gateway within silence_limit",
+            LossReason::Unavailable => "the gateway or the connection failed (unavailable)",
+            LossReason::Ended => "the gateway ended the stream",
+        };
+        eprintln!("zkgate: {why}: giving up {}", self.what);
+    }
+
+    fn released(&self) {
+        if self.json {
+            self.event(json!({ "event": "released" }));
+        } else {
+            eprintln!("zkgate: released {}", self.what);
+        }
+    }
+
+    /// An error that ends the verb (exit 1).
+    fn error(&self, message: &str) -> u8 {
+        if self.json {
+            self.event(json!({ "event": "error", "message": message }));
+        }
+        eprintln!("zkgate: {message}");
+        exit::FAILURE
+    }
+
+    /// The exit code when a signal stops the verb while CMD is not running.
+    fn interrupted_code(&self, signo: i32) -> u8 {
+        if self.command.is_empty() {
+            exit::OK
+        } else {
+            u8::try_from(128 + signo).unwrap_or(1)
         }
     }
 }
@@ -449,63 +657,63 @@ enum Round {
     /// The verb is done: exit with this code.
     Exit(u8),
     /// The hold was lost or became uncertain (CMD is stopped, the hold given up): campaign again
-    /// if asked to, else exit with `code`. `queued`: the gateway took the candidacy at all.
-    Lost { code: u8, queued: bool },
+    /// if asked to, else exit [`exit::LOST`].
+    Lost {
+        reason: LossReason,
+        endpoint: Endpoint,
+    },
 }
 
-/// Runs rounds of `open` until one ends the verb; returns the verb's exit code.
-async fn supervise<F, Fut>(sup: Supervision, mut open: F) -> u8
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Hold, OpenError>>,
-{
+/// Runs rounds until one ends the verb; returns the verb's exit code.
+async fn supervise(sup: Supervision, client: Client, target: Target) -> u8 {
     let mut interrupts = Interrupts::new();
-    let mut retry = RETRY_MIN;
+    let mut backoff = Backoff::default();
+    // With CMD the stream (and the znode) outlives a loss until CMD is stopped, so nobody else
+    // can take over while CMD still runs on our behalf.
+    let hold_options = HoldOptions {
+        keep_after_loss: !sup.command.is_empty(),
+    };
     loop {
         let opened = tokio::select! {
             biased;
-            signo = interrupts.recv() => return interrupted_code(&sup, signo),
-            opened = open() => opened,
+            signo = interrupts.recv() => {
+                sup.released();
+                return sup.interrupted_code(signo);
+            }
+            opened = target.open(&client, hold_options) => opened,
         };
         match opened {
-            Ok(hold) => match hold_round(hold, &sup, &mut interrupts).await {
-                Round::Exit(code) => return code,
-                Round::Lost { code, queued } => {
-                    if !sup.requeue {
-                        return code;
-                    }
-                    if queued {
-                        retry = RETRY_MIN;
+            Ok(hold) => {
+                backoff.reset();
+                match hold_round(hold, &sup, &mut interrupts).await {
+                    Round::Exit(code) => return code,
+                    Round::Lost { reason, endpoint } => {
+                        if !sup.requeue {
+                            return exit::LOST;
+                        }
+                        if reason.moves_endpoint() {
+                            client.fail_over_from(&endpoint);
+                        }
                     }
                 }
-            },
-            Err(OpenError::Refused(status)) if is_permanent(status.code()) => {
-                eprintln!("zkgate: {:?}: {}", status.code(), status.message());
-                return 1;
             }
-            Err(e) => {
-                eprintln!("zkgate: {e}");
-                if !sup.requeue {
-                    return 1;
-                }
-            }
+            Err(e) if e.is_permanent() || !sup.requeue => return sup.error(&e.to_string()),
+            // Opening already tried every endpoint once.
+            Err(e) => eprintln!("zkgate: {e}"),
         }
-        eprintln!("zkgate: campaigning again in {retry:?}");
+        let delay = backoff.next_delay();
+        eprintln!(
+            "zkgate: campaigning again in {delay:?} on {}",
+            client.current_endpoint()
+        );
         tokio::select! {
             biased;
-            signo = interrupts.recv() => return interrupted_code(&sup, signo),
-            () = tokio::time::sleep(retry) => {}
+            signo = interrupts.recv() => {
+                sup.released();
+                return sup.interrupted_code(signo);
+            }
+            () = tokio::time::sleep(delay) => {}
         }
-        retry = (retry * 2).min(RETRY_MAX);
-    }
-}
-
-/// The exit code when a signal stops the verb while CMD is not running.
-fn interrupted_code(sup: &Supervision, signo: i32) -> u8 {
-    if sup.command.is_empty() {
-        0
-    } else {
-        u8::try_from(128 + signo).unwrap_or(1)
     }
 }
 
@@ -524,33 +732,23 @@ async fn stop_command(cmd: HeldCommand, grace: Duration) -> u8 {
     }
 }
 
-/// Sleeps until `at`, or forever when there is no deadline.
-async fn sleep_until_some(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// One stream: run CMD while the hold is granted; see [`ElectArgs`] for the rules.
+/// One stream: run CMD while the hold is granted; see [`ElectArgs`] for the rules. The client
+/// decides loss (suspended while holding, the stream's end, silence past `silence_limit`).
 async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrupts) -> Round {
-    use tokio::time::Instant;
     let mut cmd: Option<HeldCommand> = None;
-    let mut queued = false;
-    // The silence watchdog runs only while the hold is granted: queued candidates and waiters
-    // get no heartbeats, so they wait for as long as it takes.
-    let mut watchdog: Option<(Duration, Instant)> = None;
+    let mut granted = false;
     let mut grace = sup.kill_grace;
-    let (why, code) = loop {
-        let silence_deadline = watchdog.map(|(_, at)| at);
+    let endpoint = hold.endpoint();
+    let reason = loop {
         tokio::select! {
             biased;
             signo = interrupts.recv() => {
                 let code = match cmd.take() {
                     Some(c) => stop_command(c, grace).await,
-                    None => interrupted_code(sup, signo),
+                    None => sup.interrupted_code(signo),
                 };
                 hold.give_up().await;
+                sup.released();
                 return Round::Exit(code);
             }
             status = async { cmd.as_mut().expect("guarded").wait().await }, if cmd.is_some() => {
@@ -559,105 +757,124 @@ async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrup
                 hold.give_up().await;
                 return Round::Exit(code);
             }
-            () = sleep_until_some(silence_deadline), if silence_deadline.is_some() => {
-                break ("no message from the gateway within silence_limit".to_owned(), 1);
-            }
-            next = hold.events.next() => match next {
-                None => break ("the gateway ended the stream".to_owned(), 0),
-                Some(Err(status)) if !queued && is_permanent(status.code()) => {
-                    eprintln!("zkgate: {:?}: {}", status.code(), status.message());
-                    return Round::Exit(1);
+            event = hold.next_event() => match event {
+                // The client's task reports `Lost` before it stops; this is only a safety net.
+                None => break LossReason::Ended,
+                Some(HoldEvent::Lost(reason)) => break reason,
+                Some(HoldEvent::Queued { position }) => {
+                    sup.say(&format!("queued at position {position}"));
                 }
-                Some(Err(status)) => {
-                    break (format!("the stream failed: {:?}: {}", status.code(), status.message()), 1);
-                }
-                Some(Ok(event)) => {
-                    if let Some((limit, at)) = watchdog.as_mut() {
-                        *at = Instant::now() + *limit;
-                    }
-                    match event {
-                        HoldEvent::Queued { position } => {
-                            queued = true;
-                            sup.say(&format!("queued at position {position}"));
-                        }
-                        HoldEvent::Granted { fencing_token, silence_limit, line } => {
-                            sup.say(&line);
-                            watchdog = silence_limit.map(|l| (l, Instant::now() + l));
-                            if !sup.command.is_empty() {
-                                match HeldCommand::spawn(&sup.command, fencing_token) {
-                                    Ok(c) => cmd = Some(c),
-                                    Err(e) => {
-                                        eprintln!("zkgate: cannot run {:?}: {e}", sup.command);
-                                        hold.give_up().await;
-                                        return Round::Exit(spawn_error_code(&e));
-                                    }
-                                }
+                Some(HoldEvent::Granted(g)) => {
+                    granted = true;
+                    let line = match &g.leader {
+                        Some(l) => format!("elected: {}", show(l)),
+                        None => format!(
+                            "acquired lock {:?} (fencing token {})",
+                            sup.name, g.fencing_token
+                        ),
+                    };
+                    sup.granted(&line, g.fencing_token, &endpoint);
+                    if !sup.command.is_empty() {
+                        match HeldCommand::spawn(&sup.command, g.fencing_token) {
+                            Ok(c) => cmd = Some(c),
+                            Err(e) => {
+                                eprintln!("zkgate: cannot run {:?}: {e}", sup.command);
+                                hold.give_up().await;
+                                return Round::Exit(spawn_error_code(&e));
                             }
                         }
-                        HoldEvent::Suspended { stop_within } => {
-                            sup.say("suspended: the gateway lost ZooKeeper");
-                            if cmd.is_some() {
-                                if let Some(d) = stop_within {
-                                    grace = grace.min(d);
-                                }
-                                break (format!("{} is uncertain", sup.what), 1);
-                            }
-                        }
-                        HoldEvent::Resumed => sup.say("resumed"),
-                        HoldEvent::Note(line) => sup.say(&line),
-                        HoldEvent::Heartbeat => {}
                     }
                 }
+                Some(HoldEvent::Suspended { stop_within }) => {
+                    sup.say("suspended: the gateway lost ZooKeeper");
+                    if let Some(d) = stop_within {
+                        grace = grace.min(d);
+                    }
+                }
+                Some(HoldEvent::Resumed) => sup.say("resumed"),
+                Some(HoldEvent::Proclaimed(l)) => sup.say(&format!("proclaimed: {}", show(&l))),
+                Some(_) => {}
             }
         }
     };
-    eprintln!("zkgate: {why}: giving up {}", sup.what);
+    // Refusals that arrive after `queued` (a permits mismatch) or a wait timeout are not losses.
+    if !granted {
+        if let Some(status) = hold.end_status() {
+            if status.code() == tonic::Code::DeadlineExceeded {
+                if sup.json {
+                    sup.event(json!({ "event": "timeout" }));
+                }
+                eprintln!("zkgate: {} was not granted within --timeout", sup.what);
+                return Round::Exit(exit::NOT_ACQUIRED);
+            }
+            let e = Error::Status(status);
+            if e.is_permanent() {
+                return Round::Exit(sup.error(&e.to_string()));
+            }
+        }
+    }
+    sup.lost(reason, granted);
     // CMD first: nobody else may take over while it still runs on our behalf.
-    let code = match cmd.take() {
-        Some(c) => {
-            stop_command(c, grace).await;
-            1
-        }
-        None => code,
-    };
+    if let Some(c) = cmd.take() {
+        stop_command(c, grace).await;
+    }
     hold.give_up().await;
-    Round::Lost { code, queued }
+    Round::Lost { reason, endpoint }
 }
 
-/// `zkgate elect NAME [-- CMD…]`: campaign and print the events. With CMD, run it exactly while
-/// leader (see [`ElectArgs`]); returns the exit code.
+/// `zkgate elect NAME [-- CMD…]`: campaign and print the events; with CMD, run it exactly
+/// while leader (see [`ElectArgs`]). Returns the exit code.
 pub async fn elect(args: ElectArgs) -> u8 {
-    let join = pb::Join {
-        election: args.name,
-        candidate: args.candidate.unwrap_or_else(default_participant),
-        value: args.value.into_bytes(),
-    };
+    let json = args.client.output == Output::Json;
     let sup = Supervision {
         what: "leadership",
-        requeue: args.command_args.requeue_or(!args.command.is_empty()),
+        requeue: args.command_args.requeue_or(true),
         kill_grace: args.command_args.kill_grace,
         command: args.command,
         lines_on_stdout: true,
+        json,
+        granted_event: "elected",
+        name: args.name.clone(),
     };
-    let endpoint = args.endpoint.endpoint;
-    supervise(sup, move || open_campaign(endpoint.clone(), join.clone())).await
+    let client = match connect(&args.client).await {
+        Ok(c) => c,
+        Err(e) => return sup.error(&e),
+    };
+    let target = Target::Election {
+        name: args.name,
+        candidate: args.candidate.unwrap_or_else(default_participant),
+        value: args.value.into_bytes(),
+    };
+    supervise(sup, client, target).await
 }
 
-/// `zkgate lock NAME -- CMD…` (in the style of `consul lock`): run CMD exactly while holding the
-/// lock (see [`LockArgs`]); returns the exit code.
+/// `zkgate lock NAME [-- CMD…]` (in the style of `consul lock`): hold the lock; with CMD,
+/// run it exactly while holding (see [`LockArgs`]). Returns the exit code.
 pub async fn lock(args: LockArgs) -> u8 {
-    let acquire = pb::AcquireLock {
-        name: args.name,
-        owner: args.owner.unwrap_or_else(default_participant),
-        ..Default::default()
-    };
+    let json = args.client.output == Output::Json;
     let sup = Supervision {
         what: "the lock",
         requeue: args.command_args.requeue_or(false),
         kill_grace: args.command_args.kill_grace,
         command: args.command,
         lines_on_stdout: false,
+        json,
+        granted_event: "acquired",
+        name: args.name.clone(),
     };
-    let endpoint = args.endpoint.endpoint;
-    supervise(sup, move || open_lock(endpoint.clone(), acquire.clone())).await
+    let client = match connect(&args.client).await {
+        Ok(c) => c,
+        Err(e) => return sup.error(&e),
+    };
+    let mut opts = LockOptions::new(args.name.clone());
+    opts.owner = args.owner.unwrap_or_else(default_participant);
+    opts.permits = args.permits;
+    opts.mode = if args.read {
+        LockMode::Read
+    } else {
+        LockMode::Write
+    };
+    opts.wait_timeout = args.timeout;
+    opts.ttl = args.ttl;
+    supervise(sup, client, Target::Lock(opts)).await
 }

@@ -39,12 +39,23 @@ pub enum Command {
     Dev(DevArgs),
     /// Campaign in an election; with `-- CMD…`, run CMD exactly while leader (like `etcdctl elect`).
     Elect(ElectArgs),
-    /// Run `CMD…` exactly while holding a lock (like `consul lock`).
+    /// Hold a lock; with `-- CMD…`, run CMD exactly while holding it (like `consul lock`).
     Lock(LockArgs),
     /// Print the election's leader whenever it changes.
     Observe(NameArgs),
-    /// Print the election's current leader.
+    /// Print the election's current leader (exit 4 when nobody leads).
     Leader(NameArgs),
+    /// Print the election's queue in order.
+    Candidates(NameArgs),
+    /// Print who holds a lock and how many wait.
+    Holders(NameArgs),
+    /// Leave an election by lease, from anywhere (exit 4 for a lease the gateway cannot honour).
+    Resign(LeaseArgs),
+    /// Release a lock by lease, from anywhere (exit 4 for a lease the gateway cannot honour).
+    Release(LeaseArgs),
+    /// Is TOKEN the election's current leader's (with --lock: a current holder's)? Exit 0 if
+    /// so, 5 if not.
+    Validate(ValidateArgs),
 }
 
 /// `serve` flags. Every flag also reads `ZKGATE_<NAME>` and the `--config` TOML file (keys as
@@ -227,8 +238,8 @@ impl ServeArgs {
         coord.zk_tick_time = self.zk_tick_time.or(file.zk_tick_time);
         coord.zk_digest = self.zk_digest.or(file.zk_digest);
         let mut serve = ServeConfig::new(coord);
-        serve.keepalive_interval = self.keepalive_interval.or(file.keepalive_interval);
-        serve.keepalive_timeout = self.keepalive_timeout.or(file.keepalive_timeout);
+        serve.coord.keepalive_interval = self.keepalive_interval.or(file.keepalive_interval);
+        serve.coord.keepalive_timeout = self.keepalive_timeout.or(file.keepalive_timeout);
         serve.name_label_cap = self
             .metrics_name_cap
             .or(file.metrics_name_cap)
@@ -288,7 +299,7 @@ impl ServeArgs {
             }
             serve.tls = Some(tls);
         }
-        serve.check_timing()?;
+        serve.check_timing().map_err(|e| e.to_string())?;
         Ok(Resolved {
             serve,
             listen: self
@@ -319,22 +330,77 @@ pub struct DevArgs {
     pub session_timeout: Duration,
 }
 
+/// How the client verbs reach the gateway fleet, and how they print.
 #[derive(Debug, Args, Clone)]
-pub struct EndpointArgs {
-    /// Gateway address
+pub struct ClientArgs {
+    /// Gateway endpoint: host:port, http://host:port or https://host:port. Repeatable and
+    /// comma-separated: the fleet, tried in order with failover [default: http://127.0.0.1:50051]
     #[arg(
-        long,
+        long = "endpoint",
         env = "ZKGATE_ENDPOINT",
-        default_value = "http://127.0.0.1:50051"
+        value_delimiter = ',',
+        action = clap::ArgAction::Append
     )]
-    pub endpoint: String,
+    pub endpoints: Vec<String>,
+    /// PEM CA bundle for the gateways' certificates (TLS; bare host:port endpoints then use TLS)
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
+    /// PEM client certificate for mutual TLS (needs --key)
+    #[arg(long, requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// PEM private key of --cert
+    #[arg(long, requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// Verify the gateways' certificates against this name instead of the endpoint's host
+    #[arg(long)]
+    pub server_name: Option<String>,
+    /// text (for people) or json (one JSON object per line on stdout, for scripts)
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+impl ClientArgs {
+    /// Whether any TLS flag was given.
+    pub fn tls_requested(&self) -> bool {
+        self.ca.is_some() || self.cert.is_some() || self.server_name.is_some()
+    }
+}
+
+/// `--output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Args, Clone)]
 pub struct NameArgs {
     pub name: String,
     #[command(flatten)]
-    pub endpoint: EndpointArgs,
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct LeaseArgs {
+    /// The lease from the holder's `queued` (`-`: read it from standard input, which keeps it
+    /// out of the process list)
+    pub lease: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// `zkgate validate [--lock] NAME TOKEN`.
+#[derive(Debug, Args, Clone)]
+pub struct ValidateArgs {
+    /// NAME is a lock: is TOKEN a current holder's?
+    #[arg(long)]
+    pub lock: bool,
+    /// Election (or, with --lock, lock) name
+    pub name: String,
+    /// The fencing token to check
+    pub token: u64,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// How `elect -- CMD` and `lock -- CMD` stop CMD and what they do after losing the hold.
@@ -344,12 +410,13 @@ pub struct CommandArgs {
     /// On `suspended` the wait is also cut to the gateway's `stop_within`.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub kill_grace: Duration,
-    /// After losing the hold (and stopping CMD), campaign again [default: on for `elect -- CMD`,
+    /// After losing the hold (and stopping CMD), campaign again [default: on for `elect`,
     /// off for `lock`]
     #[arg(long, overrides_with = "no_requeue")]
     pub requeue: bool,
-    /// After losing the hold (and stopping CMD), exit instead of campaigning again
-    #[arg(long, overrides_with = "requeue")]
+    /// After losing the hold (and stopping CMD), exit 3 instead of campaigning again
+    /// (`--once` is the conformance agent's name for it)
+    #[arg(long, alias = "once", overrides_with = "requeue")]
     pub no_requeue: bool,
 }
 
@@ -381,13 +448,13 @@ pub struct ElectArgs {
     /// Election name
     pub name: String,
     /// Candidate name shown to others [default: hostname-pid]
-    #[arg(long)]
+    #[arg(long, alias = "id")]
     pub candidate: Option<String>,
     /// Value to publish while leader
     #[arg(long, default_value = "")]
     pub value: String,
     #[command(flatten)]
-    pub endpoint: EndpointArgs,
+    pub client: ClientArgs,
     #[command(flatten)]
     pub command_args: CommandArgs,
     /// Command to run while leader; stopped when leadership is lost or uncertain
@@ -402,15 +469,19 @@ With -- CMD…, CMD runs exactly while this candidate leads:
   - suspended (the gateway lost ZooKeeper), the stream ends, or nothing is heard for
     silence_limit: CMD's process group gets SIGTERM, then SIGKILL after --kill-grace (on
     suspended at most stop_within); then the candidacy is given up, and the verb campaigns
-    again (the default with CMD; --no-requeue exits 1 instead).
+    again, on the next endpoint if the gateway failed or went silent (the default; --no-requeue
+    exits 3 instead).
   - CMD exits: the candidacy is given up and the verb exits with CMD's exit code (128+N when
     signal N killed it).
   - SIGINT/SIGTERM to the verb: CMD is stopped as above, the candidacy given up, and the verb
     exits with CMD's exit code (128+N if CMD was not running).
-A queued standby waits for as long as it takes.";
+A queued standby waits for as long as it takes.
+Without CMD the verb prints its events and holds until SIGINT/SIGTERM, then resigns and exits
+0; after a loss it campaigns again (--no-requeue: exit 3). --output json prints exactly the
+conformance agent's lines (clients/CONFORMANCE.md): elected, lost, released, error.";
 
 /// `zkgate lock NAME -- CMD…` (in the style of `consul lock`). The same rules as `elect -- CMD`,
-/// except that after losing the lock it exits 1 unless --requeue is given: re-running a job
+/// except that after losing the lock it exits 3 unless --requeue is given: re-running a job
 /// that was cut short is the caller's decision.
 #[derive(Debug, Args, Clone)]
 #[command(after_long_help = LOCK_HELP)]
@@ -418,14 +489,27 @@ pub struct LockArgs {
     /// Lock name
     pub name: String,
     /// Owner name shown to others [default: hostname-pid]
-    #[arg(long)]
+    #[arg(long, alias = "id")]
     pub owner: Option<String>,
+    /// 1: a mutex; N: a semaphore with N permits (everyone on NAME must agree)
+    #[arg(long, default_value_t = 1)]
+    pub permits: u32,
+    /// A shared (read) lock; without it the lock is exclusive (write)
+    #[arg(long)]
+    pub read: bool,
+    /// Give up (exit 6) if not acquired within this long; 0 tries once [default: wait as long as it takes]
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub timeout: Option<Duration>,
+    /// The lease lives only while keep-alives arrive within each ttl (sent every ttl/3)
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub ttl: Option<Duration>,
     #[command(flatten)]
-    pub endpoint: EndpointArgs,
+    pub client: ClientArgs,
     #[command(flatten)]
     pub command_args: CommandArgs,
-    /// Command to run while holding the lock; stopped when the lock is lost or uncertain
-    #[arg(last = true, required = true)]
+    /// Command to run while holding the lock; stopped when the lock is lost or uncertain.
+    /// Without it the lock is held until SIGINT/SIGTERM
+    #[arg(last = true)]
     pub command: Vec<String>,
 }
 
@@ -435,13 +519,14 @@ CMD runs exactly while the lock is held:
     hold's fencing token.
   - suspended (the gateway lost ZooKeeper), the stream ends, or nothing is heard for
     silence_limit: CMD's process group gets SIGTERM, then SIGKILL after --kill-grace (on
-    suspended at most stop_within); then the lock is released, and the verb exits 1 (with
+    suspended at most stop_within); then the lock is released, and the verb exits 3 (with
     --requeue it waits for the lock again and reruns CMD).
   - CMD exits: the lock is released and the verb exits with CMD's exit code (128+N when
     signal N killed it).
   - SIGINT/SIGTERM to the verb: CMD is stopped as above, the lock released, and the verb
     exits with CMD's exit code (128+N if CMD was not running).
-Waiting for the lock takes as long as it takes.";
+Waiting for the lock takes as long as it takes, unless --timeout (exit 6 when it passes; 0
+tries once). Without CMD the lock is held until SIGINT/SIGTERM, then released (exit 0).";
 
 #[cfg(test)]
 mod tests {
@@ -552,5 +637,56 @@ mod tests {
         assert_eq!(r.serve.coord.max_queue_members(), 10_203);
         std::fs::write(&p, "bogus = 1\n").unwrap();
         assert!(parse(&["--config", p.to_str().unwrap()]).is_err());
+    }
+
+    fn client_verb(args: &[&str]) -> Result<Command, String> {
+        Cli::try_parse_from(std::iter::once("zkgate").chain(args.iter().copied()))
+            .map(|c| c.command)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Endpoints are repeatable and comma-separated; the agent's `--id`/`--once` are accepted;
+    /// `--timeout 0` is a try-lock; half a client identity is refused.
+    #[test]
+    fn client_verb_flags() {
+        let Ok(Command::Lock(l)) = client_verb(&[
+            "lock",
+            "n",
+            "--endpoint",
+            "a:1,b:2",
+            "--endpoint",
+            "https://c:3",
+            "--id",
+            "me",
+            "--once",
+            "--timeout",
+            "0",
+            "--permits",
+            "3",
+            "--read",
+            "--output",
+            "json",
+        ]) else {
+            panic!("lock parses")
+        };
+        assert_eq!(l.client.endpoints, ["a:1", "b:2", "https://c:3"]);
+        assert_eq!(l.owner.as_deref(), Some("me"));
+        assert!(!l.command_args.requeue_or(true));
+        assert_eq!(l.timeout, Some(Duration::ZERO));
+        assert_eq!((l.permits, l.read), (3, true));
+        assert_eq!(l.client.output, Output::Json);
+        assert!(l.command.is_empty(), "CMD is optional");
+        let Ok(Command::Elect(e)) = client_verb(&["elect", "n", "--id", "c"]) else {
+            panic!("elect parses")
+        };
+        assert_eq!(e.candidate.as_deref(), Some("c"));
+        assert!(e.command_args.requeue_or(true));
+        assert!(client_verb(&["leader", "n", "--cert", "c.pem"]).is_err());
+        assert!(client_verb(&["leader", "n", "--cert", "c.pem", "--key", "k.pem"]).is_ok());
+        let Ok(Command::Validate(v)) = client_verb(&["validate", "--lock", "n", "42"]) else {
+            panic!("validate parses")
+        };
+        assert!(v.lock && v.token == 42);
+        assert!(client_verb(&["validate", "n", "-1"]).is_err());
     }
 }

@@ -17,7 +17,9 @@
 //! - [`config`]: the command line (`serve`, `dev`, client verbs).
 //! - [`logging`]: the binary's log setup (`ZKGATE_LOG`; the ZooKeeper client capped at `info`).
 //! - [`localzk`]: start and stop real local ZooKeeper servers (`zkgate dev`, tests).
-//! - [`cli`]: the client verbs `elect`, `lock`, `observe`, `leader`; [`held_command`]: the
+//! - [`cli`]: the client verbs (`elect`, `lock`, `observe`, `leader`, `candidates`, `holders`,
+//!   `resign`, `release`, `validate`), built on the Rust client crate `zkgate-client`
+//!   (`clients/rust`); [`held_command`]: the
 //!   CMD that `elect -- CMD` / `lock -- CMD` run while they hold, in its own process group.
 
 pub mod api;

@@ -15,8 +15,17 @@ async fn main() -> ExitCode {
         Command::Dev(args) => return zkgate::cli::dev(args).await,
         Command::Elect(args) => return ExitCode::from(zkgate::cli::elect(args).await),
         Command::Lock(args) => return ExitCode::from(zkgate::cli::lock(args).await),
-        Command::Observe(args) => zkgate::cli::observe(args).await,
-        Command::Leader(args) => zkgate::cli::leader(args).await,
+        Command::Observe(args) => return ExitCode::from(zkgate::cli::observe(args).await),
+        Command::Leader(args) => return ExitCode::from(zkgate::cli::leader(args).await),
+        Command::Candidates(args) => return ExitCode::from(zkgate::cli::candidates(args).await),
+        Command::Holders(args) => return ExitCode::from(zkgate::cli::holders(args).await),
+        Command::Resign(args) => {
+            return ExitCode::from(zkgate::cli::give_up_by_lease(args, false).await)
+        }
+        Command::Release(args) => {
+            return ExitCode::from(zkgate::cli::give_up_by_lease(args, true).await)
+        }
+        Command::Validate(args) => return ExitCode::from(zkgate::cli::validate(args).await),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,4 @@
-//! Every metric zkgate exports, named once (SPEC §4), described once, and recorded through the
+//! Every metric zkgate exports, named once (contract "Observability"), described once, and recorded through the
 //! `metrics` facade. The Prometheus exporter renders them at `/metrics` on the HTTP port.
 
 use std::collections::HashSet;

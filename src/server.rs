@@ -12,7 +12,7 @@ use tonic_health::ServingStatus;
 
 use crate::api::limits::{Admission, StreamLimits};
 use crate::api::{ElectionApi, LockApi};
-use crate::coord::session::{default_silence_limit, SessionTiming};
+use crate::coord::timing::{Timing, TimingError};
 use crate::coord::{CoordConfig, Coordinator};
 use crate::proto::election_server::ElectionServer;
 use crate::proto::lock_server::LockServer;
@@ -21,12 +21,6 @@ use crate::proto::lock_server::LockServer;
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub coord: CoordConfig,
-    /// HTTP/2 keepalive ping interval for detecting dead clients (default 20% of the session
-    /// timeout).
-    pub keepalive_interval: Option<Duration>,
-    /// How long a keepalive ping may go unanswered before the connection (and its streams, and
-    /// their znodes) is dropped (default 40% of the session timeout).
-    pub keepalive_timeout: Option<Duration>,
     /// Upper bound for each drain phase at shutdown.
     pub drain_grace: Duration,
     /// Distinct election/lock names with their own metric label.
@@ -40,8 +34,6 @@ impl ServeConfig {
     pub fn new(coord: CoordConfig) -> Self {
         Self {
             coord,
-            keepalive_interval: None,
-            keepalive_timeout: None,
             drain_grace: Duration::from_secs(5),
             name_label_cap: crate::metrics::DEFAULT_NAME_LABEL_CAP,
             tls: None,
@@ -49,48 +41,17 @@ impl ServeConfig {
         }
     }
 
-    pub fn keepalive(&self) -> (Duration, Duration) {
-        let t = self.coord.session_timeout;
-        (
-            self.keepalive_interval.unwrap_or(t / 5),
-            self.keepalive_timeout.unwrap_or(t * 2 / 5),
-        )
+    /// The timing of the requested session timeout (see [`Timing`]).
+    pub fn timing(&self) -> Timing {
+        Timing::requested(&self.coord)
     }
 
-    /// G3b: a leader must stop (silence limit) before the gateway could delete its znode for a
-    /// dead connection (keepalive timeout), and before the quorum could expire a frozen
-    /// gateway's session ([`SessionTiming::silence_bound`], for the requested timeout; a
-    /// shorter negotiated one is checked again when the session is established).
+    /// G3b, checked once at start-up ([`Timing::check`]).
     ///
     /// # Errors
-    /// A sentence naming the settings that break the order.
-    pub fn check_timing(&self) -> Result<(), String> {
-        let t = self.coord.session_timeout;
-        let timing = SessionTiming::derive(&self.coord, t);
-        let silence = self
-            .coord
-            .silence_limit
-            .unwrap_or_else(|| default_silence_limit(t, t));
-        let (_, ka_timeout) = self.keepalive();
-        let session_bound = timing.silence_bound();
-        if silence.is_zero() {
-            return Err("silence limit must be positive".into());
-        }
-        if silence >= session_bound {
-            return Err(format!(
-                "silence limit {silence:?} must be shorter than session timeout {t:?} minus the heartbeat freshness {:?}, the quorum lag {:?} (tickTime {:?} / 2 + probe interval) and the margin {:?} (= {session_bound:?})",
-                timing.heartbeat_fresh_within(),
-                timing.quorum_lag,
-                self.coord.assumed_tick(t),
-                timing.margin,
-            ));
-        }
-        if silence >= ka_timeout {
-            return Err(format!(
-                "silence limit {silence:?} must be shorter than the keepalive timeout {ka_timeout:?} (dead-client detection)"
-            ));
-        }
-        Ok(())
+    /// The rule broken, naming the settings that break it.
+    pub fn check_timing(&self) -> Result<(), TimingError> {
+        self.timing().check(&self.coord)
     }
 }
 
@@ -98,6 +59,8 @@ impl ServeConfig {
 pub enum ServeError {
     #[error("refusing to start: {0}")]
     Config(String),
+    #[error("refusing to start: {0}")]
+    Timing(#[from] TimingError),
     #[error("gRPC server: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error("reflection: {0}")]
@@ -115,7 +78,7 @@ pub async fn run(
     http: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    cfg.check_timing().map_err(ServeError::Config)?;
+    cfg.check_timing()?;
     // The recorder first, so nothing the coordinator records at start-up is lost.
     crate::metrics::install(cfg.name_label_cap);
     let coord = Coordinator::start(cfg.coord.clone());
@@ -133,7 +96,7 @@ pub async fn run_with(
     http: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    cfg.check_timing().map_err(ServeError::Config)?;
+    cfg.check_timing()?;
     cfg.coord
         .check_packet_budget()
         .map_err(ServeError::Config)?;
@@ -154,7 +117,8 @@ pub async fn run_with(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
 
-    let (ka_interval, ka_timeout) = cfg.keepalive();
+    let timing = cfg.timing();
+    let (ka_interval, ka_timeout) = (timing.keepalive_interval, timing.keepalive_timeout);
     let admission = Admission::new(cfg.limits);
     let mut builder = Server::builder()
         .max_concurrent_streams(cfg.limits.http2_max_concurrent_streams())

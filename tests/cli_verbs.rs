@@ -1,5 +1,5 @@
 //! The client verbs of the real binary (`zkgate elect`, `lock`, `leader`, `observe`) against a
-//! gateway: `elect -- CMD` / `lock -- CMD` run CMD exactly while they hold (SPEC §5).
+//! gateway: `elect -- CMD` / `lock -- CMD` run CMD exactly while they hold (contract "Command line").
 
 mod common;
 
@@ -455,4 +455,414 @@ async fn after_a_zookeeper_blip_exactly_one_elect_runs_its_command() {
     assert_eq!(queued_tokens(), standby);
     drop(verbs);
     zk.shutdown().await;
+}
+
+/// The next stdout line, which must be one JSON object.
+fn json_line(rx: &mpsc::Receiver<String>) -> serde_json::Value {
+    let line = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a line in time");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("not one JSON object: {line:?}: {e}"))
+}
+
+/// Runs a query verb with `--output json` against `url`; its exit code and its JSON answer.
+fn query_json(args: &[&str], url: &str) -> (Option<i32>, serde_json::Value) {
+    let out = zkgate(args)
+        .args(["--output", "json", "--endpoint", url])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = serde_json::from_str(text.trim()).unwrap_or(serde_json::Value::Null);
+    (out.status.code(), v)
+}
+
+fn sigterm(child: &Child) {
+    Command::new("kill")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+}
+
+/// `zkgate elect/lock NAME --output json` without CMD is the Rust conformance agent
+/// (clients/CONFORMANCE.md): exactly its event lines on stdout, the endpoint from
+/// `ZKGATE_ENDPOINT`, held until SIGTERM, then released with `{"event":"released"}` and exit 0.
+/// The query verbs answer in JSON meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_and_lock_without_cmd_are_the_json_conformance_agent() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let url = gw.url();
+    for (verb, event) in [("elect", "elected"), ("lock", "acquired")] {
+        let mut child = zkgate(&[verb, "agent", "--output", "json", "--id", "x"]);
+        if verb == "lock" {
+            child.arg("--requeue");
+        }
+        let mut child = child.env("ZKGATE_ENDPOINT", &url).spawn().unwrap();
+        let out = lines(&mut child);
+        let granted = json_line(&out);
+        assert_eq!(granted["event"], event, "{granted}");
+        assert_eq!(granted["endpoint"], url.as_str(), "{granted}");
+        let token: u64 = granted["token"].as_str().unwrap().parse().unwrap();
+        let t = token.to_string();
+        if verb == "elect" {
+            let (code, v) = query_json(&["leader", "agent"], &url);
+            assert_eq!(code, Some(0));
+            assert_eq!(v["leader"]["candidate"], "x");
+            assert_eq!(v["leader"]["fencing_token"], t.as_str());
+            let (code, v) = query_json(&["candidates", "agent"], &url);
+            assert_eq!(code, Some(0));
+            assert_eq!(v["candidates"][0]["leader"], true, "{v}");
+            let (code, v) = query_json(&["validate", "agent", &t], &url);
+            assert_eq!((code, &v["current"]), (Some(0), &true.into()), "{v}");
+            assert_eq!(v["leader"]["candidate"], "x");
+            let older = (token - 1).to_string();
+            let (code, v) = query_json(&["validate", "agent", &older], &url);
+            assert_eq!((code, &v["current"]), (Some(5), &false.into()), "{v}");
+        } else {
+            let (code, v) = query_json(&["holders", "agent"], &url);
+            assert_eq!(code, Some(0));
+            assert_eq!(v["holders"][0]["owner"], "x", "{v}");
+            assert_eq!(v["holders"][0]["mode"], "write");
+            assert_eq!(v["holders"][0]["fencing_token"], t.as_str());
+            assert_eq!(v["waiting"], 0);
+            let (code, _) = query_json(&["validate", "--lock", "agent", &t], &url);
+            assert_eq!(code, Some(0));
+        }
+        sigterm(&child);
+        assert_eq!(json_line(&out), serde_json::json!({"event": "released"}));
+        let status = wait_exit(&mut child, Duration::from_secs(15));
+        assert_eq!(status.code(), Some(0), "{verb}: {status:?}");
+        assert!(out.recv().is_err(), "{verb}: nothing after released");
+        wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+    }
+}
+
+/// A drained gateway: the agent with `--once` reports `lost` `unavailable` and exits 3; the
+/// requeueing one, given two endpoints, is elected again on the second gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_json_agent_reports_loss_and_fails_over_to_the_next_endpoint() {
+    let zk = shared_zk();
+    let root = unique_root();
+    let opts = || GatewayOpts {
+        root: Some(root.clone()),
+        ..Default::default()
+    };
+    let gw1 = Gateway::start_with(&zk, opts()).await;
+    let gw2 = Gateway::start_with(&zk, opts()).await;
+    let (url1, url2) = (gw1.url(), gw2.url());
+    let mut once = Verb(
+        zkgate(&["elect", "once", "--output", "json", "--once"])
+            .env("ZKGATE_ENDPOINT", &url1)
+            .spawn()
+            .unwrap(),
+    );
+    let once_out = lines(&mut once.0);
+    let both = format!("{url1},{url2}");
+    let mut requeue = Verb(
+        zkgate(&["elect", "again", "--output", "json"])
+            .env("ZKGATE_ENDPOINT", &both)
+            .spawn()
+            .unwrap(),
+    );
+    let requeue_out = lines(&mut requeue.0);
+    assert_eq!(json_line(&once_out)["event"], "elected");
+    let first = json_line(&requeue_out);
+    assert_eq!(first["endpoint"], url1.as_str(), "{first}");
+
+    gw1.stop().await;
+    let lost = serde_json::json!({"event": "lost", "reason": "unavailable"});
+    assert_eq!(json_line(&once_out), lost);
+    assert_eq!(
+        wait_exit(&mut once.0, Duration::from_secs(15)).code(),
+        Some(3)
+    );
+    assert_eq!(json_line(&requeue_out), lost);
+    let again = json_line(&requeue_out);
+    assert_eq!(again["event"], "elected", "{again}");
+    assert_eq!(again["endpoint"], url2.as_str(), "{again}");
+    let token = |v: &serde_json::Value| v["token"].as_str().unwrap().parse::<u64>().unwrap();
+    assert!(token(&again) > token(&first));
+    sigterm(&requeue.0);
+    assert_eq!(json_line(&requeue_out)["event"], "released");
+    assert_eq!(
+        wait_exit(&mut requeue.0, Duration::from_secs(15)).code(),
+        Some(0)
+    );
+    wait_no_members(&zk_client(&zk).await, &root, Duration::from_secs(5)).await;
+}
+
+/// `resign`/`release` by lease (exit 4 for a spent one), the lock flags (`--permits`,
+/// `--read`, `--timeout 0`, `--ttl`), several endpoints, and the TLS flags' checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_lease_verbs_lock_flags_and_endpoint_lists() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let url = gw.url();
+    let c = zkgate_client::Client::connect(zkgate_client::Endpoints::new([&url]).unwrap())
+        .await
+        .unwrap();
+
+    // Resign by lease; the lease on the command line, then from standard input.
+    let lead = c.elect("byl", "a", b"").await.unwrap();
+    let (code, v) = query_json(&["resign", lead.lease()], &url);
+    assert_eq!((code, v), (Some(0), serde_json::json!({"resigned": true})));
+    assert_eq!(
+        tokio::time::timeout(STEP, lead.lost()).await.unwrap(),
+        zkgate_client::LossReason::Ended
+    );
+    let (code, _) = query_json(&["resign", lead.lease()], &url);
+    assert_eq!(code, Some(4), "a spent lease is not found");
+    let held = c
+        .acquire(zkgate_client::LockOptions::new("byl"))
+        .await
+        .unwrap();
+    let release = |lease: &str| {
+        use std::io::Write;
+        let mut p = zkgate(&["release", "-", "--endpoint", &url])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        writeln!(p.stdin.take().unwrap(), "{lease}").unwrap();
+        let out = p.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    assert_eq!(release(held.lease()), (Some(0), "released\n".to_owned()));
+    assert_eq!(release(held.lease()).0, Some(4));
+
+    // A semaphore of two: two holders, a try-lock times out (exit 6), a mismatch is refused.
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let mut v = Verb(
+            zkgate(&[
+                "lock",
+                "sem",
+                "--permits",
+                "2",
+                "--ttl",
+                "2s",
+                "--output",
+                "json",
+                "--endpoint",
+                &url,
+            ])
+            .spawn()
+            .unwrap(),
+        );
+        let out = lines(&mut v.0);
+        assert_eq!(json_line(&out)["event"], "acquired");
+        // Keep reading its stdout, so that its last line never meets a closed pipe.
+        holders.push((v, out));
+    }
+    let (code, v) = query_json(&["lock", "sem", "--permits", "2", "--timeout", "0"], &url);
+    assert_eq!(
+        (code, v),
+        (Some(6), serde_json::json!({"event": "timeout"}))
+    );
+    let (code, v) = query_json(&["lock", "sem", "--permits", "3", "--timeout", "0"], &url);
+    assert_eq!(code, Some(1), "{v}");
+    assert_eq!(v["event"], "error", "{v}");
+    // Two readers at once.
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let mut v = Verb(
+            zkgate(&[
+                "lock",
+                "rw",
+                "--read",
+                "--output",
+                "json",
+                "--endpoint",
+                &url,
+            ])
+            .spawn()
+            .unwrap(),
+        );
+        let out = lines(&mut v.0);
+        assert_eq!(json_line(&out)["event"], "acquired");
+        readers.push((v, out));
+    }
+    let (_, v) = query_json(&["holders", "rw"], &url);
+    let modes: Vec<&str> = v["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["read", "read"]);
+    let (code, _) = query_json(&["validate", "--lock", "rw", "1"], &url);
+    assert_eq!(code, Some(5));
+
+    // Several endpoints, repeated or comma-separated: a refused first one is skipped.
+    for args in [
+        vec!["--endpoint", "http://127.0.0.1:1", "--endpoint", &url],
+        vec!["--endpoint", &format!("127.0.0.1:1,{url}")],
+    ] {
+        let mut all = vec!["holders", "sem", "--output", "json"];
+        all.extend(args.iter().copied());
+        let out = zkgate(&all).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["holders"].as_array().unwrap().len(), 2, "{v}");
+    }
+    // TLS flags: half an identity is a usage error; an unreadable CA a failure.
+    let out = zkgate(&["leader", "x", "--cert", "c.pem", "--endpoint", &url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = zkgate(&[
+        "leader",
+        "x",
+        "--ca",
+        "/nonexistent/ca.pem",
+        "--endpoint",
+        &url,
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/ca.pem"));
+    drop(holders);
+    drop(readers);
+    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+}
+
+/// A CA, a server certificate for 127.0.0.1 and `localhost`, and a client certificate, made
+/// with openssl (as tests/security.rs does).
+fn make_pki(dir: &std::path::Path) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=zkgate-test-ca",
+    ]);
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:gw.test\n",
+    )
+    .unwrap();
+    for who in ["server", "client"] {
+        let (key, csr, pem) = (
+            format!("{who}.key"),
+            format!("{who}.csr"),
+            format!("{who}.pem"),
+        );
+        let subj = format!("/CN={who}");
+        openssl(&[
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", &subj,
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &pem,
+            "-days",
+            "1",
+            "-extfile",
+            "san.ext",
+        ]);
+    }
+}
+
+/// The TLS flags against a gateway that requires client certificates (mTLS): with `--ca`,
+/// `--cert`, `--key` (and `--server-name` for a name the endpoint does not carry) the verbs
+/// work; without a client certificate they are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_flags_reach_a_mutual_tls_gateway() {
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+    let dir = tempfile::tempdir().unwrap();
+    make_pki(dir.path());
+    let path = |f: &str| dir.path().join(f).to_str().unwrap().to_owned();
+    let read = |f: &str| std::fs::read(dir.path().join(f)).unwrap();
+    let zk = shared_zk();
+    let mut cc = zkgate::coord::CoordConfig::new(&zk);
+    cc.root = unique_root();
+    cc.session_timeout = Duration::from_secs(4);
+    let mut cfg = zkgate::server::ServeConfig::new(cc.clone());
+    cfg.tls = Some(
+        ServerTlsConfig::new()
+            .identity(Identity::from_pem(read("server.pem"), read("server.key")))
+            .client_ca_root(Certificate::from_pem(read("ca.pem"))),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let coord = zkgate::coord::Coordinator::start(cc);
+    tokio::spawn(zkgate::server::run_with(
+        coord.clone(),
+        cfg,
+        listener,
+        None,
+        std::future::pending(),
+    ));
+    assert!(coord.wait_connected(Duration::from_secs(20)).await);
+
+    let (ca, cert, key) = (path("ca.pem"), path("client.pem"), path("client.key"));
+    // A bare host:port uses TLS once TLS flags are given; the certificate names `gw.test`,
+    // which the endpoint (an IP) does not carry: --server-name.
+    let endpoint = format!("127.0.0.1:{port}");
+    let tls = [
+        "--ca",
+        &ca,
+        "--cert",
+        &cert,
+        "--key",
+        &key,
+        "--server-name",
+        "gw.test",
+    ];
+    let out = zkgate(&["leader", "tls", "--endpoint", &endpoint])
+        .args(tls)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "a real answer (no leader): {out:?}"
+    );
+    let mut elect = Verb(
+        zkgate(&["elect", "tls", "--output", "json", "--endpoint", &endpoint])
+            .args(tls)
+            .spawn()
+            .unwrap(),
+    );
+    let events = lines(&mut elect.0);
+    assert_eq!(json_line(&events)["event"], "elected");
+    // Without a client certificate the gateway refuses.
+    let https = format!("https://localhost:{port}");
+    let out = zkgate(&["leader", "tls", "--ca", &ca, "--endpoint", &https])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    sigterm(&elect.0);
+    assert_eq!(json_line(&events)["event"], "released");
+    assert_eq!(
+        wait_exit(&mut elect.0, Duration::from_secs(15)).code(),
+        Some(0)
+    );
 }

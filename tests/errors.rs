@@ -1,4 +1,4 @@
-//! Every bad input of SPEC §Errors gets a precise status, and leaves no znode behind (G8).
+//! Every bad input of contract "Errors" gets a precise status, and leaves no znode behind (G8).
 // `Streaming` is not Debug, so `expect_err` is not available on these results.
 #![allow(clippy::err_expect)]
 

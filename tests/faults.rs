@@ -28,18 +28,26 @@ use support::procgw::{GatewayProc, GatewaySpec};
 use support::recorder::StreamClient;
 use tokio::sync::watch;
 use tonic::Code;
+use zkgate::coord::timing::Timing;
+use zkgate::coord::CoordConfig;
 use zkgate::localzk::{LocalZk, LocalZkOptions};
 
 /// The gateways' session timeout in most scenarios (ZooKeeper's tickTime is 250 ms).
 const T: Duration = Duration::from_secs(3);
 const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
 
-/// Defaults derived from T (src/coord/session.rs, src/server.rs).
+/// The gateway's own timing for a session timeout `t` (`zkgate::coord::timing`), never a
+/// copy of its formulas.
+fn timing(t: Duration) -> Timing {
+    let mut cfg = CoordConfig::new("unused");
+    cfg.session_timeout = t;
+    Timing::requested(&cfg)
+}
 fn silence_limit(t: Duration) -> Duration {
-    t * 35 / 100
+    timing(t).silence_limit
 }
 fn keepalive_bound(t: Duration) -> Duration {
-    t / 5 + t * 2 / 5
+    timing(t).dead_client_bound()
 }
 
 /// A standalone ZooKeeper shared by the scenarios that do not stop it (isolated by root).
@@ -443,7 +451,7 @@ async fn frozen_gateway_leaders_stop_before_successors_and_end_aborted() {
                 .filter(|(t, e)| *t >= tc && matches!(e, Ev::Heartbeat))
                 .count()
         ));
-        // SPEC: ABORTED, never OK (which reads as a resign): the deletion notifications
+        // the contract: ABORTED, never OK (which reads as a resign): the deletion notifications
         // ZooKeeper sent just before closing the expired session's socket sit in the frozen
         // gateway's receive buffer and must not be read as a resign.
         assert!(
@@ -870,7 +878,7 @@ async fn one_way_partition_with_notifications_suspends_leader_before_expiry() {
     drop((g1, g2));
 }
 
-/// Every stream of a gateway whose session expired while it was frozen ends ABORTED (SPEC: the
+/// Every stream of a gateway whose session expired while it was frozen ends ABORTED (contract: the
 /// candidacy was lost with the session), never OK (which reads as a resign).
 ///
 /// Known to fail, intermittently — about half the runs here, and then for most streams (see
@@ -948,7 +956,7 @@ async fn expired_session_ends_every_stream_aborted() {
 }
 
 /// Requests in flight when the gateway declares its ZooKeeper link dead must not leave
-/// znodes behind (G5, SPEC §6: releases are retried; lost creates are found again): a create
+/// znodes behind (G5, contract "Facts that shape the design": releases are retried; lost creates are found again): a create
 /// whose reply was lost (ZooKeeper applied it), and a delete that never arrived (a client left
 /// just as the link went silent). Either orphan, owned by the gateway's session that then
 /// resumes, would head the queue and block the election while that session lives.

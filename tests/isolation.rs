@@ -84,7 +84,11 @@ impl Setup {
     /// The bystanders were never suspended, never silent for `silence_limit`, and still hold;
     /// the gateway serves; then no member znode is left once everyone is gone.
     async fn finish(self, what: &str) {
-        let silence = T * 35 / 100;
+        let silence = {
+            let mut cfg = zkgate::coord::CoordConfig::new("unused");
+            cfg.session_timeout = T;
+            zkgate::coord::timing::Timing::requested(&cfg).silence_limit
+        };
         for c in [&self.leader, &self.holder] {
             let log = c.log();
             let mut last = self.from;

@@ -1,4 +1,4 @@
-//! SPEC §4 observability, scraped the way Prometheus scrapes it: `GET /metrics` on the HTTP
+//! contract "Observability" observability, scraped the way Prometheus scrapes it: `GET /metrics` on the HTTP
 //! port, parsed as Prometheus text, with exact deltas for a scripted campaign, failover and lock
 //! hand-over; the election-label cap; `/healthz` and `/readyz`.
 //!
@@ -504,8 +504,8 @@ async fn lead_alone(client: &mut pb::election_client::ElectionClient<Channel>, e
 
 // ---------------------------------------------------------------------------------------------
 
-/// Every SPEC §4 metric name.
-const SPEC_METRICS: &[&str] = &[
+/// Every contract "Observability" metric name.
+const CONTRACT_METRICS: &[&str] = &[
     m::LEADER_CHANGES,
     m::LEADER_TENURE,
     m::FAILOVER,
@@ -521,7 +521,7 @@ const SPEC_METRICS: &[&str] = &[
     m::GRPC_STREAMS_ACTIVE,
 ];
 
-/// The per-election gauges (not named by SPEC §4; they make the per-election alert possible).
+/// The per-election gauges (not named by contract "Observability"; they make the per-election alert possible).
 const ELECTION_GAUGES: &[&str] = &[m::ELECTION_CANDIDATES, m::ELECTION_LEADERS];
 
 const HISTOGRAMS: &[&str] = &[
@@ -826,9 +826,9 @@ async fn scripted_campaign_failover_lock_handover_and_label_cap() {
         before.get(m::ZK_SESSION_EXPIRATIONS, &[])
     );
 
-    // --- The exposition: a HELP line for every SPEC §4 metric (and the per-election gauges),
+    // --- The exposition: a HELP line for every contract "Observability" metric (and the per-election gauges),
     // real histograms.
-    for name in SPEC_METRICS.iter().chain(ELECTION_GAUGES) {
+    for name in CONTRACT_METRICS.iter().chain(ELECTION_GAUGES) {
         assert!(
             s.help.get(*name).is_some_and(|h| !h.is_empty()),
             "no HELP line for {name}"

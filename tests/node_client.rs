@@ -1,13 +1,18 @@
-//! The Node.js client (`clients/node`): its `node:test` suite against a real `zkgate dev`
-//! (ordering, failover, in-stream resign, proclaim, Leader and Observe, the watchdog on a frozen
-//! gateway) plus its hermetic tests against a scripted in-process gateway.
+//! The Node.js client (`clients/node`): its `node:test` suite against a real `zkgate dev` plus a
+//! second gateway on the same ZooKeeper (ordering, failover, in-stream resign, proclaim, Leader
+//! and Observe, the watchdog on a frozen gateway, the fleet rules — a dead endpoint skipped,
+//! paging, auto-requeue across a drained gateway), its hermetic tests against a scripted
+//! in-process gateway, and the package's own checks (shipped protos equal proto/, `tsc --noEmit`
+//! over index.d.ts).
 
 mod dev_process;
+mod support;
 
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use dev_process::*;
+use support::procgw::{GatewayProc, GatewaySpec};
 
 /// `node` and `npm` on PATH, and the client's pinned packages installed (`npm ci`).
 fn node_deps() -> bool {
@@ -15,14 +20,16 @@ fn node_deps() -> bool {
                    `npm ci` in clients/node.";
     require("node and npm", on_path("node") && on_path("npm"), install)
         && require(
-            "clients/node/node_modules (@grpc/grpc-js, @grpc/proto-loader)",
-            ["@grpc/grpc-js", "@grpc/proto-loader"].iter().all(|p| {
-                repo()
-                    .join("clients/node/node_modules")
-                    .join(p)
-                    .join("package.json")
-                    .is_file()
-            }),
+            "clients/node/node_modules (@grpc/grpc-js, @grpc/proto-loader, typescript)",
+            ["@grpc/grpc-js", "@grpc/proto-loader", "typescript"]
+                .iter()
+                .all(|p| {
+                    repo()
+                        .join("clients/node/node_modules")
+                        .join(p)
+                        .join("package.json")
+                        .is_file()
+                }),
             "Run `npm ci` in clients/node.",
         )
 }
@@ -53,6 +60,23 @@ fn node_helpers_elect_lock_fail_over_and_watch_silence() {
 
     // A short session timeout keeps the frozen-gateway test short: silence_limit = 1.05 s.
     let gw = DevGateway::start(&["--session-timeout", "3s"]);
+    // g2: the fleet tests' second gateway (same ZooKeeper and root), which one of them drains.
+    let spec = GatewaySpec::binary(BIN, &gw.zk, "/zkgate", Duration::from_secs(3));
+    let (_rt, g2) = GatewayProc::spawn_sync("g2", spec);
+    // g3: a gateway with mutual TLS (server certificate for 127.0.0.1 and localhost).
+    let pki = tempfile::tempdir().unwrap();
+    support::pki::make_pki(pki.path());
+    let mut spec = GatewaySpec::binary(BIN, &gw.zk, "/zkgate", Duration::from_secs(3));
+    let file = |f: &str| pki.path().join(f).display().to_string();
+    spec.extra = vec![
+        "--tls-cert".into(),
+        file("server.pem"),
+        "--tls-key".into(),
+        file("server.key"),
+        "--tls-client-ca".into(),
+        file("ca.pem"),
+    ];
+    let (_rt3, g3) = GatewayProc::spawn_sync("g3", spec);
     let started = Instant::now();
     let out = Command::new("node")
         // One file at a time: the election and lock files each freeze the shared gateway.
@@ -61,6 +85,10 @@ fn node_helpers_elect_lock_fail_over_and_watch_silence() {
         .current_dir(&dir)
         .env("ZKGATE_ADDR", gw.grpc.to_string())
         .env("ZKGATE_PID", gw.pid().to_string())
+        .env("ZKGATE_FLEET", format!("http://{},{}", gw.grpc, g2.url()))
+        .env("ZKGATE_PID2", g2.pid.to_string())
+        .env("ZKGATE_TLS_ADDR", g3.addr.to_string())
+        .env("ZKGATE_TLS_DIR", pki.path())
         .env_remove("NODE_OPTIONS")
         .stdin(Stdio::null())
         .output()

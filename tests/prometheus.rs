@@ -1,4 +1,4 @@
-//! The Prometheus side of SPEC §4: the example config and alert rules pass `promtool` (and the
+//! The Prometheus side of contract "Observability": the example config and alert rules pass `promtool` (and the
 //! rules' own unit tests), the Grafana dashboard is well formed and queries only metrics the
 //! gateway exports, the exposition passes `promtool check metrics`, and a real Prometheus
 //! scraping an in-process gateway sees a campaign's churn, the failover, and evaluates every
@@ -21,8 +21,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zkgate::metrics as m;
 
-/// Every metric SPEC §4 names, as `src/metrics.rs` spells it.
-const SPEC_METRICS: &[&str] = &[
+/// Every metric contract "Observability" names, as `src/metrics.rs` spells it.
+const CONTRACT_METRICS: &[&str] = &[
     m::LEADER_CHANGES,
     m::LEADER_TENURE,
     m::FAILOVER,
@@ -38,7 +38,7 @@ const SPEC_METRICS: &[&str] = &[
     m::GRPC_STREAMS_ACTIVE,
 ];
 
-/// The per-election gauges the gateway exports beyond SPEC §4 (for the per-election alert).
+/// The per-election gauges the gateway exports beyond contract "Observability" (for the per-election alert).
 const ELECTION_GAUGES: &[&str] = &[m::ELECTION_CANDIDATES, m::ELECTION_LEADERS];
 
 const HISTOGRAMS: &[&str] = &[
@@ -131,7 +131,9 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 fn assert_known_metrics(file: &str, names: &BTreeSet<String>) {
     let unknown: Vec<&String> = names
         .iter()
-        .filter(|n| !SPEC_METRICS.contains(&n.as_str()) && !ELECTION_GAUGES.contains(&n.as_str()))
+        .filter(|n| {
+            !CONTRACT_METRICS.contains(&n.as_str()) && !ELECTION_GAUGES.contains(&n.as_str())
+        })
         .collect();
     assert!(
         unknown.is_empty(),
@@ -326,7 +328,7 @@ async fn promtool_accepts_the_metrics_exposition() {
         .await;
     let (status, body) = http_get(gw.http, "/metrics").await;
     assert_eq!(status, 200);
-    for name in SPEC_METRICS.iter().chain(ELECTION_GAUGES) {
+    for name in CONTRACT_METRICS.iter().chain(ELECTION_GAUGES) {
         assert!(
             body.contains(&format!("# HELP {name} ")),
             "no HELP for {name}"

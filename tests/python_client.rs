@@ -1,14 +1,19 @@
-//! The Python client (`clients/python`): its pytest suite against a real `zkgate dev`
-//! (elections and locks: ordering, failover, semaphores, try-lock, ttl keep-alive, the context
-//! managers, the watchdog on a frozen gateway), and its
-//! checked-in stubs against a fresh `regen.sh` run.
+//! The Python client (`clients/python`): its pytest suite against a real `zkgate dev` plus a
+//! second gateway on the same ZooKeeper (elections and locks: ordering, failover, semaphores,
+//! try-lock, ttl keep-alive, the context managers, the watchdog on a frozen gateway, the fleet
+//! rules — a dead endpoint skipped, paging, auto-requeue across a drained gateway — and the
+//! asyncio API), its checked-in stubs against a fresh `regen.sh` run, and `pip install` of the
+//! package.
 
 mod dev_process;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use dev_process::*;
+use support::procgw::{GatewayProc, GatewaySpec};
 
 /// Whether `python3` can import every module in `modules`.
 fn python_has(modules: &[&str]) -> bool {
@@ -40,17 +45,40 @@ fn python_helpers_elect_lock_fail_over_and_watch_silence() {
     }
     // A short session timeout keeps the frozen-gateway test short: silence_limit = 1.05 s.
     let gw = DevGateway::start(&["--session-timeout", "3s"]);
+    // g2: the fleet tests' second gateway (same ZooKeeper and root), which one of them drains.
+    let spec = GatewaySpec::binary(BIN, &gw.zk, "/zkgate", Duration::from_secs(3));
+    let (_rt, g2) = GatewayProc::spawn_sync("g2", spec);
+    // g3: a gateway with mutual TLS (server certificate for 127.0.0.1 and localhost).
+    let pki = tempfile::tempdir().unwrap();
+    support::pki::make_pki(pki.path());
+    let mut spec = GatewaySpec::binary(BIN, &gw.zk, "/zkgate", Duration::from_secs(3));
+    let file = |f: &str| pki.path().join(f).display().to_string();
+    spec.extra = vec![
+        "--tls-cert".into(),
+        file("server.pem"),
+        "--tls-key".into(),
+        file("server.key"),
+        "--tls-client-ca".into(),
+        file("ca.pem"),
+    ];
+    let (_rt3, g3) = GatewayProc::spawn_sync("g3", spec);
+    let started = std::time::Instant::now();
     let out = Command::new("python3")
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"])
         .current_dir(repo_file("clients/python"))
         .env("ZKGATE_ADDR", gw.grpc.to_string())
         .env("ZKGATE_PID", gw.pid().to_string())
+        .env("ZKGATE_FLEET", format!("http://{},{}", gw.grpc, g2.url()))
+        .env("ZKGATE_PID2", g2.pid.to_string())
+        .env("ZKGATE_TLS_ADDR", g3.addr.to_string())
+        .env("ZKGATE_TLS_DIR", pki.path())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .stdin(Stdio::null())
         .output()
         .expect("run pytest");
     let stdout = String::from_utf8_lossy(&out.stdout);
     println!("{stdout}");
+    println!("pytest took {:?}", started.elapsed());
     assert!(
         out.status.success(),
         "pytest failed\n{stdout}\n{}\n--- zkgate dev stderr ---\n{}",
@@ -101,4 +129,64 @@ fn python_stubs_match_the_protos() {
              (with grpcio-tools from clients/python/requirements-dev.txt)"
         );
     }
+}
+
+#[test]
+fn python_package_installs_with_pip() {
+    if !python_deps(&["grpc", "google.protobuf", "pip"]) {
+        return;
+    }
+    // From a copy (setuptools builds in the source tree), into a scratch target, without
+    // dependencies (requirements.txt pins them) and without the network: the build backend
+    // (setuptools, which Debian's python3-pip brings) must already be there.
+    let scratch = tempfile::tempdir().unwrap();
+    let src = scratch.path().join("src");
+    let target = scratch.path().join("target");
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(repo_file("clients/python"))
+        .arg(&src)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(copied, "copying clients/python failed");
+    let out = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+        ])
+        .arg("--target")
+        .arg(&target)
+        .arg(&src)
+        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+        .env("PIP_BREAK_SYSTEM_PACKAGES", "1")
+        .env("PIP_ROOT_USER_ACTION", "ignore")
+        .output()
+        .expect("run pip");
+    assert!(
+        out.status.success(),
+        "pip install clients/python failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let check = Command::new("python3")
+        .args([
+            "-c",
+            "import zkgate, zkgate.aio, zkgate.v1.election_pb2; print(zkgate.__file__)",
+        ])
+        .current_dir(&target)
+        .env("PYTHONPATH", &target)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("run python3");
+    let printed = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success() && printed.starts_with(&target.display().to_string()),
+        "the installed package does not import from the install target: {printed}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
 }

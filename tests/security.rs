@@ -2,8 +2,9 @@
 //! cannot delete (or read) them; TLS and mTLS on the gRPC port.
 
 mod common;
+#[path = "support/pki.rs"]
+mod pki;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -79,87 +80,10 @@ async fn digest_auth_makes_znodes_untouchable_for_others() {
     a.expect_end(None).await;
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let ok = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl runs");
-    assert!(
-        ok.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
-}
-
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl.
-fn make_pki(dir: &Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=zkgate-test-ca",
-        ],
-    );
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .unwrap();
-    for who in ["server", "client"] {
-        openssl(
-            dir,
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                &format!("{who}.key"),
-                "-out",
-                &format!("{who}.csr"),
-                "-subj",
-                &format!("/CN={who}"),
-            ],
-        );
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &format!("{who}.csr"),
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &format!("{who}.pem"),
-                "-days",
-                "1",
-                "-extfile",
-                "san.ext",
-            ],
-        );
-    }
-}
-
 #[tokio::test]
 async fn tls_and_mutual_tls_on_the_grpc_port() {
     let dir = tempfile::tempdir().unwrap();
-    make_pki(dir.path());
+    pki::make_pki(dir.path());
     let read = |f: &str| std::fs::read(dir.path().join(f)).unwrap();
     let zk = shared_zk();
     let mut cc = CoordConfig::new(&zk);

@@ -17,7 +17,13 @@
 // helper in clients/python), the helper gives leadership up rather than waiting for a suspension
 // to resolve, and never considers itself leader again afterwards. Campaign again to rejoin.
 //
-// The protos are loaded at run time from the repository's proto/ directory (no generated code).
+// Every call goes through a fleet of gateways (clients/CONFORMANCE.md): a list of endpoints (from
+// code or `ZKGATE_ENDPOINT`), tried in order, moving to the next one on UNAVAILABLE or a transport
+// failure after a full-jitter backoff. A `Standby` (auto-requeue) campaigns or acquires again after
+// every loss, on the next endpoint when the gateway drained, died or went silent.
+//
+// The protos ship inside the package (proto/, a copy of the repository's; a test keeps them equal)
+// and are loaded at run time (no generated code).
 
 import { EventEmitter } from 'node:events';
 import { fileURLToPath } from 'node:url';
@@ -28,10 +34,97 @@ import protoLoader from '@grpc/proto-loader';
 
 const { status: Status } = grpc;
 
-/** Where the `zkgate/v1/*.proto` files live: `ZKGATE_PROTO_DIR`, else the repository's proto/. */
+/** Where the `zkgate/v1/*.proto` files live: `ZKGATE_PROTO_DIR`, else the package's own proto/. */
 export const DEFAULT_PROTO_DIR =
-  process.env.ZKGATE_PROTO_DIR ||
-  path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'proto');
+  process.env.ZKGATE_PROTO_DIR || path.resolve(path.dirname(fileURLToPath(import.meta.url)), 'proto');
+
+/** Used when no endpoint is given in code nor in `ZKGATE_ENDPOINT`. */
+export const DEFAULT_ENDPOINT = 'http://127.0.0.1:50051';
+/** Deadline of unary calls. */
+export const DEFAULT_DEADLINE_MS = 5000;
+
+/** The four reasons a hold is lost (CONFORMANCE.md). */
+export const Loss = Object.freeze({
+  SUSPENDED: 'suspended',
+  SILENCE: 'silence',
+  UNAVAILABLE: 'unavailable',
+  ENDED: 'ended',
+});
+
+/**
+ * Parses a fleet: an array of endpoints or one comma-separated string; undefined reads
+ * `ZKGATE_ENDPOINT`, else `http://127.0.0.1:50051`. Each is `host:port`, `http://host:port` or
+ * `https://host:port` (TLS). Returns `[{address, tls}]`.
+ */
+export function parseEndpoints(endpoints) {
+  let list = endpoints ?? (process.env.ZKGATE_ENDPOINT || DEFAULT_ENDPOINT);
+  if (typeof list === 'string') list = list.split(',');
+  const out = [];
+  for (const raw of list) {
+    let t = String(raw).trim();
+    if (!t) continue;
+    let tls = false;
+    if (t.startsWith('https://')) {
+      t = t.slice(8);
+      tls = true;
+    } else if (t.startsWith('http://')) {
+      t = t.slice(7);
+    } else if (t.includes('://')) {
+      throw new TypeError(`endpoint ${raw}: only http:// and https:// are understood`);
+    }
+    t = t.replace(/\/+$/, '');
+    if (!t.includes(':')) throw new TypeError(`endpoint ${raw} is not host:port`);
+    out.push({ address: t, tls });
+  }
+  if (out.length === 0) throw new TypeError('no gateway endpoint given');
+  return out;
+}
+
+/** Full-jitter exponential backoff: the n-th wait is uniform in [0, min(cap, base * 2^n)] ms. */
+export class Backoff {
+  constructor(baseMs = 50, capMs = 2000) {
+    this.baseMs = baseMs;
+    this.capMs = capMs;
+    this.attempt = 0;
+  }
+
+  next() {
+    const ceiling = Math.min(this.capMs, this.baseMs * 2 ** this.attempt);
+    this.attempt = Math.min(this.attempt + 1, 32);
+    return Math.random() * ceiling;
+  }
+
+  reset() {
+    this.attempt = 0;
+  }
+}
+
+/** Statuses after which a Standby stops instead of trying again: the request itself is wrong. */
+const FATAL = new Set([
+  grpc.status.INVALID_ARGUMENT,
+  grpc.status.FAILED_PRECONDITION,
+  grpc.status.PERMISSION_DENIED,
+  grpc.status.UNAUTHENTICATED,
+  grpc.status.UNIMPLEMENTED,
+  grpc.status.NOT_FOUND,
+  grpc.status.DEADLINE_EXCEEDED,
+]);
+
+function lossForStatus(code) {
+  return code === grpc.status.UNAVAILABLE ? Loss.UNAVAILABLE : Loss.ENDED;
+}
+
+const sleepMs = (ms, signal) =>
+  new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
 
 const LOADER_OPTIONS = {
   keepCase: false, // camelCase field names: fencingToken, silenceLimit, stopWithin
@@ -186,7 +279,7 @@ function settle(item) {
  * (`_onMessage`) and which message gives the hold up (`_leaveMessage`).
  */
 export class HolderStream extends EventEmitter {
-  constructor(call, firstRequest, { onLost, lostError, okReason }) {
+  constructor(client, openCall, firstRequest, { onLost, lostError, okReason, start, lossHook, grantHook }) {
     super();
     this.lease = null;
     this.position = null;
@@ -194,12 +287,24 @@ export class HolderStream extends EventEmitter {
     this.queued = false;
     this.lost = false;
     this.lostReason = null;
+    /** One of `Loss`: `suspended`, `silence`, `unavailable`, `ended`. */
+    this.loss = null;
     this.endCode = null;
     this.endDetails = null;
     this._granted = false;
     this._lostError = lostError;
     this._okReason = okReason;
     this._onLost = onLost;
+    this._lossHook = lossHook;
+    this._grantHook = grantHook;
+    this._client = client;
+    this._openCall = openCall;
+    this._firstRequest = firstRequest;
+    /** Index in `client.endpoints` of the gateway this stream is on. */
+    this.endpointIndex = (start ?? client.current) % client.endpoints.length;
+    this._tries = 1;
+    this._backoff = new Backoff();
+    this._retryTimer = null;
     this._closing = false;
     this._done = false;
     this._status = null;
@@ -210,26 +315,75 @@ export class HolderStream extends EventEmitter {
     this._doneWaiters = [];
     this._stateWatchers = new Set();
 
+    this._startCall();
+  }
+
+  /** The gateway this stream is on (`http://host:port`). */
+  get endpoint() {
+    const ep = this._client.endpoints[this.endpointIndex];
+    return `${ep.tls ? 'https' : 'http'}://${ep.address}`;
+  }
+
+  /** Opens the stream on `endpointIndex`. Until `queued` arrives, UNAVAILABLE (a refused
+   *  connection, a draining gateway) opens it again on the next endpoint after a backoff, once
+   *  per endpoint; after `queued` the stream stays where it is and its loss is final. */
+  _startCall() {
+    const call = this._openCall(this.endpointIndex);
     this._call = call;
-    this._call.on('data', (response) => this._handle(response));
-    this._call.on('error', () => {}); // the status event below carries the same information
-    this._call.on('end', () => {
+    const mine = () => this._call === call;
+    call.on('data', (response) => mine() && this._handle(response));
+    call.on('error', () => {}); // the status event below carries the same information
+    call.on('end', () => {
+      if (!mine()) return;
       this._readEnded = true;
       this._maybeFinish();
     });
-    this._call.on('status', (status) => {
-      this._status = status;
-      // 'end' follows once every message received before the status has been handled; should it
-      // not come, finish anyway.
-      setTimeout(() => {
-        this._readEnded = true;
-        this._maybeFinish();
-      }, 1000).unref();
-      this._maybeFinish();
+    call.on('status', (status) => {
+      if (!mine()) return;
+      if (
+        status.code === Status.UNAVAILABLE &&
+        !this.queued &&
+        !this._closing &&
+        this._tries < this._client.endpoints.length
+      ) {
+        this._tries += 1;
+        this.endpointIndex = this._client._movedOn(this.endpointIndex);
+        this._retryTimer = setTimeout(() => {
+          this._retryTimer = null;
+          if (!this._closing) this._startCall();
+          else this._finishWith(status);
+        }, this._backoff.next());
+        return;
+      }
+      this._finishWith(status);
     });
     // Never half-close on our own: a half-closed holder stays, but keeping the request side
     // open lets resign/release still reach the gateway.
-    this._call.write(firstRequest);
+    call.write(this._firstRequest);
+  }
+
+  _finishWith(status) {
+    this._status = status;
+    // 'end' follows once every message received before the status has been handled; should it
+    // not come, finish anyway.
+    setTimeout(() => {
+      this._readEnded = true;
+      this._maybeFinish();
+    }, 1000).unref();
+    this._maybeFinish();
+  }
+
+  /** Resolves once `pred()` holds or the hold is lost. */
+  _until(pred) {
+    return new Promise((resolve) => {
+      const check = () => {
+        if (!pred() && !this.lost) return false;
+        this._stateWatchers.delete(check);
+        resolve();
+        return true;
+      };
+      if (!check()) this._stateWatchers.add(check);
+    });
   }
 
   /** Aborted as soon as this hold must not (or no longer) be acted on. */
@@ -305,6 +459,11 @@ export class HolderStream extends EventEmitter {
   /** Drops the stream at once; the gateway deletes the znode within milliseconds. */
   cancel() {
     this._closing = true;
+    if (this._retryTimer) {
+      clearTimeout(this._retryTimer);
+      this._retryTimer = null;
+      this._finishWith({ code: Status.CANCELLED, details: 'Cancelled on client' });
+    }
     this._call.cancel();
   }
 
@@ -351,6 +510,7 @@ export class HolderStream extends EventEmitter {
         this.lease = response.queued.lease;
         this.position = Number(response.queued.position ?? 0);
         this.queued = true;
+        this._client.current = this.endpointIndex;
         this._emitEvent('queued', { lease: this.lease, position: this.position });
         break;
       case 'suspended': {
@@ -360,7 +520,7 @@ export class HolderStream extends EventEmitter {
           this._lose(
             'suspended: the gateway lost its ZooKeeper connection ' +
               `(someone else may be granted it after ${(stopWithinMs / 1000).toFixed(3)} s)`,
-            { cancel: true, announce },
+            { cancel: true, announce, loss: Loss.SUSPENDED },
           );
         } else {
           announce();
@@ -380,6 +540,8 @@ export class HolderStream extends EventEmitter {
           this.silenceLimitMs = durationMs(grant.silenceLimit) ?? null;
           this._granted = true;
           this._armWatchdog();
+          // Synchronously, so that it comes before any loss this stream reports.
+          if (this._grantHook) userCode(() => this._grantHook(this));
           this._emitEvent(response.event, { ...grant.fields, silenceLimitMs: this.silenceLimitMs });
         }
         break;
@@ -406,7 +568,7 @@ export class HolderStream extends EventEmitter {
       this._lose(
         `no message from the gateway for the silence limit (${(limit / 1000).toFixed(3)} s): ` +
           'it may be frozen or cut off',
-        { cancel: true },
+        { cancel: true, loss: Loss.SILENCE },
       );
     }, limit);
   }
@@ -419,19 +581,23 @@ export class HolderStream extends EventEmitter {
   /** The hold is over or untrustworthy: record it and cancel the stream if asked (giving the
    *  znode up) before any application code runs; then `announce()` the event that caused it,
    *  and the loss itself. */
-  _lose(reason, { cancel = false, announce } = {}) {
+  _lose(reason, { cancel = false, announce, loss = Loss.ENDED } = {}) {
     if (this.lost) return;
     this._disarmWatchdog();
     const wasHolding = this._granted;
     const requested = this._closing;
     this.lost = true;
     this.lostReason = reason;
+    this.loss = loss;
     if (cancel) this._call.cancel();
     this._abort.abort(new this._lostError(reason)); // EventTarget: listener errors do not reach us
     this._notify();
     announce?.();
-    this._emitEvent('lost', { reason, wasLeader: wasHolding, wasHolding, requested });
-    if (wasHolding && !requested && this._onLost) userCode(() => this._onLost(reason));
+    this._emitEvent('lost', { reason, loss, wasLeader: wasHolding, wasHolding, requested });
+    if (wasHolding && !requested) {
+      if (this._lossHook) userCode(() => this._lossHook(this));
+      if (this._onLost) userCode(() => this._onLost(reason));
+    }
   }
 
   _maybeFinish() {
@@ -439,7 +605,9 @@ export class HolderStream extends EventEmitter {
     const { code, details } = this._status;
     this.endCode = code;
     this.endDetails = details ?? '';
-    this._lose(code === Status.OK ? this._okReason : `stream ended ${statusName(code)}: ${this.endDetails}`);
+    this._lose(code === Status.OK ? this._okReason : `stream ended ${statusName(code)}: ${this.endDetails}`, {
+      loss: lossForStatus(code),
+    });
     this._done = true;
     if (!this._call.writableEnded) this._call.end();
     this._emitEvent('end', { code, details: this.endDetails });
@@ -482,16 +650,16 @@ if (Symbol.asyncDispose) {
  * object's own `resign()`/`cancel()`/`close()`.
  */
 export class Campaign extends HolderStream {
-  constructor(stub, election, candidate, value, { onLost } = {}) {
-    super(stub.Campaign(), { join: { election, candidate, value: toBytes(value) } }, {
-      onLost,
-      lostError: LeadershipLost,
-      okReason: 'resigned',
-    });
+  constructor(client, election, candidate, value, { onLost, start, lossHook, grantHook } = {}) {
+    super(
+      client,
+      (index) => client._stubs(index).election.Campaign(),
+      { join: { election, candidate, value: toBytes(value) } },
+      { onLost, lostError: LeadershipLost, okReason: 'resigned', start, lossHook, grantHook },
+    );
     this.election = election;
     this.candidate = candidate;
     this.leader = null;
-    this._stub = stub;
   }
 
   /** Whether `elected` arrived (see `isLeader` for "and still leads"). */
@@ -520,9 +688,9 @@ export class Campaign extends HolderStream {
    * Replaces the leader's value with the unary Proclaim by lease, so that a refusal
    * (FAILED_PRECONDITION when not leading) does not end the campaign. Resolves with the Leader.
    */
-  async proclaim(value, { timeoutMs = 10000 } = {}) {
+  async proclaim(value, { timeoutMs } = {}) {
     if (this.lease == null) await this.waitQueued({ timeoutMs });
-    const response = await unary(this._stub, 'Proclaim', { lease: this.lease, value: toBytes(value) }, timeoutMs);
+    const response = await this._client._unary('election', 'Proclaim', { lease: this.lease, value: toBytes(value) }, timeoutMs);
     return toLeader(response.leader);
   }
 
@@ -589,10 +757,15 @@ const LOCK_MODES = { write: 'LOCK_MODE_WRITE', read: 'LOCK_MODE_READ' };
  * Campaign, with `acquired` {fencingToken, silenceLimitMs} in place of `elected`.
  */
 export class LockHold extends HolderStream {
-  constructor(stub, name, { owner, permits = 1, mode = 'write', waitTimeoutMs, ttlMs, onLost } = {}) {
+  constructor(
+    client,
+    name,
+    { owner, permits = 1, mode = 'write', waitTimeoutMs, ttlMs, onLost, start, lossHook, grantHook } = {},
+  ) {
     if (!(mode in LOCK_MODES)) throw new TypeError(`mode must be 'write' or 'read', not ${mode}`);
     super(
-      stub.Acquire(),
+      client,
+      (index) => client._stubs(index).lock.Acquire(),
       {
         acquire: {
           name,
@@ -603,7 +776,7 @@ export class LockHold extends HolderStream {
           ttl: durationOf(ttlMs),
         },
       },
-      { onLost, lostError: LockLost, okReason: 'released' },
+      { onLost, lostError: LockLost, okReason: 'released', start, lossHook, grantHook },
     );
     this.name = name;
     this.fencingToken = null;
@@ -662,16 +835,93 @@ function unary(stub, method, request, timeoutMs) {
 }
 
 /**
- * A connection to a gateway: `new Client('127.0.0.1:50051')`, or with TLS
- * `new Client(addr, {credentials: grpc.credentials.createSsl(...)})`. `close()` when done.
+ * A gateway fleet: `new Client('http://10.0.0.1:50051,http://10.0.0.2:50051')`, an array of
+ * endpoints, or no argument for `ZKGATE_ENDPOINT` (default `http://127.0.0.1:50051`). Calls start
+ * on `current` (the first endpoint until a failover moves it on) and move to the next endpoint on
+ * UNAVAILABLE or a transport failure. `close()` when done.
+ *
+ * Options: `tls` ({ca, cert, key: Buffer | string PEM; serverName}) for `https://` endpoints
+ * (`cert` + `key`: mTLS); `credentials` (grpc-js ChannelCredentials for every endpoint, instead
+ * of the above); `deadlineMs` (unary calls, default 5000); `channelOptions`; `protoDir`.
  */
 export class Client {
-  constructor(target, { credentials, channelOptions, protoDir } = {}) {
-    const pkg = loadPackage(protoDir);
-    /** The grpc-js `zkgate.v1.Election` client, for the RPCs this helper does not wrap. */
-    this.stub = new pkg.Election(target, credentials ?? grpc.credentials.createInsecure(), channelOptions);
-    /** The grpc-js `zkgate.v1.Lock` client (same channel options). */
-    this.lockStub = new pkg.Lock(target, credentials ?? grpc.credentials.createInsecure(), channelOptions);
+  constructor(endpoints, { tls, credentials, channelOptions, protoDir, deadlineMs = DEFAULT_DEADLINE_MS } = {}) {
+    this._pkg = loadPackage(protoDir);
+    /** The fleet: `[{address, tls}]`. */
+    this.endpoints = parseEndpoints(endpoints);
+    /** Index of the endpoint new calls start on. */
+    this.current = 0;
+    this.deadlineMs = deadlineMs;
+    if (tls && (tls.cert == null) !== (tls.key == null)) {
+      throw new TypeError('a client certificate needs its key, and a key its certificate');
+    }
+    this._tls = tls;
+    this._credentials = credentials;
+    this._channelOptions = { ...(channelOptions ?? {}) };
+    if (tls?.serverName) this._channelOptions['grpc.ssl_target_name_override'] = tls.serverName;
+    this._stubCache = new Map();
+  }
+
+  _creds(ep) {
+    if (this._credentials) return this._credentials;
+    if (!ep.tls) return grpc.credentials.createInsecure();
+    const pem = (v) => (v == null ? null : Buffer.isBuffer(v) ? v : Buffer.from(v));
+    const t = this._tls ?? {};
+    return grpc.credentials.createSsl(pem(t.ca), pem(t.key), pem(t.cert));
+  }
+
+  /** The grpc-js clients of endpoint `index`: `{election, lock}` (one channel). */
+  _stubs(index) {
+    const i = index % this.endpoints.length;
+    let stubs = this._stubCache.get(i);
+    if (!stubs) {
+      const ep = this.endpoints[i];
+      const election = new this._pkg.Election(ep.address, this._creds(ep), this._channelOptions);
+      const lock = new this._pkg.Lock(ep.address, this._creds(ep), {
+        ...this._channelOptions,
+        channelOverride: election.getChannel(),
+      });
+      stubs = { election, lock };
+      this._stubCache.set(i, stubs);
+    }
+    return stubs;
+  }
+
+  /** Endpoint `from` failed: the next one becomes current; returns its index. */
+  _movedOn(from) {
+    this.current = (from + 1) % this.endpoints.length;
+    return this.current;
+  }
+
+  /** The grpc-js `zkgate.v1.Election` client of the current endpoint, for the RPCs this helper
+   *  does not wrap. */
+  get stub() {
+    return this._stubs(this.current).election;
+  }
+
+  /** The grpc-js `zkgate.v1.Lock` client of the current endpoint. */
+  get lockStub() {
+    return this._stubs(this.current).lock;
+  }
+
+  /** A unary call with failover: one round through the fleet from `current`, moving on (after a
+   *  backoff) on UNAVAILABLE; rejects with the last error. */
+  async _unary(service, method, request, timeoutMs) {
+    const n = this.endpoints.length;
+    const backoff = new Backoff();
+    const start = this.current;
+    for (let i = 0; ; i++) {
+      const index = (start + i) % n;
+      try {
+        const r = await unary(this._stubs(index)[service], method, request, timeoutMs ?? this.deadlineMs);
+        this.current = index;
+        return r;
+      } catch (e) {
+        if (e.code !== Status.UNAVAILABLE || i === n - 1) throw e;
+        this._movedOn(index);
+        await sleepMs(backoff.next());
+      }
+    }
   }
 
   /**
@@ -680,7 +930,7 @@ export class Client {
    * (keep-alives are then sent by the helper), `onLost`.
    */
   acquire(name, options = {}) {
-    return new LockHold(this.lockStub, name, options);
+    return new LockHold(this, name, options);
   }
 
   /** Acquires and resolves with the LockHold once held; on failure closes it and rejects
@@ -696,34 +946,64 @@ export class Client {
     }
   }
 
-  /** The lock's holders ({owner, fencingToken (BigInt), since, mode}; no leases) and waiters. */
-  async holders(name, { timeoutMs = 10000 } = {}) {
-    const r = await unary(this.lockStub, 'Holders', { name }, timeoutMs);
-    return {
-      holders: (r.holders ?? []).map((h) => ({
-        owner: h.owner ?? '',
-        fencingToken: BigInt(h.fencingToken ?? 0),
-        since: timestampDate(h.since),
-        mode: h.mode ?? 'LOCK_MODE_WRITE',
-      })),
-      waiting: Number(r.waiting ?? 0),
-    };
+  /** The lock's holders ({owner, fencingToken (BigInt), since, mode}; no leases), `waiting` and
+   *  `total`, following `nextPageToken` through every page (`pageSize` per request). */
+  async holders(name, { timeoutMs, pageSize = 0 } = {}) {
+    const holders = [];
+    let pageToken = '';
+    let r;
+    do {
+      r = await this._unary('lock', 'Holders', { name, pageSize, pageToken }, timeoutMs);
+      for (const h of r.holders ?? []) {
+        holders.push({
+          owner: h.owner ?? '',
+          fencingToken: BigInt(h.fencingToken ?? 0),
+          since: timestampDate(h.since),
+          mode: h.mode ?? 'LOCK_MODE_WRITE',
+        });
+      }
+      pageToken = r.nextPageToken ?? '';
+    } while (pageToken);
+    return { holders, waiting: Number(r.waiting ?? 0), total: Number(r.total ?? holders.length) };
+  }
+
+  /** The election's queue in order ({candidate, value, position, fencingToken, joined, leader})
+   *  and `total`, following `nextPageToken` through every page. */
+  async candidates(election, { timeoutMs, pageSize = 0 } = {}) {
+    const candidates = [];
+    let pageToken = '';
+    let r;
+    do {
+      r = await this._unary('election', 'Candidates', { election, pageSize, pageToken }, timeoutMs);
+      for (const c of r.candidates ?? []) {
+        candidates.push({
+          candidate: c.candidate ?? '',
+          value: c.value ?? Buffer.alloc(0),
+          position: Number(c.position ?? 0),
+          fencingToken: BigInt(c.fencingToken ?? 0),
+          joined: timestampDate(c.joined),
+          leader: Boolean(c.leader),
+        });
+      }
+      pageToken = r.nextPageToken ?? '';
+    } while (pageToken);
+    return { candidates, total: Number(r.total ?? candidates.length) };
   }
 
   /** Releases the hold (or withdraws the request) named by `lease`, from any gateway. */
-  async releaseLock(lease, { timeoutMs = 10000 } = {}) {
-    await unary(this.lockStub, 'Release', { lease }, timeoutMs);
+  async releaseLock(lease, { timeoutMs } = {}) {
+    await this._unary('lock', 'Release', { lease }, timeoutMs);
   }
 
   /** Is `fencingToken` a current holder's of lock `name`? */
-  async validateLock(name, fencingToken, { timeoutMs = 10000 } = {}) {
-    const r = await unary(this.lockStub, 'Validate', { name, fencingToken: String(fencingToken) }, timeoutMs);
+  async validateLock(name, fencingToken, { timeoutMs } = {}) {
+    const r = await this._unary('lock', 'Validate', { name, fencingToken: String(fencingToken) }, timeoutMs);
     return Boolean(r.current);
   }
 
   /** Joins `election` as `candidate` with `value` (Buffer or string); returns the Campaign. */
   campaign(election, candidate, value = Buffer.alloc(0), { onLost } = {}) {
-    return new Campaign(this.stub, election, candidate, value, { onLost });
+    return new Campaign(this, election, candidate, value, { onLost });
   }
 
   /**
@@ -741,10 +1021,46 @@ export class Client {
     }
   }
 
+  /**
+   * Stays a candidate in `election` across losses (auto-requeue): a Standby. Options: `onGranted`,
+   * `onLost(reason, campaign)`, `onError`, `work`, `requeue` (default true); see Standby.
+   */
+  standbyCampaign(election, candidate, value = Buffer.alloc(0), options = {}) {
+    return new Standby(
+      this,
+      (start, lossHook, grantHook) => new Campaign(this, election, candidate, value, { start, lossHook, grantHook }),
+      options,
+    );
+  }
+
+  /** Stays queued for lock `name` across losses: a Standby. `lockOptions`: as for `acquire`
+   *  (`owner`, `permits`, `mode`, `ttlMs`); `options`: as for `standbyCampaign`. */
+  standbyLock(name, lockOptions = {}, options = {}) {
+    return new Standby(
+      this,
+      (start, lossHook, grantHook) => new LockHold(this, name, { ...lockOptions, start, lossHook, grantHook }),
+      options,
+    );
+  }
+
+  /**
+   * Runs `work(campaign)` each time elected, campaigning again after every loss; `work` must
+   * finish once `campaign.signal` is aborted. Resolves with what `work` returns when it returns
+   * while still leading (leadership is then resigned). `options`: as for `standbyCampaign`.
+   */
+  runWhileLeader(election, candidate, value, work, options = {}) {
+    return this.standbyCampaign(election, candidate, value, { ...options, work }).done;
+  }
+
+  /** `runWhileLeader` for lock `name`. */
+  runWhileHolding(name, lockOptions, work, options = {}) {
+    return this.standbyLock(name, lockOptions, { ...options, work }).done;
+  }
+
   /** The election's current leader, or null when nobody leads. */
-  async leader(election, { timeoutMs = 10000 } = {}) {
+  async leader(election, { timeoutMs } = {}) {
     try {
-      return toLeader((await unary(this.stub, 'Leader', { election }, timeoutMs)).leader);
+      return toLeader((await this._unary('election', 'Leader', { election }, timeoutMs)).leader);
     } catch (e) {
       if (e.code === Status.NOT_FOUND) return null;
       throw e;
@@ -752,38 +1068,74 @@ export class Client {
   }
 
   /** Is `fencingToken` the current leader's? Resolves with {current, leader}. */
-  async validate(election, fencingToken, { timeoutMs = 10000 } = {}) {
-    const r = await unary(this.stub, 'Validate', { election, fencingToken: String(fencingToken) }, timeoutMs);
+  async validate(election, fencingToken, { timeoutMs } = {}) {
+    const r = await this._unary('election', 'Validate', { election, fencingToken: String(fencingToken) }, timeoutMs);
     return { current: Boolean(r.current), leader: toLeader(r.leader) };
   }
 
   /** Resigns the candidacy named by `lease`, from any gateway. */
-  async resign(lease, { timeoutMs = 10000 } = {}) {
-    await unary(this.stub, 'Resign', { lease }, timeoutMs);
+  async resign(lease, { timeoutMs } = {}) {
+    await this._unary('election', 'Resign', { lease }, timeoutMs);
   }
 
   /**
    * The election's leader (null while vacant) as an async iterator: the current state first,
-   * then one value per change. Leaving the loop (break, return, throw) cancels the stream; a
-   * stream that ends with an error status (e.g. ABORTED when the gateway's session ends) throws
-   * that error: observe again. `signal` (an AbortSignal) also ends it.
+   * then one value per change. Leaving the loop (break, return, throw) or aborting `signal` ends
+   * it. When the stream fails (UNAVAILABLE: the gateway drains or died; ABORTED: it lost its
+   * session) it observes again — on the next endpoint after UNAVAILABLE — after a backoff, and
+   * never yields a leader with a lower fencing token than one it already yielded. Other errors
+   * end the iteration with the error (`code`, `details`).
    */
   observe(election, { signal } = {}) {
-    const call = this.stub.Observe({ election });
-    const q = new AsyncQueue(() => call.cancel());
-    let failure = null;
-    const finish = () => q.end(failure);
-    call.on('data', (r) => q.push(toLeader(r.leader)));
-    call.on('error', () => {}); // the status event carries the same information
-    call.on('status', (s) => {
-      if (s.code !== Status.OK) {
-        failure = new Error(`Observe ended ${statusName(s.code)}: ${s.details}`);
-        failure.code = s.code;
-        failure.details = s.details;
-      }
-      setTimeout(finish, 1000).unref(); // in case 'end' never comes
+    let call = null;
+    let index = this.current;
+    let highest = -1n;
+    let stopped = false;
+    const backoff = new Backoff();
+    const stop = new AbortController();
+    const q = new AsyncQueue(() => {
+      stopped = true;
+      stop.abort();
+      call?.cancel();
     });
-    call.on('end', finish); // after every message received before the status
+    const open = () => {
+      if (stopped) return;
+      const c = this._stubs(index).election.Observe({ election });
+      call = c;
+      let ended = false;
+      let failure = null;
+      c.on('data', (r) => {
+        backoff.reset();
+        const leader = toLeader(r.leader);
+        if (leader) {
+          if (leader.fencingToken < highest) return; // older than what was already delivered
+          highest = leader.fencingToken;
+        }
+        q.push(leader);
+      });
+      c.on('error', () => {}); // the status event carries the same information
+      const finish = async () => {
+        if (ended || stopped) return;
+        ended = true;
+        if (failure && failure.code !== Status.UNAVAILABLE && failure.code !== Status.ABORTED) {
+          q.end(failure);
+          return;
+        }
+        if (failure?.code === Status.UNAVAILABLE) index = this._movedOn(index);
+        await sleepMs(backoff.next(), stop.signal);
+        open();
+      };
+      c.on('status', (s) => {
+        if (s.code !== Status.OK) {
+          failure = new Error(`Observe ended ${statusName(s.code)}: ${s.details}`);
+          failure.code = s.code;
+          failure.details = s.details;
+        }
+        setTimeout(finish, 1000).unref(); // in case 'end' never comes
+      });
+      c.on('end', finish); // after every message received before the status
+    };
+    open();
     if (signal) {
       if (signal.aborted) q.return();
       else signal.addEventListener('abort', () => q.return(), { once: true });
@@ -791,16 +1143,143 @@ export class Client {
     return q;
   }
 
-  /** Closes the channel: new calls fail. Close (or cancel) open campaigns and observers first. */
+  /** Closes every channel: new calls fail. Close (or cancel) open campaigns and observers first. */
   close() {
-    this.stub.close();
-    this.lockStub.close();
+    for (const { election, lock } of this._stubCache.values()) {
+      election.close();
+      lock.close();
+    }
+    this._stubCache.clear();
   }
 }
 
-/** Shorthand for `new Client(target, options)`. */
-export function connect(target, options) {
-  return new Client(target, options);
+/**
+ * Holds again after every loss (auto-requeue; clients/CONFORMANCE.md): keeps one Campaign or
+ * LockHold open at a time (`current`) and, when it ends, opens the next — on the next endpoint
+ * after `unavailable` or `silence`, on the same one otherwise — after a full-jitter backoff (50 ms
+ * doubling to 2 s, reset once queued). Make one with `client.standbyCampaign` / `standbyLock`.
+ *
+ * Callbacks: `onGranted(stream)` when elected/acquired; `onLost(reason, stream)` once per lost
+ * hold, the moment it is decided (`reason`: suspended | silence | unavailable | ended); `onError(e)`
+ * when it stops on a refusal that trying again cannot fix (a bad name, permits that disagree).
+ * `work(stream)` (optional, may be async) runs while each hold lasts and must finish once
+ * `stream.signal` is aborted; if it finishes while still holding, the hold is given up and the
+ * Standby stops. `requeue: false` stops after the first loss.
+ *
+ * `done` resolves (with `work`'s result) when it stops, or rejects with the error; `holding`
+ * says whether a hold is current; `close()` gives it up (resign/release) and stops.
+ */
+export class Standby extends EventEmitter {
+  constructor(client, open, { onGranted, onLost, onError, work, requeue = true } = {}) {
+    super();
+    this._client = client;
+    this._open = open;
+    this._onGranted = onGranted;
+    this._onLost = onLost;
+    this._onError = onError;
+    this._work = work;
+    this._requeue = requeue;
+    this.current = null;
+    this.holding = false;
+    this.error = null;
+    this._stop = new AbortController();
+    this.done = this._run();
+    this.done.catch(() => {}); // surfaced through onError / error; awaiting `done` rethrows
+  }
+
+  _reportGrant(stream) {
+    this.holding = true;
+    this.emit('granted', stream);
+    if (this._onGranted) userCode(() => this._onGranted(stream));
+  }
+
+  _reportLoss(stream) {
+    this.holding = false;
+    this.emit('lost', stream.loss ?? Loss.ENDED, stream);
+    if (this._onLost) userCode(() => this._onLost(stream.loss ?? Loss.ENDED, stream));
+  }
+
+  async _run() {
+    const backoff = new Backoff();
+    let index = this._client.current;
+    let result;
+    try {
+      while (!this._stop.signal.aborted) {
+        const s = this._open(
+          index,
+          (st) => this._reportLoss(st),
+          (st) => this._reportGrant(st),
+        );
+        this.current = s;
+        await s._until(() => s.queued);
+        if (s.queued) backoff.reset();
+        await s._until(() => s._granted);
+        if (s._granted && !s.lost) {
+          if (this._work) {
+            result = await this._work(s);
+            if (!s.lost) {
+              this._stop.abort();
+              await s.close();
+              break;
+            }
+          }
+        }
+        await s._until(() => false);
+        const gaveUp = new AbortController();
+        await Promise.race([s.waitDone(), sleepMs(5000, gaveUp.signal)]);
+        gaveUp.abort(); // clears the timer
+        this.holding = false;
+        await s.close();
+        if (this._stop.signal.aborted) break;
+        if (!s._granted && FATAL.has(s.endCode)) {
+          const e = new Error(`${statusName(s.endCode)}: ${s.endDetails}`);
+          e.code = s.endCode;
+          e.details = s.endDetails;
+          throw e;
+        }
+        if (!this._requeue && s._granted) break;
+        index = s.loss === Loss.UNAVAILABLE || s.loss === Loss.SILENCE ? this._client._movedOn(s.endpointIndex) : s.endpointIndex;
+        await sleepMs(backoff.next(), this._stop.signal);
+      }
+    } catch (e) {
+      this.error = e;
+      if (this._onError) userCode(() => this._onError(e));
+      throw e;
+    } finally {
+      this.holding = false;
+      this.emit('stopped');
+    }
+    return result;
+  }
+
+  /** Resolves with the stream once a hold is current; rejects if the Standby stops first. */
+  waitGranted() {
+    if (this.holding) return Promise.resolve(this.current);
+    return new Promise((resolve, reject) => {
+      const granted = (s) => {
+        this.off('stopped', stopped);
+        resolve(s);
+      };
+      const stopped = () => {
+        this.off('granted', granted);
+        reject(this.error ?? new Error('the standby stopped'));
+      };
+      this.once('granted', granted);
+      this.once('stopped', stopped);
+    });
+  }
+
+  /** Gives the current hold up (resign/release; a queued request is withdrawn) and stops. */
+  async close() {
+    this._stop.abort();
+    await this.current?.close();
+    await this.done.catch(() => {});
+  }
+}
+
+/** Shorthand for `new Client(endpoints, options)`. */
+export function connect(endpoints, options) {
+  return new Client(endpoints, options);
 }
 
 export { grpc, Status };

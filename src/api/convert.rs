@@ -19,7 +19,7 @@ pub fn value(bytes: Vec<u8>, limit: usize) -> Result<Value, Status> {
     Value::new(bytes, limit).map_err(invalid)
 }
 
-/// Malformed leases are simply unknown ones: `NOT_FOUND` (SPEC §1).
+/// Malformed leases are simply unknown ones: `NOT_FOUND` (contract "API").
 pub fn lease(s: &str, kind: QueueKind) -> Result<Lease, Status> {
     Lease::decode(s.trim(), kind)
         .ok_or_else(|| Status::from(crate::coord::election::lease_not_found()))

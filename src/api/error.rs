@@ -1,4 +1,4 @@
-//! The one place where every coordination error gets its gRPC code (SPEC §Errors).
+//! The one place where every coordination error gets its gRPC code (contract "Errors").
 
 use tonic::Status;
 

@@ -1,6 +1,6 @@
 //! The loop shared by the two holder streams, `Election.Campaign` and `Lock.Acquire`.
 //!
-//! Both are the same contract seen from the client (SPEC §1, G3, G3b): `queued` first; then
+//! Both are the same contract seen from the client (contract "API", G3, G3b): `queued` first; then
 //! the coordination layer's events in order; a heartbeat at least every `silence_limit / 3`
 //! while the client holds, but only on a current view of the ZooKeeper link; the stream ends
 //! `UNAVAILABLE` on drain, with the holder's status when the candidacy or hold is lost, `OK`

@@ -8,8 +8,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use zookeeper_client as zkc;
 
-use super::queue::{MemberSignal, QueueHandle, QueueView};
-use super::record::{ms_to_time, NodeRecord};
+use super::queue::{Created, MemberSignal, QueueHandle, QueueView};
+use super::record::{ms_to_time, now_ms, NodeRecord};
 use super::session::{Link, LinkChange, LinkFollower, ZkSession};
 use super::types::{
     FencingToken, LeaderInfo, Lease, MemberInfo, MemberName, Page, PageSpec, Participant,
@@ -45,45 +45,75 @@ pub enum CandidacyEnd {
     Lost(super::session::LossReason),
 }
 
-/// Creates a member znode with a protected name. A create whose reply was lost to a connection
-/// loss is found again by its protected id and our session as owner (G5), then adopted.
+/// Creates a member znode with a protected name in `queue`. A fresh name's queue znode is made
+/// in the same transaction (one round trip and one log write for both). A create whose reply
+/// was lost to a connection loss is found again by its protected id and our session as owner
+/// (G5), then adopted.
 pub(crate) async fn create_member(
     session: &ZkSession,
-    queue_path: &str,
+    queue: &QueueHandle,
     mode: char,
     record: &NodeRecord,
-) -> Result<MemberName, CoordError> {
+) -> Result<Created, CoordError> {
+    let queue_path = queue.path.as_str();
     let id = ProtectedId::random();
     let prefix = MemberName::prefix(mode, &id);
     let prefix_path = format!("{queue_path}/{prefix}");
+    // Gateways before 0.2 took `elected_at_ms` as their own confirmation write and show a head
+    // without it as vacant; this gateway confirms without writing (see `queue`), so it stamps
+    // the join time for them. It never reads the field as a sign of leadership.
+    let record = NodeRecord {
+        elected_at_ms: now_ms(),
+        ..record.clone()
+    };
     let data = record.encode_to_vec();
-    let mut made_parents = false;
-    for _attempt in 0..5 {
-        match session.zk.create_member(&prefix_path, &data).await {
-            Ok((_, seq)) => {
-                return Ok(MemberName {
-                    mode,
-                    id: id.hex(),
-                    sequence: seq,
-                });
-            }
-            Err(zkc::Error::NoNode) if !made_parents => {
-                made_parents = true;
-                let (root, rest) = (
-                    session.cfg.root_path(),
-                    &queue_path[session.cfg.root_path().len() + 1..],
-                );
-                let (folder, queue) = rest.split_once('/').unwrap_or((rest, ""));
-                session.zk.ensure_queue(root, folder, queue).await?;
-            }
-            Err(zkc::Error::NoNode) => {
-                // The container parent was reaped between our mkdir and create: make it again.
-                made_parents = false;
+    let mut with_queue = !queue.probably_exists();
+    let mut made_folders = false;
+    let created = |sequence, czxid| Created {
+        member: MemberName {
+            mode,
+            id: id.hex(),
+            sequence,
+        },
+        record: record.clone(),
+        czxid,
+    };
+    for _attempt in 0..6 {
+        let made = if with_queue {
+            session
+                .zk
+                .create_queue_and_member(queue_path, &prefix_path, &data)
+                .await
+                .map(|(czxid, seq)| (seq, czxid))
+        } else {
+            session
+                .zk
+                .create_member(&prefix_path, &data)
+                .await
+                .map(|(stat, seq)| (seq, Some(stat.czxid)))
+        };
+        match made {
+            Ok((sequence, czxid)) => return Ok(created(sequence, czxid)),
+            // The queue exists after all (another member made it meanwhile).
+            Err(zkc::Error::NodeExists) if with_queue => with_queue = false,
+            // The queue is gone (reaped since the actor last saw it): make it with the member.
+            Err(zkc::Error::NoNode) if !with_queue => with_queue = true,
+            // No folder either: a fresh tree.
+            Err(zkc::Error::NoNode) if !made_folders => {
+                made_folders = true;
+                let root = session.cfg.root_path();
+                let folder = queue_path[root.len() + 1..]
+                    .split('/')
+                    .next()
+                    .unwrap_or_default();
+                session.zk.ensure_folders(root, folder).await?;
             }
             // The reply was lost: the create may have been applied (G5).
             Err(e) if super::zk::is_transport_failure(&e) => {
-                if let Some(found) = find_protected(session, queue_path, &prefix).await? {
-                    return Ok(found);
+                if let Some((sequence, czxid)) =
+                    find_protected(session, queue_path, &prefix).await?
+                {
+                    return Ok(created(sequence, Some(czxid)));
                 }
             }
             Err(e) => return Err(e.into()),
@@ -102,7 +132,7 @@ async fn find_protected(
     session: &ZkSession,
     queue_path: &str,
     prefix: &str,
-) -> Result<Option<MemberName>, CoordError> {
+) -> Result<Option<(i64, i64)>, CoordError> {
     let mut link = session.link();
     'look: loop {
         super::session::wait_usable(&mut link)
@@ -128,7 +158,7 @@ async fn find_protected(
             let path = format!("{queue_path}/{child}");
             match session.zk.get_data(&path).await {
                 Ok((_, stat)) if stat.ephemeral_owner == session.session_id() => {
-                    return Ok(MemberName::parse(child));
+                    return Ok(MemberName::parse(child).map(|m| (m.sequence, stat.czxid)));
                 }
                 // Not ours (cannot happen with a 128-bit id, but never adopt a stranger's node),
                 // or deleted since the listing.
@@ -222,10 +252,11 @@ impl Coordinator {
             value: join.value.into_bytes(),
             ..Default::default()
         };
-        let member = create_member(&session, &queue.path, 'c', &record).await?;
+        let created = create_member(&session, &queue, 'c', &record).await?;
+        let (member, record) = (created.member.clone(), created.record.clone());
         let path = format!("{}/{}", queue.path, member.node_name());
         let (tx, rx) = mpsc::unbounded_channel();
-        let Some(position) = queue.register(member.clone(), record.clone(), tx).await else {
+        let Some(position) = queue.register(created, tx).await else {
             // Gone before we could register it: deleted by nobody we know of; clean up anyway.
             drop(release_in_background(&session, path));
             return Err(CoordError::Unavailable(
@@ -436,6 +467,7 @@ impl Candidacy {
 
 impl Drop for Candidacy {
     fn drop(&mut self) {
+        self.session.linger(self.queue.clone());
         if let Some((_, at, leading)) = self.elected.take() {
             m::leader_tenure(at.elapsed());
             drop(leading);
@@ -567,14 +599,16 @@ pub(crate) async fn read_data(
 /// long before the queue does, so it does not read the whole queue.
 const CANDIDATES_READ_CHUNK: usize = 1024;
 
-fn leader_of(election: &QueueName, record: &NodeRecord, stat: &zkc::Stat) -> Option<LeaderInfo> {
-    record.elected_at().map(|since| LeaderInfo {
+/// The head of an election's queue as its leader. The head leads: its gateway confirms it
+/// without a write (see `queue`), so nothing in the znode says "confirmed".
+fn leader_of(election: &QueueName, record: &NodeRecord, stat: &zkc::Stat) -> LeaderInfo {
+    LeaderInfo {
         election: election.clone(),
         candidate: record.participant.clone(),
         value: record.value.clone(),
         fencing_token: FencingToken(stat.czxid as u64),
-        since,
-    })
+        since: super::queue::since(record, stat),
+    }
 }
 
 impl Coordinator {
@@ -624,7 +658,7 @@ impl Coordinator {
                 let Some((record, stat)) = d else { continue };
                 let info = MemberInfo {
                     sequence: m.sequence,
-                    leader_since: if head { record.elected_at() } else { None },
+                    leader_since: head.then(|| super::queue::since(&record, &stat)),
                     participant: record.participant,
                     value: record.value,
                     position: (at + i) as u32,
@@ -706,6 +740,16 @@ impl Coordinator {
         );
         let value = value.into_bytes();
         let _room = session.try_proclaim_room(value.len())?;
+        let members = list_members(&session, &session.queue_path(lease.kind, &lease.queue)).await?;
+        if !members.iter().any(|m| m == &lease.member) {
+            return Err(lease_not_found());
+        }
+        // The head leads; a member stays the head until it leaves, so this holds for the write.
+        if members.first() != Some(&lease.member) {
+            return Err(CoordError::FailedPrecondition(
+                "proclaim refused: this candidate is not the leader".into(),
+            ));
+        }
         for _ in 0..10 {
             let (data, stat) = match session.zk.get_data(&path).await {
                 Ok(r) => r,
@@ -713,21 +757,13 @@ impl Coordinator {
                 Err(e) => return Err(e.into()),
             };
             let mut record = NodeRecord::decode_lossy(&data);
-            if record.elected_at().is_none() {
-                return Err(CoordError::FailedPrecondition(
-                    "proclaim refused: this candidate is not the leader".into(),
-                ));
-            }
             record.value = value.clone();
             match session
                 .zk
                 .set_data(&path, &record.encode_to_vec(), Some(stat.version))
                 .await
             {
-                Ok(new_stat) => {
-                    return leader_of(&lease.queue, &record, &new_stat)
-                        .ok_or_else(|| CoordError::FailedPrecondition("not the leader".into()))
-                }
+                Ok(new_stat) => return Ok(leader_of(&lease.queue, &record, &new_stat)),
                 Err(zkc::Error::BadVersion) => continue,
                 Err(zkc::Error::NoNode) => return Err(lease_not_found()),
                 Err(e) => return Err(e.into()),
@@ -761,8 +797,14 @@ async fn leader_on(session: &ZkSession, election: &QueueName) -> Result<LeaderIn
             .await
         {
             Ok((data, stat)) => {
-                return leader_of(election, &NodeRecord::decode_lossy(&data), &stat)
-                    .ok_or_else(|| no_leader(election));
+                let mut leader = leader_of(election, &NodeRecord::decode_lossy(&data), &stat);
+                // This gateway saw it take office: that moment beats the join time.
+                if let Some(seen) = session.watched_leader(election) {
+                    if seen.fencing_token == leader.fencing_token {
+                        leader.since = seen.since;
+                    }
+                }
+                return Ok(leader);
             }
             Err(zkc::Error::NoNode) => continue,
             Err(e) => return Err(e.into()),

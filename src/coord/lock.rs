@@ -31,7 +31,7 @@ use super::election::{
 };
 use super::queue::{MemberSignal, QueueHandle, Refusal};
 use super::record::NodeRecord;
-use super::session::{Link, LinkChange, LinkFollower, LossReason, ZkSession};
+use super::session::{LinkChange, LinkFollower, LossReason, ZkSession};
 use super::types::{
     FencingToken, InvalidInput, LeaderInfo, Lease, MemberInfo, PageSpec, Participant, QueueKind,
     QueueName,
@@ -233,10 +233,11 @@ impl Coordinator {
             permits: spec.permits,
             ..Default::default()
         };
-        let member = create_member(&session, &queue.path, spec.mode.letter(), &record).await?;
+        let created = create_member(&session, &queue, spec.mode.letter(), &record).await?;
+        let member = created.member.clone();
         let path = format!("{}/{}", queue.path, member.node_name());
         let (tx, rx) = mpsc::unbounded_channel();
-        let enlisted = match queue.enlist(member.clone(), record, tx).await {
+        let enlisted = match queue.enlist(created, tx).await {
             Ok(e) => e,
             Err(refusal) => {
                 // Leave no znode behind (G8): delete it before answering.
@@ -290,24 +291,6 @@ impl Coordinator {
             _stream: stream,
         })
     }
-}
-
-/// How long a lock's queue actor (its watch and its view of the members) outlives the last
-/// stream that used it, so that a client re-acquiring at once — the common loop — does not pay
-/// two more requests (placing the watch, listing the queue) each time.
-const QUEUE_LINGER: Duration = Duration::from_secs(2);
-
-/// Keeps `queue` alive for [`QUEUE_LINGER`], or until the session is over (a drain must not
-/// wait for it).
-fn linger(session: &ZkSession, queue: Arc<QueueHandle>) {
-    let mut link = session.link();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = tokio::time::sleep(QUEUE_LINGER) => {}
-            _ = link.wait_for(|l| matches!(l, Link::Lost(_))) => {}
-        }
-        drop(queue);
-    });
 }
 
 /// About 30 years from now: a deadline too far to matter (an `Instant` cannot hold more).
@@ -486,7 +469,7 @@ impl LockHold {
 impl Drop for LockHold {
     fn drop(&mut self) {
         self.log_release("stream ended");
-        linger(&self.session, self.queue.clone());
+        self.session.linger(self.queue.clone());
         if self.released {
             return;
         }
@@ -551,18 +534,17 @@ impl Coordinator {
                     break 'scan;
                 }
                 scan.push(member.mode);
-                if let Some(since) = record.elected_at() {
-                    holders.push(MemberInfo {
-                        sequence: member.sequence,
-                        participant: record.participant,
-                        value: record.value,
-                        position: (at + i) as u32,
-                        fencing_token: FencingToken(stat.czxid as u64),
-                        joined: super::record::ms_to_time(stat.ctime),
-                        leader_since: Some(since),
-                        mode: member.mode,
-                    });
-                }
+                // Admitted by the rule means holding: its gateway confirms it without a write.
+                holders.push(MemberInfo {
+                    sequence: member.sequence,
+                    leader_since: Some(super::queue::since(&record, &stat)),
+                    participant: record.participant,
+                    value: record.value,
+                    position: (at + i) as u32,
+                    fencing_token: FencingToken(stat.czxid as u64),
+                    joined: super::record::ms_to_time(stat.ctime),
+                    mode: member.mode,
+                });
             }
             at += chunk.len();
             chunk_len = (chunk_len * 4).min(HOLDERS_READ_CHUNK);

@@ -9,6 +9,7 @@ pub mod paging;
 pub mod queue;
 pub mod record;
 pub mod session;
+pub mod timing;
 pub mod types;
 pub mod zk;
 
@@ -55,9 +56,13 @@ pub struct CoordConfig {
     pub zk_digest: Option<String>,
     /// The ensemble's `tickTime` (default [`DEFAULT_ZK_TICK_TIME`]). The ensemble's leader hears
     /// of a session held by a follower only through the follower's ping replies, every half
-    /// tick, so the G2 deadline allows for that lag (see `session::SessionTiming::quorum_lag`).
+    /// tick, so the G2 deadline allows for that lag (see `timing::Timing::quorum_lag`).
     /// Overstating it only shortens `stop_within`; understating it weakens G2.
     pub zk_tick_time: Option<Duration>,
+    /// HTTP/2 keepalive ping interval toward clients (default T/5; see [`timing::Timing`]).
+    pub keepalive_interval: Option<Duration>,
+    /// Unanswered keepalive → connection dead, its znodes released (default 2T/5).
+    pub keepalive_timeout: Option<Duration>,
     /// Distinct queues (elections + locks) in use on this gateway at once; a stream or read
     /// that needs one more gets `ResourceExhausted` (G10).
     pub max_queues: usize,
@@ -82,6 +87,8 @@ impl CoordConfig {
             silence_limit: None,
             zk_digest: None,
             zk_tick_time: None,
+            keepalive_interval: None,
+            keepalive_timeout: None,
             max_queues: DEFAULT_MAX_QUEUES,
             max_proclaim_bytes_in_flight: DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT,
             zk_max_packet: paging::DEFAULT_ZK_MAX_PACKET,

@@ -11,12 +11,23 @@
 //! # Who holds
 //! Elections and locks share this machinery. [`HolderScan`] states the one rule that decides
 //! which members hold (lead, own a permit, share a read lock); the actor confirms each local
-//! member the moment the rule admits it (an ownership-checked write, see `Actor::claim`) and
-//! signals only that member, so a change wakes exactly the members that now hold (G4).
+//! member the moment the rule admits it and signals only that member, so a change wakes
+//! exactly the members that now hold (G4).
 //! Elections additionally keep the observers' view of the head (`QueueView`).
+//!
+//! # Confirmation costs no write
+//! "Elected" and "acquired" mean confirmed: the gateway has seen its own znode present and
+//! owned by its current session while the rule admits it. ZooKeeper answers one session's
+//! requests and sends its watch events in one order, so the view is exactly the queue as of
+//! the newest reply or event. A member that holds the moment it registers is confirmed by its
+//! own create reply (the view then includes every member made before it); one admitted later
+//! by a read of its znode on the same session (present, and ours). Neither writes, so an
+//! acquisition costs ZooKeeper the create and the delete — the raw recipe's two log writes —
+//! and no other gateway hears of the confirmation. Nothing is confirmed while the link is
+//! suspended: a follower cut off from its quorum still answers reads (G2).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,8 +37,8 @@ use tokio::time::Instant;
 use zookeeper_client as zkc;
 use zookeeper_client::{EventType, SessionState, WatchedEvent};
 
-use super::record::{now_ms, NodeRecord};
-use super::session::{QueueSlot, ZkSession};
+use super::record::{ms_to_time, NodeRecord};
+use super::session::{Link, QueueSlot, ZkSession};
 use super::types::{FencingToken, LeaderInfo, MemberName, QueueKind, QueueName};
 
 /// What observers see of a queue.
@@ -76,10 +87,21 @@ pub enum Refusal {
     Zk(zkc::Error),
 }
 
+/// A member znode this session has just created (or found again after a lost create reply),
+/// ready to register with its queue.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub member: MemberName,
+    pub record: NodeRecord,
+    /// The znode's creation zxid — its fencing token — when the reply carried it.
+    pub czxid: Option<i64>,
+}
+
 enum Command {
     Register {
         member: MemberName,
         record: NodeRecord,
+        czxid: Option<i64>,
         signals: mpsc::UnboundedSender<MemberSignal>,
         reply: oneshot::Sender<Result<Enlisted, Refusal>>,
     },
@@ -100,10 +122,14 @@ pub struct QueueHandle {
     _slot: QueueSlot,
     /// Members in the actor's view, kept by the actor (see [`QueueHandle::check_room`]).
     size: Arc<AtomicUsize>,
+    /// Whether the queue's znode exists by the actor's view, so a member of a fresh name is
+    /// created together with its queue in one round trip (see `create_member`).
+    present: Arc<AtomicBool>,
 }
 
 impl QueueHandle {
-    /// Places the queue's watch and lists it, then runs the actor in the background.
+    /// Places the queue's watch and lists it (one round trip), then runs the actor in the
+    /// background.
     ///
     /// # Errors
     /// ZooKeeper errors from placing the watch or listing the queue.
@@ -114,11 +140,17 @@ impl QueueHandle {
         slot: QueueSlot,
     ) -> Result<Arc<Self>, zkc::Error> {
         let path = session.queue_path(kind, &name);
-        let watcher = session.zk.watch_queue(&path).await?;
+        let (watcher, listing) = session.zk.watch_and_list(&path).await;
+        let watcher = watcher?;
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (view_tx, view_rx) = watch::channel(QueueView::default());
         let size = Arc::new(AtomicUsize::new(0));
+        let present = Arc::new(AtomicBool::new(false));
         let mut actor = Actor {
+            link: session.link(),
+            link_open: true,
+            listed: false,
+            present: present.clone(),
             session,
             path: path.clone(),
             name: name.clone(),
@@ -134,7 +166,7 @@ impl QueueHandle {
             cmd_rx,
             size: size.clone(),
         };
-        actor.resync().await?;
+        actor.apply_listing(listing)?;
         tokio::spawn(actor.run());
         Ok(Arc::new(Self {
             kind,
@@ -144,7 +176,14 @@ impl QueueHandle {
             view: view_rx,
             _slot: slot,
             size,
+            present,
         }))
+    }
+
+    /// Whether the queue's znode exists, as far as the actor knows (a hint: acting on a stale
+    /// one costs a failed request, never correctness).
+    pub fn probably_exists(&self) -> bool {
+        self.present.load(Ordering::Relaxed)
     }
 
     /// Refuses a new member once the queue has `limit` members (by this gateway's view), the
@@ -182,14 +221,10 @@ impl QueueHandle {
     /// `None` if its znode is already gone.
     pub async fn register(
         &self,
-        member: MemberName,
-        record: NodeRecord,
+        created: Created,
         signals: mpsc::UnboundedSender<MemberSignal>,
     ) -> Option<u32> {
-        self.enlist(member, record, signals)
-            .await
-            .ok()
-            .map(|e| e.ahead)
+        self.enlist(created, signals).await.ok().map(|e| e.ahead)
     }
 
     /// Registers a freshly created local member. In a lock queue the member is refused when a
@@ -200,15 +235,15 @@ impl QueueHandle {
     /// [`Refusal`]; the caller then deletes the znode.
     pub async fn enlist(
         &self,
-        member: MemberName,
-        record: NodeRecord,
+        created: Created,
         signals: mpsc::UnboundedSender<MemberSignal>,
     ) -> Result<Enlisted, Refusal> {
         let (reply, rx) = oneshot::channel();
         self.cmd
             .send(Command::Register {
-                member,
-                record,
+                member: created.member,
+                record: created.record,
+                czxid: created.czxid,
                 signals,
                 reply,
             })
@@ -228,6 +263,9 @@ struct Local {
     record: NodeRecord,
     signals: mpsc::UnboundedSender<MemberSignal>,
     confirmed: bool,
+    /// From the create reply, until the first confirmation looks: a member that holds the
+    /// moment it registers is confirmed by that reply alone.
+    czxid: Option<i64>,
 }
 
 struct Head {
@@ -235,12 +273,21 @@ struct Head {
     /// Known data (None until fetched).
     leader: Option<LeaderInfo>,
     fetched: bool,
-    /// mzxid of the last write we know the content of (our own confirm), to skip refetching it.
+    /// mzxid of the last write we know the content of, to skip refetching it.
     known_mzxid: i64,
+    /// When this gateway saw it become the head; `None` for a head it found in office when it
+    /// first listed the queue (then its join time is the best lower bound: see `since`).
+    seen_at: Option<std::time::SystemTime>,
 }
 
 struct Actor {
     session: Arc<ZkSession>,
+    /// The session's link: confirmations wait while it is suspended, and resume with it.
+    link: watch::Receiver<Link>,
+    link_open: bool,
+    /// The queue has been listed and its head read once (heads found before have no `seen_at`).
+    listed: bool,
+    present: Arc<AtomicBool>,
     path: String,
     name: QueueName,
     kind: QueueKind,
@@ -265,13 +312,14 @@ enum Step {
     Stop,
 }
 
-/// The outcome of a claim write (see `Actor::claim`).
+/// The outcome of confirming a holder (see `Actor::claim`).
 enum Claim {
     /// Ours, present, and now marked as holding.
-    Confirmed(LeaderInfo, zkc::Stat),
+    Confirmed(LeaderInfo),
     /// Gone, or not ours: forgotten; whatever follows it may now hold.
     Vanished,
-    /// The write failed (connection loss): retried after the next event (a reconnect re-lists).
+    /// Not now (the link is suspended, or the read failed): retried after the next event or
+    /// link change (a reconnect re-lists).
     Retry,
 }
 
@@ -333,6 +381,12 @@ impl Actor {
         loop {
             let step = tokio::select! {
                 ev = self.watcher.changed(), if self.watching => self.on_event(ev).await,
+                // A suspended link that comes back without a reconnect (a stale probe answered
+                // again) triggers no event: confirmations that waited for it run now.
+                r = self.link.changed(), if self.link_open => {
+                    self.link_open = r.is_ok();
+                    Step::Continue
+                }
                 cmd = self.cmd_rx.recv() => match cmd {
                     None => Step::Stop,
                     Some(cmd) => {
@@ -401,6 +455,12 @@ impl Actor {
                     return Step::Stop;
                 }
             },
+            EventType::NodeCreated if ev.path == self.path => {
+                self.present.store(true, Ordering::Relaxed);
+            }
+            EventType::NodeDeleted if ev.path == self.path => {
+                self.present.store(false, Ordering::Relaxed);
+            }
             EventType::NodeCreated => {
                 if let Some(m) = self.child_of(&ev.path).and_then(MemberName::parse) {
                     self.members.insert(m.sequence, m.node_name());
@@ -442,6 +502,7 @@ impl Actor {
             Command::Register {
                 member,
                 record,
+                czxid,
                 signals,
                 reply,
             } => {
@@ -486,6 +547,9 @@ impl Actor {
                         record,
                         signals,
                         confirmed: false,
+                        // Its create reply confirms it only if it holds right now; later it
+                        // takes a read (see the module docs).
+                        czxid: czxid.filter(|_| holds),
                     },
                 );
                 let _ = reply.send(Ok(Enlisted { ahead, holds }));
@@ -548,9 +612,24 @@ impl Actor {
 
     /// Re-lists the queue and rebuilds the view from ZooKeeper.
     async fn resync(&mut self) -> Result<(), zkc::Error> {
-        let children = match self.session.zk.list_children(&self.path).await {
-            Ok(c) => c,
-            Err(zkc::Error::NoNode) => Vec::new(),
+        let listing = self.session.zk.list_children(&self.path).await;
+        self.apply_listing(listing)
+    }
+
+    /// Rebuilds the view from a listing of the queue.
+    fn apply_listing(
+        &mut self,
+        listing: Result<Vec<String>, zkc::Error>,
+    ) -> Result<(), zkc::Error> {
+        let children = match listing {
+            Ok(c) => {
+                self.present.store(true, Ordering::Relaxed);
+                c
+            }
+            Err(zkc::Error::NoNode) => {
+                self.present.store(false, Ordering::Relaxed);
+                Vec::new()
+            }
             Err(e) => return Err(e),
         };
         self.members = children
@@ -601,30 +680,35 @@ impl Actor {
             QueueKind::Election => self.reconcile_head().await,
             QueueKind::Lock => self.reconcile_holders().await,
         }
+        self.listed = true;
     }
 
-    /// Lock queues: confirms every local member that the rule now admits, all claims in
+    /// Whether confirmations may run: only while the link is up. A follower cut off from its
+    /// quorum keeps answering reads for a while, so a read while suspended proves nothing
+    /// (G2); the link's return re-runs `reconcile`.
+    fn link_up(&self) -> bool {
+        matches!(*self.link.borrow(), Link::Connected)
+    }
+
+    /// Lock queues: confirms every local member that the rule now admits, all checks in
     /// parallel (a writer leaving may admit a whole run of readers), and signals each one.
-    /// Nothing else is read or written, so a hand-over costs the delete, one event and one
-    /// write per new holder on its own gateway (G4).
+    /// Nothing is written, so a hand-over costs the delete, one event and at most one read per
+    /// new holder on its own gateway (G4).
     async fn reconcile_holders(&mut self) {
+        if !self.link_up() {
+            return;
+        }
         // Each pass either settles or removes a vanished member, so this ends.
         for _ in 0..16 {
             let due = self.due_holders();
             if due.is_empty() {
                 return;
             }
-            let zk = &self.session.zk;
-            let writes = due.iter().map(|(_, node, record)| {
-                let path = format!("{}/{}", self.path, node);
-                let data = record.encode_to_vec();
-                async move { zk.set_data(&path, &data, None).await }
-            });
-            let results = futures::future::join_all(writes).await;
+            let checks = self.ownership(&due).await;
             let mut rerun = false;
-            for ((sequence, node, record), result) in due.into_iter().zip(results) {
-                match self.claim(sequence, &node, record, result) {
-                    Claim::Confirmed(holder, _) => {
+            for ((sequence, node), check) in due.into_iter().zip(checks) {
+                match self.claim(sequence, &node, check) {
+                    Claim::Confirmed(holder) => {
                         if let Some(local) = self.local.get(&node) {
                             let _ = local.signals.send(MemberSignal::Elected {
                                 leader: holder,
@@ -642,8 +726,8 @@ impl Actor {
         }
     }
 
-    /// Local members that hold by the rule but are not confirmed yet, with the record to write.
-    fn due_holders(&self) -> Vec<(i64, String, NodeRecord)> {
+    /// Local members that hold by the rule but are not confirmed yet.
+    fn due_holders(&self) -> Vec<(i64, String)> {
         let mut waiting = self.local.values().filter(|l| !l.confirmed).count();
         if waiting == 0 {
             return Vec::new();
@@ -654,7 +738,6 @@ impl Actor {
             .map(|l| l.record.permits.max(1))
             .max()
             .unwrap_or(1);
-        let now = now_ms();
         let mut scan = HolderScan::default();
         let mut due = Vec::new();
         for (&sequence, node) in &self.members {
@@ -665,9 +748,7 @@ impl Actor {
             if let Some(local) = self.local.get(node).filter(|l| !l.confirmed) {
                 waiting -= 1;
                 if scan.admits(mode, local.record.permits) {
-                    let mut record = local.record.clone();
-                    record.elected_at_ms = now;
-                    due.push((sequence, node.clone(), record));
+                    due.push((sequence, node.clone()));
                 }
             }
             scan.push(mode);
@@ -693,6 +774,7 @@ impl Actor {
                     leader: None,
                     fetched: false,
                     known_mzxid: 0,
+                    seen_at: self.listed.then(std::time::SystemTime::now),
                 });
                 // The previous leader is gone; until the new head is confirmed, nobody leads.
                 // (Only a change if a leader was published: the first state is read first.)
@@ -703,7 +785,7 @@ impl Actor {
             let path = format!("{}/{}", self.path, node);
             let local_unconfirmed = self.local.get(&node).is_some_and(|l| !l.confirmed);
             if local_unconfirmed {
-                if self.confirm(sequence, &node, &path).await {
+                if self.confirm(sequence, &node).await {
                     continue;
                 }
                 return;
@@ -714,27 +796,27 @@ impl Actor {
             match self.session.zk.get_data(&path).await {
                 Ok((data, stat)) => {
                     let record = NodeRecord::decode_lossy(&data);
-                    let leader = record.elected_at().map(|since| LeaderInfo {
+                    let seen_at = self.head.as_ref().and_then(|h| h.seen_at);
+                    let leader = LeaderInfo {
                         election: self.name.clone(),
                         candidate: record.participant.clone(),
                         value: record.value.clone(),
                         fencing_token: FencingToken(stat.czxid as u64),
-                        since,
-                    });
+                        since: seen_at.unwrap_or_else(|| since(&record, &stat)),
+                    };
                     if let Some(head) = self.head.as_mut() {
                         head.fetched = true;
                         head.known_mzxid = stat.mzxid;
-                        let changed = head.leader != leader;
-                        head.leader = leader.clone();
+                        let changed = head.leader.as_ref() != Some(&leader);
+                        head.leader = Some(leader.clone());
                         if changed {
-                            if let (Some(l), Some(local)) = (&leader, self.local.get(&node)) {
-                                if local.confirmed {
-                                    let _ = local.signals.send(MemberSignal::Proclaimed(l.clone()));
-                                }
+                            if let Some(local) = self.local.get(&node).filter(|l| l.confirmed) {
+                                let _ =
+                                    local.signals.send(MemberSignal::Proclaimed(leader.clone()));
                             }
                         }
                     }
-                    self.publish(leader);
+                    self.publish(Some(leader));
                     return;
                 }
                 Err(zkc::Error::NoNode) => {
@@ -748,22 +830,23 @@ impl Actor {
         }
     }
 
-    /// Ownership check and `since` in one write: before `elected` the gateway must see its own
-    /// znode still present and owned by its current session (CURATOR-696).
-    /// Returns true to re-run reconcile (the head changed), false when settled.
-    async fn confirm(&mut self, sequence: i64, node: &str, path: &str) -> bool {
-        let Some(local) = self.local.get(node) else {
-            return true;
+    /// Confirms our own head (see the module's "Confirmation costs no write") and tells its
+    /// stream and the observers. Returns true to re-run reconcile (the head vanished), false
+    /// when settled.
+    async fn confirm(&mut self, sequence: i64, node: &str) -> bool {
+        let due = [(sequence, node.to_owned())];
+        let check = if self.link_up() {
+            self.ownership(&due).await.remove(0)
+        } else {
+            Ownership::NotNow
         };
-        let mut record = local.record.clone();
-        record.elected_at_ms = now_ms();
-        let result = self
-            .session
-            .zk
-            .set_data(path, &record.encode_to_vec(), None)
-            .await;
-        match self.claim(sequence, node, record, result) {
-            Claim::Confirmed(leader, stat) => {
+        match self.claim(sequence, node, check) {
+            Claim::Confirmed(mut leader) => {
+                // It has led since this gateway saw it become the head (observers may have
+                // been told already, if its creation event came before its registration).
+                if let Some(seen) = self.head.as_ref().and_then(|h| h.seen_at) {
+                    leader.since = seen;
+                }
                 let failover = self.head_gone_at.take().map(|t| t.elapsed());
                 if let Some(local) = self.local.get(node) {
                     let _ = local.signals.send(MemberSignal::Elected {
@@ -774,7 +857,7 @@ impl Actor {
                 if let Some(head) = self.head.as_mut() {
                     head.leader = Some(leader.clone());
                     head.fetched = true;
-                    head.known_mzxid = stat.mzxid;
+                    head.seen_at = Some(leader.since);
                 }
                 self.publish(Some(leader));
                 false
@@ -784,48 +867,87 @@ impl Actor {
         }
     }
 
-    /// Settles the write that claims a local member as holder: `record` (with `elected_at_ms`)
-    /// written without a version. Only a reply proving the znode present *and* owned by our
-    /// current session confirms it (CURATOR-696); a vanished or foreign znode is forgotten.
-    fn claim(
-        &mut self,
-        sequence: i64,
-        node: &str,
-        record: NodeRecord,
-        result: Result<zkc::Stat, zkc::Error>,
-    ) -> Claim {
-        match result {
-            Ok(stat) if stat.ephemeral_owner == self.session.session_id() => {
-                let holder = LeaderInfo {
-                    election: self.name.clone(),
-                    candidate: record.participant.clone(),
-                    value: record.value.clone(),
-                    fencing_token: FencingToken(stat.czxid as u64),
-                    since: record
-                        .elected_at()
-                        .unwrap_or_else(std::time::SystemTime::now),
-                };
-                if let Some(local) = self.local.get_mut(node) {
-                    local.confirmed = true;
-                    local.record = record;
+    /// What proves each of `due` (local members the rule admits) ours: the creation zxid from
+    /// its create reply, if it held the moment it registered, else a read of its znode on this
+    /// session — all reads in flight at once.
+    async fn ownership(&self, due: &[(i64, String)]) -> Vec<Ownership> {
+        let session = self.session.session_id();
+        let checks = due.iter().map(|(_, node)| {
+            let known = self.local.get(node).and_then(|l| l.czxid);
+            let path = format!("{}/{}", self.path, node);
+            let zk = &self.session.zk;
+            async move {
+                if let Some(czxid) = known {
+                    return Ownership::Ours(czxid);
                 }
-                Claim::Confirmed(holder, stat)
+                match zk.stat(&path).await {
+                    Ok(Some(stat)) if stat.ephemeral_owner == session => {
+                        Ownership::Ours(stat.czxid)
+                    }
+                    Ok(Some(stat)) => Ownership::Foreign(stat.ephemeral_owner),
+                    Ok(None) => Ownership::Gone,
+                    Err(e) => Ownership::Failed(e),
+                }
             }
-            Ok(stat) => {
-                tracing::error!(queue = %self.name, owner = stat.ephemeral_owner, "member znode is not owned by our session; not confirming it");
+        });
+        futures::future::join_all(checks).await
+    }
+
+    /// Settles one ownership check: only a znode present *and* owned by our current session
+    /// confirms its member (CURATOR-696); a vanished or foreign znode is forgotten.
+    fn claim(&mut self, sequence: i64, node: &str, check: Ownership) -> Claim {
+        match check {
+            Ownership::Ours(czxid) => {
+                let Some(local) = self.local.get_mut(node) else {
+                    return Claim::Vanished;
+                };
+                local.confirmed = true;
+                local.czxid = None;
+                Claim::Confirmed(LeaderInfo {
+                    election: self.name.clone(),
+                    candidate: local.record.participant.clone(),
+                    value: local.record.value.clone(),
+                    fencing_token: FencingToken(czxid as u64),
+                    since: std::time::SystemTime::now(),
+                })
+            }
+            Ownership::Foreign(owner) => {
+                tracing::error!(queue = %self.name, owner, "member znode is not owned by our session; not confirming it");
                 self.forget(sequence, node);
                 Claim::Vanished
             }
-            Err(zkc::Error::NoNode) => {
+            Ownership::Gone => {
                 self.forget(sequence, node);
                 Claim::Vanished
             }
-            Err(e) => {
-                tracing::debug!(queue = %self.name, error = %e, "confirming a holder failed; will retry after reconnect");
+            Ownership::Failed(e) => {
+                tracing::debug!(queue = %self.name, error = %e, "confirming a holder failed; will retry after the next event");
                 Claim::Retry
             }
+            Ownership::NotNow => Claim::Retry,
         }
     }
+}
+
+/// What an ownership check found (see `Actor::ownership`).
+enum Ownership {
+    /// Present and ours, created at this zxid.
+    Ours(i64),
+    /// Present but another session's.
+    Foreign(i64),
+    Gone,
+    Failed(zkc::Error),
+    /// The link is suspended: not looked at.
+    NotNow,
+}
+
+/// `since` for a holder this gateway did not see take office: the time its own gateway
+/// recorded, if any (gateways before 0.2 wrote the confirmation time), else when it joined
+/// the queue — a lower bound.
+pub(crate) fn since(record: &NodeRecord, stat: &zkc::Stat) -> std::time::SystemTime {
+    record
+        .elected_at()
+        .unwrap_or_else(|| ms_to_time(stat.ctime))
 }
 
 #[cfg(test)]

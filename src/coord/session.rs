@@ -1,7 +1,7 @@
 //! ZooKeeper sessions held by the gateway, and the clock that decides when a disconnected
 //! session must be presumed lost (G2).
 //!
-//! The gateway multiplexes every stream over a small pool of sessions (SPEC §6: never one per
+//! The gateway multiplexes every stream over a small pool of sessions (contract "Facts that shape the design": never one per
 //! stream). Each pool slot runs a supervisor that connects, publishes the session, follows its
 //! state and, once the session is over, opens a fresh one: nothing is carried over.
 //!
@@ -33,7 +33,8 @@ use zookeeper_client as zkc;
 use zookeeper_client::{Acls, SessionState};
 
 use super::queue::QueueHandle;
-use super::types::{QueueKind, QueueName};
+use super::timing::Timing;
+use super::types::{LeaderInfo, QueueKind, QueueName};
 use super::zk::{is_transport_failure, RequestCounter, Zk};
 use super::{CoordConfig, CoordError};
 use crate::metrics as m;
@@ -176,143 +177,11 @@ pub(crate) async fn wait_usable(link: &mut watch::Receiver<Link>) -> Result<(), 
     }
 }
 
-/// Timing derived from the negotiated session timeout (G2, G3b).
-#[derive(Debug, Clone, Copy)]
-pub struct SessionTiming {
-    pub negotiated: Duration,
-    /// How long the client library waits for a reply before it declares the link dead.
-    pub connection_timeout: Duration,
-    /// Subtracted from the server's expiry time to stop leaders safely before it.
-    pub margin: Duration,
-    /// A leader hearing nothing for this long must assume it lost.
-    pub silence_limit: Duration,
-    /// How much earlier than the send time of the newest quorum-confirmed probe the ensemble's
-    /// leader may have last heard of the session (see [`SessionTiming::quorum_lag`]).
-    pub quorum_lag: Duration,
-    /// An explicit silence limit the negotiated timeout could not honour, if any: the limit in
-    /// force is then the default for the negotiated timeout.
-    pub clamped_silence_limit: Option<Duration>,
-}
-
-impl SessionTiming {
-    /// Mirrors `zookeeper-client`'s own rule for its connection timeout (session/mod.rs
-    /// `calc_tick_timeout`): the configured value unless it exceeds 3/5 of the session timeout,
-    /// then 2/5 of it; the client checks it every 1/8 of that.
-    ///
-    /// An explicit silence limit that the *negotiated* timeout cannot honour (the server may
-    /// grant less than was asked, and the start-up check only saw the request) is clamped to
-    /// the default for the negotiated timeout, and `clamped_silence_limit` says so: refusing
-    /// the session would leave the gateway unusable, keeping the limit would break G3b.
-    pub fn derive(cfg: &CoordConfig, negotiated: Duration) -> Self {
-        let configured = cfg.connection_timeout();
-        let connection_timeout = if configured > negotiated * 3 / 5 {
-            negotiated * 2 / 5
-        } else {
-            configured
-        };
-        let margin = cfg
-            .stop_margin
-            .unwrap_or_else(|| default_margin(negotiated));
-        let probe_interval = probe_interval(connection_timeout);
-        let mut timing = Self {
-            negotiated,
-            connection_timeout,
-            margin,
-            silence_limit: default_silence_limit(negotiated, cfg.session_timeout),
-            quorum_lag: cfg.assumed_tick(negotiated) / 2 + probe_interval,
-            clamped_silence_limit: None,
-        };
-        if let Some(explicit) = cfg.silence_limit {
-            if explicit < timing.silence_bound() {
-                timing.silence_limit = explicit;
-            } else {
-                timing.clamped_silence_limit = Some(explicit);
-            }
-        }
-        timing
-    }
-
-    /// How often the session supervisor sends its liveness probe: a quarter of the connection
-    /// timeout, so several probes fit in the time the library itself gives a silent link.
-    pub fn probe_interval(&self) -> Duration {
-        probe_interval(self.connection_timeout)
-    }
-
-    /// A connected session whose newest quorum-confirmed probe was sent this long ago is
-    /// treated as disconnected: the library's own rule (nothing received for the connection
-    /// timeout), applied to answers instead of bytes, plus one probe interval.
-    pub fn probe_stale_after(&self) -> Duration {
-        self.connection_timeout + self.probe_interval()
-    }
-
-    /// The G2 deadline of a session whose newest quorum-confirmed probe was sent at `sent`.
-    ///
-    /// A probe is a `sync`, which a follower answers only after the ensemble's leader has
-    /// answered it. The leader itself learns that a session held by a follower is alive from
-    /// the follower's replies to its pings, sent every `tickTime / 2`; so when the probe's
-    /// answer is the last thing that got through, the leader's newest touch of the session may
-    /// be from the ping round before it, which reported our touches up to one probe interval
-    /// older. Hence the bound: the leader heard the session no earlier than
-    /// `sent - quorum_lag` (`quorum_lag = tickTime / 2 + probe interval`), and cannot expire it
-    /// before that plus the negotiated timeout. Streams stop `margin` before that.
-    pub fn quorum_deadline(&self, sent: Instant) -> Instant {
-        let heard = sent.checked_sub(self.quorum_lag).unwrap_or(sent);
-        heard + self.negotiated.saturating_sub(self.margin)
-    }
-
-    /// The latest safe moment for streams of a session that disconnected at `at`, by the
-    /// library's view alone (the last byte from the server it was connected to). Never later
-    /// than [`SessionTiming::quorum_deadline`] of the same evidence; the supervisor takes the
-    /// earlier of the two.
-    pub fn abort_deadline(&self, at: Instant) -> Instant {
-        let last_contact = at
-            .checked_sub(self.connection_timeout * 9 / 8)
-            .unwrap_or(at);
-        self.quorum_deadline(last_contact)
-    }
-
-    /// A connected session vouches for its leaders with a heartbeat only while its newest
-    /// quorum-confirmed probe was sent less than this long ago (two probe intervals): tighter
-    /// than [`SessionTiming::probe_stale_after`], so the silence limit keeps room under the
-    /// session timeout even when `tickTime` is half of it. A probe answered late only delays
-    /// a heartbeat; past `probe_stale_after` the streams are suspended, and suspended leaders
-    /// get heartbeats again (they have already stopped leader-only work).
-    pub fn heartbeat_fresh_within(&self) -> Duration {
-        self.connection_timeout / 2
-    }
-
-    /// An explicit silence limit must stay below this (G3b): a frozen gateway's last heartbeat
-    /// goes out less than `heartbeat_fresh_within` after its newest confirmed probe was sent,
-    /// and its leaders must have stopped before the quorum could expire the session.
-    pub fn silence_bound(&self) -> Duration {
-        self.negotiated
-            .saturating_sub(self.heartbeat_fresh_within())
-            .saturating_sub(self.quorum_lag)
-            .saturating_sub(self.margin)
-    }
-}
-
-fn probe_interval(connection_timeout: Duration) -> Duration {
-    (connection_timeout / 4).max(Duration::from_millis(10))
-}
-
-/// Safety margin before the server's expiry: a tenth of the session timeout, at least 200 ms.
-pub fn default_margin(session_timeout: Duration) -> Duration {
-    (session_timeout / 10).max(Duration::from_millis(200))
-}
-
-/// 35% of the smaller of the requested and negotiated timeouts: below the G2 abort point
-/// (≥ 0.65 T after the last contact with our connection timeout of T/5 and margin T/10) and
-/// below the default dead-client keepalive timeout (0.4 T of the requested timeout).
-pub fn default_silence_limit(negotiated: Duration, requested: Duration) -> Duration {
-    negotiated.min(requested) * 35 / 100
-}
-
 /// One live ZooKeeper session and the queues (elections, locks) it serves.
 #[derive(Debug)]
 pub struct ZkSession {
     pub zk: Zk,
-    pub timing: SessionTiming,
+    pub timing: Timing,
     pub cfg: Arc<CoordConfig>,
     link: watch::Receiver<Link>,
     queues: Mutex<HashMap<(QueueKind, QueueName), Weak<QueueHandle>>>,
@@ -343,7 +212,7 @@ impl ZkSession {
     /// Whether a heartbeat may be sent to this session's leaders now. A heartbeat keeps a
     /// leader's silence watchdog from firing, so it must rest on a current view of the link:
     /// connected with a quorum-confirmed probe sent within
-    /// [`SessionTiming::heartbeat_fresh_within`], or suspended (the leader already stopped
+    /// [`Timing::heartbeat_fresh_within`], or suspended (the leader already stopped
     /// leader-only work and waits for `resumed` or the end; heartbeats keep it from giving up
     /// a short blip). After a freeze the timers fire before the supervisor has judged the
     /// link, which then still reads `Connected` with a stale probe: no heartbeat.
@@ -357,6 +226,35 @@ impl ZkSession {
             Link::Suspended { deadline } => now < deadline,
             Link::Lost(_) => false,
         }
+    }
+
+    /// The leader as this gateway's watch on the election sees it, if it watches it (a local
+    /// candidate or observer, or a queue still lingering): it knows when that leader took
+    /// office, which a one-off read cannot tell.
+    pub fn watched_leader(&self, election: &QueueName) -> Option<LeaderInfo> {
+        let queue = self
+            .queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(QueueKind::Election, election.clone()))
+            .and_then(Weak::upgrade)?;
+        let leader = queue.view().borrow().leader.clone();
+        leader
+    }
+
+    /// Keeps `queue` (its watch and its view of the members) for [`QUEUE_LINGER`] after the last
+    /// stream that used it, or until the session is over (a drain must not wait for it): a
+    /// client that campaigns or acquires again at once — the common loop — then pays neither
+    /// the watch nor the listing again, and its member is confirmed by its create reply.
+    pub fn linger(&self, queue: Arc<QueueHandle>) {
+        let mut link = self.link();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(QUEUE_LINGER) => {}
+                _ = link.wait_for(|l| matches!(l, Link::Lost(_))) => {}
+            }
+            drop(queue);
+        });
     }
 
     /// The queue actor for `name` on this session, started on first use. One persistent watch
@@ -490,6 +388,9 @@ impl Drop for QueueSlot {
     }
 }
 
+/// How long an unused queue actor lingers (see [`ZkSession::linger`]).
+const QUEUE_LINGER: Duration = Duration::from_secs(2);
+
 /// A slot of the session pool: the current session, if any.
 pub type Slot = watch::Receiver<Option<Arc<ZkSession>>>;
 
@@ -523,7 +424,7 @@ pub async fn supervise_slot(
             }
         };
         backoff = Duration::from_millis(100);
-        let timing = SessionTiming::derive(&cfg, client.session_timeout());
+        let timing = Timing::derive(&cfg, client.session_timeout());
         let acls = if cfg.zk_digest.is_some() {
             Acls::creator_all()
         } else {
@@ -620,17 +521,17 @@ async fn connect(cfg: &CoordConfig) -> Result<zkc::Client, zkc::Error> {
 /// Two signals decide whether the link is usable:
 /// - the client library's state (`Disconnected` when nothing arrived for the connection
 ///   timeout, or the socket closed);
-/// - our own liveness probe: one `sync` every [`SessionTiming::probe_interval`], at most one
+/// - our own liveness probe: one `sync` every [`Timing::probe_interval`], at most one
 ///   in flight. The library only notices a link on which it *receives* nothing; a one-way
 ///   partition (ZooKeeper's notifications still arrive, our requests and pings do not) keeps
 ///   it "connected" until the server has already expired the session, and so does a follower
 ///   cut off from its quorum, which answers reads and pings by itself for up to `syncLimit ×
 ///   tickTime`. A `sync` is answered only through the ensemble's leader, so an unanswered
-///   probe notices both within [`SessionTiming::probe_stale_after`].
+///   probe notices both within [`Timing::probe_stale_after`].
 ///
 /// Both give a lower bound on when the quorum last heard from us, and the abort deadline is
 /// the earliest bound minus the quorum lag plus the negotiated timeout minus the margin
-/// ([`SessionTiming::quorum_deadline`]). The probe's bound (the
+/// ([`Timing::quorum_deadline`]). The probe's bound (the
 /// send time of the newest answered probe) also stays right when the gateway itself was
 /// frozen: after SIGSTOP/SIGCONT the library reports the closed socket as a fresh disconnect,
 /// but the last answered probe is from before the freeze, so the deadline has already passed
@@ -639,7 +540,7 @@ async fn follow_session(
     session: &ZkSession,
     states: &mut zkc::StateWatcher,
     link: &watch::Sender<Link>,
-    timing: &SessionTiming,
+    timing: &Timing,
     shutdown: &CancellationToken,
     connected: &mut m::ZkConnected,
 ) -> LossReason {

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use rand::RngCore;
 
-/// Names are 1–200 characters of `[A-Za-z0-9._-]`, and not `.` or `..` (SPEC §Errors): safe as
+/// Names are 1–200 characters of `[A-Za-z0-9._-]`, and not `.` or `..` (contract "Errors"): safe as
 /// a single ZooKeeper path segment and as a Prometheus label value.
 pub const MAX_NAME_LEN: usize = 200;
 
@@ -67,7 +67,7 @@ macro_rules! name_type {
         pub struct $name(String);
 
         impl $name {
-            /// Validates `s` as a name (SPEC §Errors).
+            /// Validates `s` as a name (contract "Errors").
             ///
             /// # Errors
             /// [`InvalidInput`] naming the rule that `s` breaks.
@@ -173,7 +173,7 @@ pub enum QueueKind {
 }
 
 impl QueueKind {
-    /// The folder under the root (SPEC §3).
+    /// The folder under the root (contract "ZooKeeper layout").
     pub fn folder(self) -> &'static str {
         match self {
             QueueKind::Election => "elections",
@@ -306,7 +306,7 @@ impl Lease {
     }
 
     /// Parses a lease of the given kind. Anything malformed — or a lock lease given to the
-    /// election service — is `None`, which the API reports as `NOT_FOUND` (SPEC §1: a lease the
+    /// election service — is `None`, which the API reports as `NOT_FOUND` (contract "API": a lease the
     /// gateway cannot honour is not found, whatever the reason).
     pub fn decode(text: &str, kind: QueueKind) -> Option<Self> {
         let hex = text.strip_prefix(LEASE_PREFIX)?.strip_prefix('.')?;

@@ -137,15 +137,45 @@ impl Zk {
         op: &'static str,
         send: impl FnOnce() -> F,
     ) -> ZkResult<T> {
+        self.send_now(op, send).await
+    }
+
+    /// Like [`Zk::instrument`], but `send` runs *now*, before this returns: requests made in a
+    /// row this way are on the wire in that order, so their round trips overlap (ZooKeeper
+    /// answers one session's requests in order).
+    fn send_now<T, F: std::future::Future<Output = ZkResult<T>>>(
+        &self,
+        op: &'static str,
+        send: impl FnOnce() -> F,
+    ) -> impl std::future::Future<Output = ZkResult<T>> {
         self.counter.0.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
-        let r = if self.take_failure(op) {
-            Err(zkc::Error::ConnectionLoss)
+        let sent = if self.take_failure(op) {
+            futures::future::Either::Left(std::future::ready(Err(zkc::Error::ConnectionLoss)))
         } else {
-            send().await
+            futures::future::Either::Right(send())
         };
-        m::zk_request(op, result_label(&r), start.elapsed());
-        r
+        async move {
+            let r = sent.await;
+            m::zk_request(op, result_label(&r), start.elapsed());
+            r
+        }
+    }
+
+    /// The failpoints of a member create whose request was applied: a test can make its reply
+    /// look lost (G5).
+    fn lose_reply_of_applied_create(&self, prefix_path: &str) -> bool {
+        if self.lose_create_reply.swap(false, Ordering::Relaxed) {
+            return true;
+        }
+        if env_failpoints().lose_create.fire() {
+            tracing::warn!(
+                path = prefix_path,
+                "failpoint: member create applied, reply lost"
+            );
+            return true;
+        }
+        false
     }
 
     /// Creates an EPHEMERAL_SEQUENTIAL znode; returns its stat and sequence number.
@@ -157,14 +187,54 @@ impl Zk {
                 Ok((stat, seq.into_i64()))
             })
             .await;
-        if r.is_ok() && self.lose_create_reply.swap(false, Ordering::Relaxed) {
+        if r.is_ok() && self.lose_reply_of_applied_create(prefix_path) {
             return Err(zkc::Error::ConnectionLoss);
         }
-        if r.is_ok() && env_failpoints().lose_create.fire() {
-            tracing::warn!(
-                path = prefix_path,
-                "failpoint: member create applied, reply lost"
-            );
+        r
+    }
+
+    /// Creates a queue's container znode and its first member in one transaction: one round
+    /// trip and one log write where creating them in turn takes two of each (a fresh name).
+    /// Returns the member's creation zxid (when the reply tells it) and sequence number.
+    ///
+    /// # Errors
+    /// `NodeExists` when the queue exists after all (then create the member alone); `NoNode`
+    /// when the queue's folder is missing.
+    pub async fn create_queue_and_member(
+        &self,
+        queue_path: &str,
+        prefix_path: &str,
+        data: &[u8],
+    ) -> ZkResult<(Option<i64>, i64)> {
+        let container = CreateMode::Container.with_acls(self.acls);
+        let member = CreateMode::EphemeralSequential.with_acls(self.acls);
+        let r = self
+            .instrument("multi", || async {
+                let mut txn = self.client.new_multi_writer();
+                txn.add_create(queue_path, &[], &container)?;
+                txn.add_create(prefix_path, data, &member)?;
+                let results = txn.commit().await.map_err(zkc::Error::from)?;
+                // Both znodes are made by one transaction, so they share its zxid, the member's
+                // fencing token. ZooKeeper 3.8 leaves the member's stat blank in a multi reply
+                // (ZOOKEEPER-4026) but fills in the container's; if neither is there, the
+                // confirmation reads it.
+                let czxid = results.iter().find_map(|r| match r {
+                    zkc::MultiWriteResult::Create { stat, .. } if !stat.is_invalid() => {
+                        Some(stat.czxid)
+                    }
+                    _ => None,
+                });
+                match results.last() {
+                    Some(zkc::MultiWriteResult::Create { path, .. }) => {
+                        Ok((czxid, sequence_of(path)?))
+                    }
+                    _ => Err(zkc::Error::UnexpectedError(
+                        "a multi create answered without the member's path".into(),
+                    )),
+                }
+            })
+            .await;
+        if r.is_ok() && self.lose_reply_of_applied_create(prefix_path) {
             return Err(zkc::Error::ConnectionLoss);
         }
         r
@@ -207,9 +277,10 @@ impl Zk {
         }
     }
 
-    /// Makes the queue's parents: persistent root folders and a container node for the queue,
-    /// so an emptied queue disappears by itself (SPEC §3).
-    pub async fn ensure_queue(&self, root: &str, folder: &str, queue: &str) -> ZkResult<()> {
+    /// Makes the persistent folders a queue lives in (the root and `elections` or `locks`);
+    /// the queue itself is a container znode made with its first member
+    /// ([`Zk::create_queue_and_member`]), so an emptied queue disappears by itself.
+    pub async fn ensure_folders(&self, root: &str, folder: &str) -> ZkResult<()> {
         let persistent = CreateMode::Persistent.with_acls(self.acls);
         let mut path = String::new();
         for seg in root
@@ -227,16 +298,7 @@ impl Zk {
                 Err(e) => return Err(e),
             }
         }
-        path.push('/');
-        path.push_str(queue);
-        let container = CreateMode::Container.with_acls(self.acls);
-        match self
-            .instrument("create", || self.client.create(&path, &[], &container))
-            .await
-        {
-            Ok(_) | Err(zkc::Error::NodeExists) => Ok(()),
-            Err(e) => Err(e),
-        }
+        Ok(())
     }
 
     /// Proof that the session is alive *through the quorum*: a `sync`, which a follower
@@ -340,4 +402,34 @@ impl Zk {
         })
         .await
     }
+
+    /// Places a queue's watch and lists the queue in one round trip: both requests are sent
+    /// before either reply is awaited, the watch first, so the listing and the events that
+    /// follow it leave no gap.
+    pub async fn watch_and_list(
+        &self,
+        path: &str,
+    ) -> (ZkResult<PersistentWatcher>, ZkResult<Vec<String>>) {
+        let watch = self.send_now("add_watch", || {
+            self.client.watch(path, AddWatchMode::PersistentRecursive)
+        });
+        let list = self.send_now("get_children", || self.client.list_children(path));
+        futures::join!(watch, list)
+    }
+
+    /// The znode's stat, `None` once it is gone: a read, answered in this session's order
+    /// (after every event the session was sent before it).
+    pub async fn stat(&self, path: &str) -> ZkResult<Option<Stat>> {
+        self.instrument("exists", || self.client.check_stat(path))
+            .await
+    }
+}
+
+/// The sequence number at the end of a sequential znode's path (ZooKeeper appends ten digits).
+fn sequence_of(path: &str) -> ZkResult<i64> {
+    path.len()
+        .checked_sub(10)
+        .and_then(|at| path.get(at..))
+        .and_then(|digits| digits.parse().ok())
+        .ok_or_else(|| zkc::Error::UnexpectedError(format!("no sequence number in {path:?}")))
 }

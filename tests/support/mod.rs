@@ -6,6 +6,7 @@
 pub mod checker;
 pub mod ensemble;
 pub mod linkcut;
+pub mod pki;
 pub mod procgw;
 pub mod recorder;
 

@@ -152,6 +152,14 @@ impl GatewayProc {
             _dir: dir,
         };
         gw.addr = gw.wait_listening(Duration::from_secs(20)).await?;
+        if gw.spec.extra.iter().any(|a| a == "--tls-cert") {
+            // The health check below speaks plaintext: a TLS gateway is ready once its
+            // ZooKeeper session is.
+            return gw
+                .wait_logged("ZooKeeper session established", Duration::from_secs(20))
+                .await
+                .map(|()| gw);
+        }
         if !gw.wait_serving(Duration::from_secs(20)).await {
             return Err(format!(
                 "gateway {name} never became SERVING:\n{}",
@@ -159,6 +167,19 @@ impl GatewayProc {
             ));
         }
         Ok(gw)
+    }
+
+    /// [`spawn`](Self::spawn) for synchronous tests: also returns the runtime that started it
+    /// (keep both alive; dropping the gateway kills it).
+    ///
+    /// # Panics
+    /// If the gateway does not start.
+    pub fn spawn_sync(name: &str, spec: GatewaySpec) -> (tokio::runtime::Runtime, GatewayProc) {
+        let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+        let gw = rt
+            .block_on(GatewayProc::spawn(name, spec))
+            .unwrap_or_else(|e| panic!("{e}"));
+        (rt, gw)
     }
 
     /// Reads the bound gRPC address from the log (`--listen 127.0.0.1:0`).
@@ -193,6 +214,24 @@ impl GatewayProc {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    async fn wait_logged(&self, what: &str, within: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + within;
+        while !std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .contains(what)
+        {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "gateway {} never logged {what:?}:\n{}",
+                    self.name,
+                    self.log_tail(30)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
     }
 
     pub fn url(&self) -> String {

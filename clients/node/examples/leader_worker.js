@@ -16,7 +16,7 @@ import { Client, LeadershipLost } from '../index.js';
 
 const { values: args } = parseArgs({
   options: {
-    gateway: { type: 'string', default: process.env.ZKGATE_ADDR || '127.0.0.1:50051' },
+    gateway: { type: 'string' }, // endpoints, comma-separated (default: ZKGATE_ENDPOINT)
     election: { type: 'string', default: 'demo-worker' },
     name: { type: 'string', default: `${os.hostname()}-${process.pid}` },
   },
@@ -31,7 +31,7 @@ process.on('SIGINT', async () => {
 });
 
 for (;;) {
-  console.log(`${args.name}: campaigning in '${args.election}' via ${args.gateway}`);
+  console.log(`${args.name}: campaigning in '${args.election}' via ${gw.endpoints.map((e) => e.address).join(', ')}`);
   try {
     current = await gw.elect(args.election, args.name, args.name);
     const lead = current;

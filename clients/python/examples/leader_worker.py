@@ -21,15 +21,18 @@ import zkgate  # noqa: E402
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--gateway", default=os.environ.get("ZKGATE_ADDR", "127.0.0.1:50051"))
+    p.add_argument(
+        "--gateway", default=None, help="endpoints, comma-separated (default: ZKGATE_ENDPOINT)"
+    )
     p.add_argument("--election", default="demo-worker")
     p.add_argument("--name", default=f"{os.uname().nodename}-{os.getpid()}")
     args = p.parse_args()
+    fleet = zkgate.Fleet(args.gateway)  # shared by every campaign: one channel per gateway
 
     while True:
-        print(f"{args.name}: campaigning in {args.election!r} via {args.gateway}", flush=True)
+        print(f"{args.name}: campaigning in {args.election!r} via {', '.join(map(str, fleet.endpoints))}", flush=True)
         try:
-            with zkgate.elect(args.gateway, args.election, args.name, args.name.encode()) as lead:
+            with zkgate.elect(fleet, args.election, args.name, args.name.encode()) as lead:
                 print(f"{args.name}: elected, fencing token {lead.fencing_token}", flush=True)
                 batch = 0
                 while not lead.lost.wait(1.0):

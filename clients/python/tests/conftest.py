@@ -21,3 +21,13 @@ def addr() -> str:
 @pytest.fixture
 def election() -> str:
     return f"py-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def fleet() -> list:
+    """Two gateways on one ZooKeeper (tests/python_client.rs sets ZKGATE_FLEET to
+    ``http://g1,http://g2`` and ZKGATE_PID2 to g2's pid, which the drain test SIGTERMs)."""
+    f = os.environ.get("ZKGATE_FLEET")
+    if not f:
+        pytest.skip("set ZKGATE_FLEET to two gateways on one ZooKeeper (comma-separated)")
+    return f.split(",")

@@ -14,11 +14,20 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional
 
 import grpc
 
-Target = Union[str, grpc.Channel]
+from zkgate._fleet import (
+    FAILOVER_CODES,
+    SILENCE,
+    SUSPENDED,
+    Backoff,
+    Fleet,
+    Target,
+    fleet_for,
+    loss_for_status,
+)
 
 
 class _End:
@@ -34,11 +43,17 @@ def seconds(d) -> float:
     return d.seconds + d.nanos / 1e9
 
 
-def channel_for(target: Target) -> tuple[grpc.Channel, bool]:
-    """A channel for ``target`` and whether we own (and must close) it."""
-    if isinstance(target, str):
-        return grpc.insecure_channel(target), True
-    return target, False
+def unary(target: Target, fn: Callable[[Any, float], Any], timeout: Optional[float] = None):
+    """Runs ``fn(channel, deadline)`` on ``target``'s fleet with failover (see
+    :meth:`Fleet.call`), closing the fleet afterwards if it was made here."""
+    fleet, own = fleet_for(target)
+    try:
+        if timeout is not None:
+            return fleet.call(lambda ch, _deadline: fn(ch, timeout))
+        return fleet.call(fn)
+    finally:
+        if own:
+            fleet.close()
 
 
 class HolderStream:
@@ -47,8 +62,14 @@ class HolderStream:
     Attributes set from the stream (read them from any thread): ``lease`` (the capability to
     resign/release from anywhere: secret, do not log), ``position`` (how many were ahead when it
     joined), ``silence_limit`` (seconds), the :class:`threading.Event` s ``queued``, ``lost``
-    (and the subclass's grant event), ``lost_reason``, and ``end_code``/``end_details`` once
-    the stream ended.
+    (and the subclass's grant event), ``lost_reason`` (a sentence), ``loss`` (one of
+    ``suspended``, ``silence``, ``unavailable``, ``ended``), ``endpoint`` (the gateway the stream
+    is on), and ``end_code``/``end_details`` once the stream ended.
+
+    Until ``queued`` arrives, a stream that fails with ``UNAVAILABLE`` (a refused connection, a
+    draining gateway) is opened again on the fleet's next endpoint after a backoff, once per
+    endpoint; after ``queued`` it stays where it is, and its loss is final (the requeuing helpers
+    in ``zkgate.requeue`` campaign again).
     """
 
     #: The exception :meth:`check` and the waits raise when the hold is lost.
@@ -63,6 +84,9 @@ class HolderStream:
         first_request: Any,
         thread_name: str,
         on_lost: Optional[Callable[[str], None]],
+        start: Optional[int] = None,
+        loss_hook: Optional[Callable[["HolderStream"], None]] = None,
+        grant_hook: Optional[Callable[["HolderStream"], None]] = None,
     ) -> None:
         self.lease: Optional[str] = None
         self.position: Optional[int] = None
@@ -71,19 +95,40 @@ class HolderStream:
         self._granted = threading.Event()
         self.lost = threading.Event()
         self.lost_reason: Optional[str] = None
+        self.loss: Optional[str] = None
         self.end_code: Optional[grpc.StatusCode] = None
         self.end_details: Optional[str] = None
         self._on_lost = on_lost
+        self._loss_hook = loss_hook
+        self._grant_hook = grant_hook
         self._closing = False
         self._done = threading.Event()
         self._state = threading.Condition()
-        self._channel, self._own_channel = channel_for(target)
-        self._outbox: "queue.Queue[Any]" = queue.Queue()
+        self._fleet, self._own_fleet = fleet_for(target)
+        self.endpoint_index = self._fleet.current if start is None else start % len(self._fleet)
+        self._open_call = open_call
+        self._first_request = first_request
+        self._wake = threading.Event()
         self._inbox: "queue.Queue[Any]" = queue.Queue()
-        self._outbox.put(first_request)
-        self._call = open_call(self._channel, self._requests())
+        self._start_call()
         threading.Thread(target=self._read, name=f"zkgate-read-{thread_name}", daemon=True).start()
         threading.Thread(target=self._watch, name=f"zkgate-watch-{thread_name}", daemon=True).start()
+
+    @property
+    def fleet(self) -> Fleet:
+        """The fleet this stream's gateway belongs to (unary calls by lease go through it)."""
+        return self._fleet
+
+    @property
+    def endpoint(self) -> str:
+        """The gateway this stream is open on (``http://host:port``)."""
+        return str(self._fleet.endpoints[self.endpoint_index])
+
+    def _start_call(self) -> None:
+        self._outbox: "queue.Queue[Any]" = queue.Queue()
+        self._outbox.put(self._first_request)
+        channel = self._fleet.channel(self.endpoint_index)
+        self._call = self._open_call(channel, self._requests(self._outbox))
 
     # ----------------------------------------------------------------------------- hooks
 
@@ -143,16 +188,18 @@ class HolderStream:
         """Drops the stream at once; the gateway deletes the znode within milliseconds."""
         with self._state:
             self._closing = True
-        self._call.cancel()
+            call = self._call
+        self._wake.set()
+        call.cancel()
 
     def close(self) -> None:
-        """Gives the hold up (if still open) and releases the channel if this object made it."""
+        """Gives the hold up (if still open) and closes the fleet if this object made it."""
         try:
             self._leave(5.0)
         finally:
             self._outbox.put(None)  # ends the request iterator
-            if self._own_channel:
-                self._channel.close()
+            if self._own_fleet:
+                self._fleet.close()
 
     def __enter__(self):
         return self
@@ -162,22 +209,46 @@ class HolderStream:
 
     # ----------------------------------------------------------------------------- internals
 
-    def _requests(self) -> Iterator[Any]:
+    @staticmethod
+    def _requests(outbox: "queue.Queue[Any]") -> Iterator[Any]:
         # Never half-close on our own: the gateway would keep the hold, but keeping the request
         # side open lets the resign/release message still reach it.
         while True:
-            msg = self._outbox.get()
+            msg = outbox.get()
             if msg is None:
                 return
             yield msg
 
     def _read(self) -> None:
-        try:
-            for response in self._call:
-                self._inbox.put(response)
-            self._inbox.put(_End(grpc.StatusCode.OK, ""))
-        except grpc.RpcError as e:
-            self._inbox.put(_End(e.code(), e.details() or ""))
+        backoff = Backoff()
+        tries = 1
+        while True:
+            call = self._call
+            try:
+                for response in call:
+                    self._inbox.put(response)
+                end = _End(grpc.StatusCode.OK, "")
+            except grpc.RpcError as e:
+                end = _End(e.code(), e.details() or "")
+            with self._state:
+                retry = (
+                    end.code in FAILOVER_CODES
+                    and not self.queued.is_set()
+                    and not self._closing
+                    and tries < len(self._fleet)
+                )
+                if retry:
+                    self._outbox.put(None)
+                    self.endpoint_index = self._fleet.moved_on(self.endpoint_index)
+            if retry:
+                tries += 1
+                self._wake.wait(backoff.next())
+                with self._state:
+                    if not self._closing:
+                        self._start_call()
+                        continue
+            self._inbox.put(end)
+            return
 
     def _watch(self) -> None:
         while True:
@@ -187,7 +258,8 @@ class HolderStream:
             except queue.Empty:
                 self._lose(
                     f"no message from the gateway for the silence limit ({silence:.3f} s): "
-                    "it may be frozen or cut off"
+                    "it may be frozen or cut off",
+                    SILENCE,
                 )
                 self._call.cancel()
                 continue
@@ -198,37 +270,48 @@ class HolderStream:
 
     def _handle(self, response: Any) -> None:
         kind = response.WhichOneof("event")
+        granted = False
         with self._state:
             if kind == "queued":
                 self.lease = response.queued.lease
                 self.position = response.queued.position
                 self.queued.set()
+                self._fleet.current = self.endpoint_index
             elif self._on_message(kind, response):
                 grant = getattr(response, kind)
                 if grant.HasField("silence_limit"):
                     self.silence_limit = seconds(grant.silence_limit)
                 if not self.lost.is_set():
                     self._granted.set()
+                    granted = True
             self._state.notify_all()
+        if granted and self._grant_hook is not None:
+            # On this (the reading) thread, so that it comes before any loss this stream reports.
+            self._grant_hook(self)
         if kind == "suspended" and self._holding:
             stop = seconds(response.suspended.stop_within)
             self._lose(
                 "suspended: the gateway lost its ZooKeeper connection "
-                f"(someone else may be granted it after {stop:.3f} s)"
+                f"(someone else may be granted it after {stop:.3f} s)",
+                SUSPENDED,
             )
             self._call.cancel()
 
-    def _lose(self, reason: str) -> None:
+    def _lose(self, reason: str, loss: str) -> None:
         with self._state:
             if self.lost.is_set():
                 return
             was_holding = self._granted.is_set()
             requested = self._closing
             self.lost_reason = reason
+            self.loss = loss
             self.lost.set()
             self._state.notify_all()
-        if was_holding and not requested and self._on_lost is not None:
-            self._on_lost(reason)
+        if was_holding and not requested:
+            if self._loss_hook is not None:
+                self._loss_hook(self)
+            if self._on_lost is not None:
+                self._on_lost(reason)
 
     def _finish(self, end: _End) -> None:
         self.end_code, self.end_details = end.code, end.details
@@ -236,6 +319,6 @@ class HolderStream:
             reason = self.ok_end_reason
         else:
             reason = f"stream ended {end.code.name}: {end.details}"
-        self._lose(reason)
+        self._lose(reason, loss_for_status(end.code))
         self._outbox.put(None)
         self._done.set()

@@ -25,17 +25,20 @@ Typical use::
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Callable, Iterator, Optional
 
 import grpc
 
-from zkgate._stream import HolderStream, Target, channel_for
+from zkgate._fleet import FAILOVER_CODES, Backoff, Target, fleet_for
+from zkgate._stream import HolderStream, unary
 from zkgate.v1 import election_pb2 as pb
 from zkgate.v1 import election_pb2_grpc as pb_grpc
 
 __all__ = [
     "Campaign",
     "LeadershipLost",
+    "candidates",
     "elect",
     "leader",
     "observe",
@@ -78,6 +81,9 @@ class Campaign(HolderStream):
         value: bytes = b"",
         *,
         on_lost: Optional[Callable[[str], None]] = None,
+        start: Optional[int] = None,
+        _loss_hook: Optional[Callable[[HolderStream], None]] = None,
+        _grant_hook: Optional[Callable[[HolderStream], None]] = None,
     ):
         self.election = election
         self.candidate = candidate
@@ -88,9 +94,11 @@ class Campaign(HolderStream):
             pb.CampaignRequest(join=pb.Join(election=election, candidate=candidate, value=value)),
             election,
             on_lost,
+            start,
+            _loss_hook,
+            _grant_hook,
         )
         self.elected = self._granted
-        self._stub = pb_grpc.ElectionStub(self._channel)
 
     def _leave_request(self) -> pb.CampaignRequest:
         return pb.CampaignRequest(resign=pb.ResignCandidacy())
@@ -127,13 +135,14 @@ class Campaign(HolderStream):
 
     # ----------------------------------------------------------------------------- actions
 
-    def proclaim(self, value: bytes, timeout: float = 10.0) -> pb.Leader:
+    def proclaim(self, value: bytes, timeout: Optional[float] = None) -> pb.Leader:
         """Replaces the leader's value (the unary ``Proclaim`` by lease, so a refusal does not
         end the campaign). Raises ``grpc.RpcError`` (``FAILED_PRECONDITION`` if not leader)."""
         if self.lease is None:
             self.wait_queued(timeout)
-        response = self._stub.Proclaim(
-            pb.ProclaimRequest(lease=self.lease, value=value), timeout=timeout
+        request = pb.ProclaimRequest(lease=self.lease, value=value)
+        response = unary(
+            self.fleet, lambda ch, t: pb_grpc.ElectionStub(ch).Proclaim(request, timeout=t), timeout
         )
         return response.leader
 
@@ -167,30 +176,76 @@ def elect(
         campaign.close()
 
 
-def leader(target: Target, election: str, timeout: float = 10.0) -> Optional[pb.Leader]:
+def leader(target: Target, election: str, timeout: Optional[float] = None) -> Optional[pb.Leader]:
     """The election's current leader, or ``None`` when nobody leads."""
-    channel, own = channel_for(target)
+    request = pb.LeaderRequest(election=election)
     try:
-        stub = pb_grpc.ElectionStub(channel)
-        return stub.Leader(pb.LeaderRequest(election=election), timeout=timeout).leader
+        return unary(
+            target, lambda ch, t: pb_grpc.ElectionStub(ch).Leader(request, timeout=t), timeout
+        ).leader
     except grpc.RpcError as e:
         if e.code() == grpc.StatusCode.NOT_FOUND:
             return None
         raise
-    finally:
-        if own:
-            channel.close()
+
+
+def candidates(
+    target: Target, election: str, page_size: int = 0, timeout: Optional[float] = None
+) -> pb.CandidatesResponse:
+    """The whole queue in order (``candidates``) and its size (``total``), following
+    ``next_page_token`` through every page (``page_size`` per request; 0: as many as fit)."""
+    stub_call = lambda ch, t, req: pb_grpc.ElectionStub(ch).Candidates(req, timeout=t)  # noqa: E731
+    out = pb.CandidatesResponse()
+    token = ""
+    while True:
+        req = pb.CandidatesRequest(election=election, page_size=page_size, page_token=token)
+        page = unary(target, lambda ch, t: stub_call(ch, t, req), timeout)
+        out.candidates.extend(page.candidates)
+        out.total = page.total
+        token = page.next_page_token
+        if not token:
+            return out
 
 
 def observe(target: Target, election: str) -> Iterator[Optional[pb.Leader]]:
     """Yields the election's leader (``None`` while vacant): the current state first, then one
-    value per change. Closing the generator (e.g. ``break``) ends the stream."""
-    channel, own = channel_for(target)
-    call = pb_grpc.ElectionStub(channel).Observe(pb.ObserveRequest(election=election))
+    value per change. Closing the generator (e.g. ``break``) ends the stream.
+
+    When the stream fails (the gateway drains, dies, or loses its session) it observes again on
+    the fleet's next endpoint after a backoff, and never yields a leader whose fencing token is
+    lower than one it already yielded (a reconnect's first message may be older than what was
+    seen). Errors other than ``UNAVAILABLE``/``ABORTED`` end the generator with the error.
+    """
+    fleet, own = fleet_for(target)
+    backoff = Backoff()
+    highest = 0
+    index = fleet.current
+    call = None
     try:
-        for response in call:
-            yield response.leader if response.HasField("leader") else None
+        while True:
+            call = pb_grpc.ElectionStub(fleet.channel(index)).Observe(
+                pb.ObserveRequest(election=election)
+            )
+            try:
+                for response in call:
+                    backoff.reset()
+                    if response.HasField("leader"):
+                        if response.leader.fencing_token < highest:
+                            continue  # older than what was already delivered
+                        highest = response.leader.fencing_token
+                        yield response.leader
+                    else:
+                        yield None
+                code = grpc.StatusCode.OK
+            except grpc.RpcError as e:
+                code = e.code()
+                if code not in FAILOVER_CODES and code != grpc.StatusCode.ABORTED:
+                    raise
+            if code in FAILOVER_CODES:
+                index = fleet.moved_on(index)
+            threading.Event().wait(backoff.next())
     finally:
-        call.cancel()
+        if call is not None:
+            call.cancel()
         if own:
-            channel.close()
+            fleet.close()

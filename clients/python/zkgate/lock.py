@@ -23,7 +23,8 @@ from typing import Callable, Iterator, Optional
 import grpc
 from google.protobuf import duration_pb2
 
-from zkgate._stream import HolderStream, Target, channel_for
+from zkgate._fleet import Target
+from zkgate._stream import HolderStream, unary
 from zkgate.v1 import lock_pb2 as pb
 from zkgate.v1 import lock_pb2_grpc as pb_grpc
 
@@ -81,6 +82,9 @@ class Lock(HolderStream):
         wait_timeout: Optional[float] = None,
         ttl: Optional[float] = None,
         on_lost: Optional[Callable[[str], None]] = None,
+        start: Optional[int] = None,
+        _loss_hook: Optional[Callable[[HolderStream], None]] = None,
+        _grant_hook: Optional[Callable[[HolderStream], None]] = None,
     ):
         if mode not in _MODES:
             raise ValueError(f"mode must be 'write' or 'read', not {mode!r}")
@@ -101,6 +105,9 @@ class Lock(HolderStream):
             pb.AcquireRequest(acquire=request),
             name,
             on_lost,
+            start,
+            _loss_hook,
+            _grant_hook,
         )
         self.acquired = self._granted
         if ttl is not None:
@@ -184,34 +191,34 @@ def lock(
         held.close()
 
 
-def holders(target: Target, name: str, timeout: float = 10.0) -> pb.HoldersResponse:
-    """The lock's current holders (no leases) and how many wait."""
-    channel, own = channel_for(target)
-    try:
-        return pb_grpc.LockStub(channel).Holders(pb.HoldersRequest(name=name), timeout=timeout)
-    finally:
-        if own:
-            channel.close()
+def holders(
+    target: Target, name: str, page_size: int = 0, timeout: Optional[float] = None
+) -> pb.HoldersResponse:
+    """The lock's current holders (no leases), ``waiting`` and ``total``, following
+    ``next_page_token`` through every page (``page_size`` per request; 0: as many as fit)."""
+    out = pb.HoldersResponse()
+    token = ""
+    while True:
+        req = pb.HoldersRequest(name=name, page_size=page_size, page_token=token)
+        page = unary(target, lambda ch, t: pb_grpc.LockStub(ch).Holders(req, timeout=t), timeout)
+        out.holders.extend(page.holders)
+        out.waiting, out.total = page.waiting, page.total
+        token = page.next_page_token
+        if not token:
+            return out
 
 
-def release(target: Target, lease: str, timeout: float = 10.0) -> None:
+def release(target: Target, lease: str, timeout: Optional[float] = None) -> None:
     """Releases a hold (or withdraws a request) by its lease, from any process or gateway."""
-    channel, own = channel_for(target)
-    try:
-        pb_grpc.LockStub(channel).Release(pb.ReleaseRequest(lease=lease), timeout=timeout)
-    finally:
-        if own:
-            channel.close()
+    req = pb.ReleaseRequest(lease=lease)
+    unary(target, lambda ch, t: pb_grpc.LockStub(ch).Release(req, timeout=t), timeout)
 
 
-def validate(target: Target, name: str, fencing_token: int, timeout: float = 10.0) -> bool:
+def validate(
+    target: Target, name: str, fencing_token: int, timeout: Optional[float] = None
+) -> bool:
     """Whether ``fencing_token`` belongs to a current holder of ``name``."""
-    channel, own = channel_for(target)
-    try:
-        response = pb_grpc.LockStub(channel).Validate(
-            pb.LockValidateRequest(name=name, fencing_token=fencing_token), timeout=timeout
-        )
-        return response.current
-    finally:
-        if own:
-            channel.close()
+    req = pb.LockValidateRequest(name=name, fencing_token=fencing_token)
+    return unary(
+        target, lambda ch, t: pb_grpc.LockStub(ch).Validate(req, timeout=t), timeout
+    ).current

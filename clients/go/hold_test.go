@@ -1,0 +1,149 @@
+package zkgate
+
+// The holder stream's rules without a gateway: a scripted stream feeds events and an end, and
+// the tests check which loss (if any) is decided.
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+type scriptedRPC struct {
+	ctx    context.Context
+	events chan event
+	end    chan error
+	leaves chan struct{}
+}
+
+func (r *scriptedRPC) recv() (event, error) {
+	select {
+	case e := <-r.events:
+		return e, nil
+	case err := <-r.end:
+		return event{}, err
+	case <-r.ctx.Done():
+		return event{}, status.Error(codes.Canceled, "context canceled")
+	}
+}
+
+// sendLeave: the gateway deletes the znode and ends the stream OK (gRPC's io.EOF).
+func (r *scriptedRPC) sendLeave() error {
+	r.leaves <- struct{}{}
+	r.end <- io.EOF
+	return nil
+}
+
+func (r *scriptedRPC) sendKeepAlive() error { return nil }
+
+func scripted(t *testing.T) (*stream, *scriptedRPC) {
+	t.Helper()
+	c, err := New(WithEndpoints("gw:1"), WithCallTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	r := &scriptedRPC{ctx: ctx, events: make(chan event), end: make(chan error, 1), leaves: make(chan struct{}, 1)}
+	s := newStream(c, 0, cancel, r)
+	go s.run(ctx)
+	return s, r
+}
+
+func waitDone(t *testing.T, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("timed out")
+	}
+}
+
+func granted(silence time.Duration) event {
+	return event{kind: evGranted, token: 7, silence: silence}
+}
+
+func TestSuspendedLosesOnlyAGrantedHold(t *testing.T) {
+	s, r := scripted(t)
+	r.events <- event{kind: evQueued, lease: "L", position: 1}
+	r.events <- event{kind: evSuspended, stopWithin: time.Second}
+	r.events <- event{kind: evResumed}
+	if isClosed(s.done) {
+		t.Fatal("a queued candidate lost on suspended")
+	}
+	r.events <- granted(0)
+	r.events <- event{kind: evSuspended, stopWithin: time.Second}
+	waitDone(t, s.done)
+	waitDone(t, s.ended) // the helper cancelled the stream
+	if s.reason() != LossSuspended || s.fencingToken() != 7 || s.getLease() != "L" {
+		t.Fatalf("reason %q token %d lease %q", s.reason(), s.fencingToken(), s.getLease())
+	}
+	var lost *LostError
+	if !errors.As(s.err(), &lost) || lost.Reason != LossSuspended {
+		t.Fatalf("err %v", s.err())
+	}
+}
+
+func TestStreamEndsReadByStatus(t *testing.T) {
+	for _, tc := range []struct {
+		end  error
+		want LossReason
+	}{
+		{io.EOF, LossEnded}, // OK
+		{status.Error(codes.Unavailable, "draining"), LossUnavailable},
+		{status.Error(codes.Aborted, "session lost"), LossEnded},
+		{status.Error(codes.Internal, "odd"), LossEnded},
+	} {
+		s, r := scripted(t)
+		r.events <- granted(0)
+		r.end <- tc.end
+		waitDone(t, s.ended)
+		if s.reason() != tc.want || !isClosed(s.done) {
+			t.Errorf("end %v: reason %q, want %q", tc.end, s.reason(), tc.want)
+		}
+	}
+}
+
+func TestSilenceLosesAfterTheLimitButHeartbeatsKeepIt(t *testing.T) {
+	const silence = 300 * time.Millisecond
+	s, r := scripted(t)
+	r.events <- granted(silence)
+	// Heartbeats at a sixth of the limit (room for a slow machine) keep the hold for two limits.
+	for i := 0; i < 12; i++ {
+		time.Sleep(silence / 6)
+		r.events <- event{kind: evHeartbeat}
+	}
+	if isClosed(s.done) {
+		t.Fatalf("lost while heartbeats arrived: %v", s.err())
+	}
+	last := time.Now()
+	waitDone(t, s.done)
+	if took := time.Since(last); took < silence {
+		t.Fatalf("silence decided after %v, before the limit %v", took, silence)
+	}
+	if s.reason() != LossSilence {
+		t.Fatalf("reason %q", s.reason())
+	}
+	waitDone(t, s.ended) // the helper cancelled the stream
+}
+
+func TestLeaveIsARelease(t *testing.T) {
+	s, r := scripted(t)
+	r.events <- granted(time.Hour)
+	if err := s.leave(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-r.leaves
+	if !errors.Is(s.err(), ErrReleased) || s.reason() != "" || !isClosed(s.done) {
+		t.Fatalf("after leave: err %v reason %q", s.err(), s.reason())
+	}
+	// A second leave, or one after a loss, does nothing.
+	if err := s.leave(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,94 @@
+package io.zkgate;
+
+import java.time.Duration;
+import java.util.Optional;
+
+/**
+ * A granted hold: the leadership of an election ({@link LeaderSelector}) or a lock
+ * ({@link LockSelector}, {@link ZkgateLock}). Pass {@link #fencingToken()} to the services you
+ * write to, so that they can refuse a stale holder.
+ */
+public final class Leadership {
+    private final String name;
+    private final String holder;
+    private final Endpoint endpoint;
+    private final long fencingToken;
+    private final Duration silenceLimit;
+    private final HoldStream stream;
+    private volatile LossReason lost;
+
+    Leadership(HoldSpec spec, Endpoint endpoint, HoldSpec.Event granted, HoldStream stream) {
+        this.name = spec.name;
+        this.holder = spec.holder;
+        this.endpoint = endpoint;
+        this.fencingToken = granted.token();
+        this.silenceLimit = granted.silenceLimit();
+        this.stream = stream;
+    }
+
+    /** The election or lock name. */
+    public String name() {
+        return name;
+    }
+
+    /** The candidate or owner id this hold was asked for with. */
+    public String holder() {
+        return holder;
+    }
+
+    /**
+     * The fencing token: every later holder of the name has a larger one. Unsigned 64-bit:
+     * compare with {@link Long#compareUnsigned}, print with {@link #fencingTokenString()}.
+     */
+    public long fencingToken() {
+        return fencingToken;
+    }
+
+    /** The fencing token in decimal (the form JSON and other languages use). */
+    public String fencingTokenString() {
+        return Long.toUnsignedString(fencingToken);
+    }
+
+    /** The gateway that granted it. */
+    public Endpoint endpoint() {
+        return endpoint;
+    }
+
+    /** How long silence on the stream may last before the hold counts as lost. */
+    public Duration silenceLimit() {
+        return silenceLimit;
+    }
+
+    /** Whether it is still held (no loss decided, not given up). */
+    public boolean isHeld() {
+        return lost == null && !stream.over.isDone();
+    }
+
+    /** Why it was lost, once it was. */
+    public Optional<LossReason> lossReason() {
+        return Optional.ofNullable(lost);
+    }
+
+    /**
+     * The lease: the capability to resign or release this hold from anywhere
+     * ({@link ZkgateClient#resign}, {@link ZkgateClient#release}). Keep it secret.
+     */
+    public String lease() {
+        return stream.lease();
+    }
+
+    /** Replaces the leader's value without a new election (in-stream {@code proclaim}). */
+    public void proclaim(byte[] value) {
+        stream.proclaim(value);
+    }
+
+    void markLost(LossReason reason) {
+        lost = reason;
+    }
+
+    @Override
+    public String toString() {
+        return "Leadership[" + name + " as " + holder + " via " + endpoint + ", token " + fencingTokenString()
+                + (lost == null ? "" : ", lost: " + lost.wire()) + "]";
+    }
+}

@@ -1,0 +1,152 @@
+package io.zkgate;
+
+import static io.zkgate.Fixture.await;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Optional;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/** Elections on gateway 1: order, handover on close, resign by lease, Leader, Validate, Observe. */
+class ElectionTest {
+    static final Duration WAIT = Duration.ofSeconds(10);
+    static ZkgateClient client;
+
+    @BeforeAll
+    static void connect() {
+        client = Fixture.client(Fixture.gw1());
+    }
+
+    @AfterAll
+    static void disconnect() {
+        client.close();
+    }
+
+    @Test
+    void candidatesLeadInJoinOrderWithRisingTokens() throws Exception {
+        String e = Fixture.name("order");
+        List<Fixture.Recorder> recs = new ArrayList<>();
+        List<LeaderSelector> sels = new ArrayList<>();
+        try {
+            for (String id : List.of("a", "b", "c")) {
+                Fixture.Recorder r = new Fixture.Recorder(id);
+                recs.add(r);
+                sels.add(client.leaderSelector(e, id, r).start());
+                int n = recs.size();
+                // The next one joins only after this one is in the queue, so join order is known.
+                await(id + " queued", WAIT, () -> client.candidates(e).getTotal() == n);
+            }
+            await("a elected", WAIT, () -> recs.get(0).grantCount() == 1);
+            assertEquals(Optional.of("a"), client.leader(e).map(LeaderInfo::candidate));
+            assertTrue(sels.get(0).hasLeadership());
+            assertFalse(sels.get(1).hasLeadership());
+            long previous = recs.get(0).grant(0).fencingToken();
+            assertTrue(client.validateLeader(e, previous));
+            for (int i = 1; i < 3; i++) {
+                sels.get(i - 1).close();
+                Fixture.Recorder next = recs.get(i);
+                await(next.id + " elected", WAIT, () -> next.grantCount() == 1);
+                assertEquals(1, recs.get(i - 1).interruptCount(), "close interrupts takeLeadership");
+                assertEquals(0, recs.get(i - 1).lossCount(), "a close is not a loss");
+                long token = next.grant(0).fencingToken();
+                assertTrue(Long.compareUnsigned(token, previous) > 0, "tokens rise");
+                assertFalse(client.validateLeader(e, previous), "the old token is stale");
+                assertTrue(client.validateLeader(e, token));
+                previous = token;
+            }
+            sels.get(2).close();
+            await("vacant", WAIT, () -> client.leader(e).isEmpty());
+        } finally {
+            sels.forEach(LeaderSelector::close);
+        }
+    }
+
+    @Test
+    void returningFromTakeLeadershipResignsAndRequeues() throws Exception {
+        String e = Fixture.name("relinquish");
+        Fixture.Recorder once = new Fixture.Recorder("once");
+        once.returnAtOnce = true;
+        Fixture.Recorder other = new Fixture.Recorder("other");
+        try (LeaderSelector s1 = client.leaderSelector(e, "once", once).autoRequeue(false).start()) {
+            await("once elected", WAIT, () -> once.grantCount() == 1);
+            assertTrue(s1.awaitEnd(WAIT), "without auto-requeue the selector ends after one term");
+            await("vacant after the resign", WAIT, () -> client.leader(e).isEmpty());
+            assertEquals(0, once.lossCount());
+        }
+        // With auto-requeue (the default) it campaigns again and leads again.
+        once.returnAtOnce = true;
+        try (LeaderSelector s = client.leaderSelector(e, "again", once).start();
+                LeaderSelector s2 = client.leaderSelector(e, "other", other)) {
+            await("elected twice more", WAIT, () -> once.grantCount() >= 3);
+            s2.start();
+            await("other gets a turn", WAIT, () -> other.grantCount() == 1);
+        }
+    }
+
+    @Test
+    void resignByLeaseElsewhereIsALossAndRequeues() throws Exception {
+        String e = Fixture.name("lease");
+        Fixture.Recorder r = new Fixture.Recorder("r");
+        try (LeaderSelector s = client.leaderSelector(e, "r", r).start()) {
+            await("elected", WAIT, () -> r.grantCount() == 1);
+            Leadership first = r.grant(0);
+            assertTrue(client.resign(first.lease()));
+            await("lost", WAIT, () -> r.lossCount() == 1);
+            assertEquals(LossReason.ENDED, r.losses.get(0));
+            await("interrupted", WAIT, () -> r.interruptCount() == 1);
+            assertFalse(first.isHeld());
+            await("re-elected", WAIT, () -> r.grantCount() == 2);
+            assertTrue(Long.compareUnsigned(r.grant(1).fencingToken(), first.fencingToken()) > 0);
+            assertFalse(client.resign(first.lease()), "a spent lease is NOT_FOUND");
+        }
+    }
+
+    @Test
+    void observeSeesLeadersAndVacancies() throws Exception {
+        String e = Fixture.name("observe");
+        List<Optional<LeaderInfo>> seen = new ArrayList<>();
+        try (Observation o = client.observe(e, x -> {
+            synchronized (seen) {
+                seen.add(x);
+            }
+        })) {
+            await("the vacant state first", WAIT, () -> {
+                synchronized (seen) {
+                    return seen.size() == 1 && seen.get(0).isEmpty();
+                }
+            });
+            Fixture.Recorder a = new Fixture.Recorder("a");
+            Fixture.Recorder b = new Fixture.Recorder("b");
+            try (LeaderSelector sa = client.leaderSelector(e, "a", a).value("hello".getBytes()).start()) {
+                await("a observed", WAIT, () -> {
+                    synchronized (seen) {
+                        return seen.get(seen.size() - 1).map(l -> l.candidate().equals("a")).orElse(false);
+                    }
+                });
+                synchronized (seen) {
+                    assertEquals("hello", new String(seen.get(seen.size() - 1).get().value()));
+                }
+                try (LeaderSelector sb = client.leaderSelector(e, "b", b).start()) {
+                    await("b queued", WAIT, () -> client.candidates(e).getTotal() == 2);
+                    sa.close();
+                    await("b observed", WAIT, () -> {
+                        synchronized (seen) {
+                            return seen.get(seen.size() - 1).map(l -> l.candidate().equals("b")).orElse(false);
+                        }
+                    });
+                }
+            }
+            await("vacancy observed", WAIT, () -> {
+                synchronized (seen) {
+                    return seen.get(seen.size() - 1).isEmpty();
+                }
+            });
+        }
+    }
+}

@@ -1,0 +1,556 @@
+//! One Campaign or Acquire stream — a hold — driven by a task of its own, so that loss is
+//! noticed (and `lost()` fires) even while the caller is busy with leader-only work: the
+//! gateway's `suspended`, the stream's end, and the silence watchdog.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_stream::{Stream, StreamExt};
+use tokio_util::sync::CancellationToken;
+use tonic::{Code, Status};
+
+use crate::endpoint::Endpoint;
+use crate::pb::Leader;
+use crate::Error;
+
+/// How long `resign()` / `release()` wait for the gateway to confirm (end the stream) before
+/// they just cancel it, which releases the znode too, only unconfirmed.
+pub const GIVE_UP_CONFIRMATION: Duration = Duration::from_secs(1);
+
+/// Why a hold (leadership or a lock, or a place in the queue) was lost. Reported once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LossReason {
+    /// The gateway sent `suspended` while we held: it lost ZooKeeper, so the hold is
+    /// uncertain. Stop hold-only work now.
+    Suspended,
+    /// Nothing at all arrived for `silence_limit` while we held: the gateway may be frozen
+    /// or cut off from us (the watchdog).
+    Silence,
+    /// The stream failed with `UNAVAILABLE` or on the transport: the gateway drains (SIGTERM)
+    /// or crashed, or the connection broke. Campaign again on another gateway.
+    Unavailable,
+    /// The stream ended any other way: `ABORTED` (the gateway's session was lost), `OK` after a
+    /// resign or release by lease elsewhere, an expired lock ttl, a wait timeout.
+    Ended,
+}
+
+impl LossReason {
+    /// `suspended`, `silence`, `unavailable` or `ended`, as in the conformance agent's output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LossReason::Suspended => "suspended",
+            LossReason::Silence => "silence",
+            LossReason::Unavailable => "unavailable",
+            LossReason::Ended => "ended",
+        }
+    }
+
+    /// Whether campaigning again should move to the next endpoint (the gateway itself is the
+    /// likely problem) rather than stay on this one.
+    pub fn moves_endpoint(self) -> bool {
+        matches!(self, LossReason::Unavailable | LossReason::Silence)
+    }
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Whether a status means "this gateway cannot serve now, try another": `UNAVAILABLE`, or a
+/// transport failure (tonic attaches the I/O or HTTP/2 error as the source; statuses the
+/// gateway sends have none).
+pub fn is_transport_failure(status: &Status) -> bool {
+    status.code() == Code::Unavailable
+        || (matches!(
+            status.code(),
+            Code::Unknown | Code::Internal | Code::Cancelled
+        ) && std::error::Error::source(status).is_some())
+}
+
+/// The loss reason for a stream that failed with `status`.
+pub fn classify(status: &Status) -> LossReason {
+    if is_transport_failure(status) {
+        LossReason::Unavailable
+    } else {
+        LossReason::Ended
+    }
+}
+
+/// The hold was granted: `elected` or `acquired`.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub fencing_token: u64,
+    /// A holder that hears nothing for this long must assume it lost (the watchdog does).
+    pub silence_limit: Option<Duration>,
+    /// For leadership: the leader as elected, then as proclaimed.
+    pub leader: Option<Leader>,
+}
+
+/// What a hold's stream reports, in order. Heartbeats are not reported (the watchdog
+/// consumes them).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum HoldEvent {
+    /// Always first: the znode exists, `position` members are ahead.
+    Queued { position: u32 },
+    /// `elected` / `acquired`.
+    Granted(Grant),
+    /// The gateway lost ZooKeeper. While holding, a [`HoldEvent::Lost`] follows at once.
+    Suspended { stop_within: Option<Duration> },
+    /// The same ZooKeeper session is back (only seen while queued: a holder has already lost).
+    Resumed,
+    /// The leader's value changed.
+    Proclaimed(Leader),
+    /// The hold (or the place in the queue) is gone or can no longer be trusted. Last event.
+    Lost(LossReason),
+}
+
+/// A decoded message of either stream.
+#[derive(Debug)]
+pub(crate) enum Raw {
+    Queued { lease: String, position: u32 },
+    Granted(Grant),
+    Suspended { stop_within: Option<Duration> },
+    Resumed,
+    Proclaimed(Leader),
+    Heartbeat,
+}
+
+pub(crate) type RawStream = Pin<Box<dyn Stream<Item = Result<Raw, Status>> + Send>>;
+
+/// Sends `keep_alive{}` on the stream.
+pub(crate) type KeepAlive = (Duration, Box<dyn FnMut() + Send>);
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct State {
+    pub granted: Option<Grant>,
+    pub lost: Option<LossReason>,
+    /// How the stream ended, once it has.
+    pub end: Option<(Code, String)>,
+}
+
+/// The shared part of [`crate::Leadership`] and [`crate::LockHold`].
+pub(crate) struct HoldCore {
+    pub lease: String,
+    pub position: u32,
+    pub endpoint: Endpoint,
+    give_up: Option<Box<dyn FnOnce() + Send + Sync>>,
+    state: watch::Receiver<State>,
+    events: mpsc::UnboundedReceiver<HoldEvent>,
+    lost: CancellationToken,
+    stop: CancellationToken,
+    releasing: Arc<AtomicBool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl HoldCore {
+    /// Reads the first message (`queued`) and hands the stream to a task. `keep_after_loss`:
+    /// see [`crate::HoldOptions`].
+    pub(crate) async fn start(
+        mut stream: RawStream,
+        give_up: Box<dyn FnOnce() + Send + Sync>,
+        keep_alive: Option<KeepAlive>,
+        endpoint: Endpoint,
+        keep_after_loss: bool,
+    ) -> Result<HoldCore, Error> {
+        let (lease, position) = match stream.next().await {
+            Some(Ok(Raw::Queued { lease, position })) => (lease, position),
+            Some(Err(status)) => return Err(Error::Status(status)),
+            None => {
+                return Err(Error::Status(Status::unknown(
+                    "the gateway ended the stream before queued",
+                )))
+            }
+            Some(Ok(other)) => {
+                return Err(Error::Status(Status::internal(format!(
+                    "the gateway sent {other:?} before queued"
+                ))))
+            }
+        };
+        let (state_tx, state) = watch::channel(State::default());
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let _ = events_tx.send(HoldEvent::Queued { position });
+        let lost = CancellationToken::new();
+        let stop = CancellationToken::new();
+        let releasing = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(drive(Drive {
+            stream,
+            state: state_tx,
+            events: events_tx,
+            lost: lost.clone(),
+            stop: stop.clone(),
+            releasing: releasing.clone(),
+            keep_alive,
+            keep_after_loss,
+        }));
+        Ok(HoldCore {
+            lease,
+            position,
+            endpoint,
+            give_up: Some(give_up),
+            state,
+            events,
+            lost,
+            stop,
+            releasing,
+            task: Some(task),
+        })
+    }
+
+    pub(crate) fn state(&self) -> State {
+        self.state.borrow().clone()
+    }
+
+    /// Waits until the hold is granted.
+    pub(crate) async fn granted(&self) -> Result<Grant, Error> {
+        let mut rx = self.state.clone();
+        loop {
+            {
+                let s = rx.borrow_and_update();
+                if let Some(reason) = s.lost {
+                    return Err(match &s.end {
+                        Some((Code::DeadlineExceeded, _)) => Error::NotAcquired,
+                        Some((code, msg)) if s.granted.is_none() && *code != Code::Ok => {
+                            Error::Status(Status::new(*code, msg.clone()))
+                        }
+                        _ => Error::Lost(reason),
+                    });
+                }
+                if let Some(g) = &s.granted {
+                    return Ok(g.clone());
+                }
+            }
+            if rx.changed().await.is_err() {
+                return Err(Error::Lost(LossReason::Ended));
+            }
+        }
+    }
+
+    pub(crate) fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
+        let mut rx = self.state.clone();
+        async move {
+            loop {
+                if let Some(r) = rx.borrow_and_update().lost {
+                    return r;
+                }
+                if rx.changed().await.is_err() {
+                    // Released by us: the task is gone without a loss. Nothing will come.
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn end_status(&self) -> Option<Status> {
+        self.state
+            .borrow()
+            .end
+            .as_ref()
+            .map(|(code, msg)| Status::new(*code, msg.clone()))
+    }
+
+    pub(crate) fn lost_token(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    pub(crate) async fn next_event(&mut self) -> Option<HoldEvent> {
+        self.events.recv().await
+    }
+
+    /// Gives the hold up in-stream and waits (at most [`GIVE_UP_CONFIRMATION`]) for the
+    /// gateway to end the stream; then cancels whatever is left.
+    pub(crate) async fn release(mut self) {
+        self.releasing.store(true, Ordering::SeqCst);
+        if let Some(give_up) = self.give_up.take() {
+            give_up();
+        }
+        if let Some(task) = self.task.as_mut() {
+            let _ = tokio::time::timeout(GIVE_UP_CONFIRMATION, task).await;
+        }
+        // Drop cancels the stream if the gateway did not end it.
+    }
+}
+
+impl Drop for HoldCore {
+    fn drop(&mut self) {
+        // The task returns and drops the response stream: tonic resets the HTTP/2 stream, and
+        // the gateway deletes the znode.
+        self.stop.cancel();
+    }
+}
+
+struct Drive {
+    stream: RawStream,
+    state: watch::Sender<State>,
+    events: mpsc::UnboundedSender<HoldEvent>,
+    lost: CancellationToken,
+    stop: CancellationToken,
+    releasing: Arc<AtomicBool>,
+    keep_alive: Option<KeepAlive>,
+    keep_after_loss: bool,
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads the stream until it ends or the hold is dropped; decides loss once.
+async fn drive(mut d: Drive) {
+    // The watchdog runs only while holding: queued members get no heartbeats.
+    let mut watchdog: Option<(Duration, Instant)> = None;
+    let mut holding = false;
+    let mut lost = false;
+    let mut keep_alive = d.keep_alive.take().map(|(every, send)| {
+        let every = every.max(Duration::from_millis(1));
+        (
+            tokio::time::interval_at(Instant::now() + every, every),
+            send,
+        )
+    });
+    loop {
+        let deadline = watchdog.map(|(_, at)| at);
+        let reason = tokio::select! {
+            biased;
+            () = d.stop.cancelled() => return,
+            m = d.stream.next() => match m {
+                None => {
+                    d.state.send_modify(|s| s.end = Some((Code::Ok, String::new())));
+                    if lost || d.releasing.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    LossReason::Ended
+                }
+                Some(Err(status)) => {
+                    let reason = classify(&status);
+                    d.state.send_modify(|s| {
+                        s.end = Some((status.code(), status.message().to_owned()));
+                    });
+                    if lost || d.releasing.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    reason
+                }
+                Some(Ok(raw)) => {
+                    if lost {
+                        // Kept open for the caller's release; nothing changes any more.
+                        continue;
+                    }
+                    if let Some((limit, at)) = watchdog.as_mut() {
+                        *at = Instant::now() + *limit;
+                    }
+                    match raw {
+                        Raw::Heartbeat | Raw::Queued { .. } => continue,
+                        Raw::Granted(g) => {
+                            holding = true;
+                            watchdog = g.silence_limit.map(|l| (l, Instant::now() + l));
+                            d.state.send_modify(|s| s.granted = Some(g.clone()));
+                            let _ = d.events.send(HoldEvent::Granted(g));
+                            continue;
+                        }
+                        Raw::Suspended { stop_within } => {
+                            let _ = d.events.send(HoldEvent::Suspended { stop_within });
+                            if !holding {
+                                continue;
+                            }
+                            LossReason::Suspended
+                        }
+                        Raw::Resumed => {
+                            let _ = d.events.send(HoldEvent::Resumed);
+                            continue;
+                        }
+                        Raw::Proclaimed(leader) => {
+                            d.state.send_modify(|s| {
+                                if let Some(g) = s.granted.as_mut() {
+                                    g.leader = Some(leader.clone());
+                                }
+                            });
+                            let _ = d.events.send(HoldEvent::Proclaimed(leader));
+                            continue;
+                        }
+                    }
+                }
+            },
+            () = sleep_until_some(deadline), if deadline.is_some() && !lost => LossReason::Silence,
+            // Kept after a loss too (`keep_after_loss`): the lease must not lapse while the
+            // caller still stops its work.
+            _ = async { keep_alive.as_mut().expect("guarded").0.tick().await }, if keep_alive.is_some() => {
+                (keep_alive.as_mut().expect("guarded").1)();
+                continue;
+            }
+        };
+        // The loss, decided once.
+        // The token first: whoever sees the loss in the state also finds the token cancelled.
+        lost = true;
+        watchdog = None;
+        d.lost.cancel();
+        d.state.send_modify(|s| s.lost = Some(reason));
+        let _ = d.events.send(HoldEvent::Lost(reason));
+        let ended = d.state.borrow().end.is_some();
+        if ended || !d.keep_after_loss {
+            // Returning drops the stream: the gateway deletes the znode.
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn core(
+        msgs: Vec<Result<Raw, Status>>,
+        keep_after_loss: bool,
+    ) -> (
+        mpsc::UnboundedSender<Result<Raw, Status>>,
+        impl Future<Output = Result<HoldCore, Error>>,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        for m in msgs {
+            tx.send(m).unwrap();
+        }
+        let stream = Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx));
+        let ep = Endpoint::parse("127.0.0.1:1").unwrap();
+        (
+            tx,
+            HoldCore::start(stream, Box::new(|| {}), None, ep, keep_after_loss),
+        )
+    }
+
+    fn queued() -> Result<Raw, Status> {
+        Ok(Raw::Queued {
+            lease: "l".into(),
+            position: 0,
+        })
+    }
+
+    fn granted(limit_ms: u64) -> Result<Raw, Status> {
+        Ok(Raw::Granted(Grant {
+            fencing_token: 7,
+            silence_limit: Some(Duration::from_millis(limit_ms)),
+            leader: None,
+        }))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_while_holding_is_loss_but_not_while_queued() {
+        let (tx, open) = core(vec![queued()], false);
+        let mut h = open.await.unwrap();
+        // Queued: no watchdog, however long it is quiet.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(h.state().lost.is_none());
+        tx.send(granted(300)).unwrap();
+        assert_eq!(h.granted().await.unwrap().fencing_token, 7);
+        // Heartbeats keep it alive…
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            tx.send(Ok(Raw::Heartbeat)).unwrap();
+        }
+        assert!(h.state().lost.is_none());
+        // …silence does not.
+        let started = Instant::now();
+        assert_eq!(h.lost().await, LossReason::Silence);
+        assert!(started.elapsed() <= Duration::from_millis(301));
+        assert!(h.lost_token().is_cancelled());
+        assert!(matches!(
+            h.next_event().await,
+            Some(HoldEvent::Queued { .. })
+        ));
+        assert!(matches!(h.next_event().await, Some(HoldEvent::Granted(_))));
+        assert!(matches!(
+            h.next_event().await,
+            Some(HoldEvent::Lost(LossReason::Silence))
+        ));
+    }
+
+    #[tokio::test]
+    async fn suspended_is_loss_only_while_holding_and_statuses_classify() {
+        let (tx, open) = core(vec![queued()], false);
+        let h = open.await.unwrap();
+        tx.send(Ok(Raw::Suspended { stop_within: None })).unwrap();
+        tx.send(Ok(Raw::Resumed)).unwrap();
+        tx.send(granted(10_000)).unwrap();
+        h.granted().await.unwrap();
+        tx.send(Ok(Raw::Suspended { stop_within: None })).unwrap();
+        assert_eq!(h.lost().await, LossReason::Suspended);
+
+        for (status, reason) in [
+            (Status::unavailable("draining"), LossReason::Unavailable),
+            (Status::aborted("session lost"), LossReason::Ended),
+        ] {
+            let (tx, open) = core(vec![queued()], false);
+            let h = open.await.unwrap();
+            tx.send(Err(status)).unwrap();
+            assert_eq!(h.lost().await, reason);
+            assert!(matches!(h.granted().await, Err(Error::Status(_))));
+        }
+        // A wait timeout: not acquired.
+        let (tx, open) = core(vec![queued()], false);
+        let h = open.await.unwrap();
+        tx.send(Err(Status::deadline_exceeded("not in time")))
+            .unwrap();
+        assert!(matches!(h.granted().await, Err(Error::NotAcquired)));
+        // The end of the stream after holding.
+        let (tx, open) = core(vec![queued(), granted(10_000)], false);
+        let h = open.await.unwrap();
+        h.granted().await.unwrap();
+        drop(tx);
+        assert_eq!(h.lost().await, LossReason::Ended);
+        assert!(matches!(
+            h.granted().await,
+            Err(Error::Lost(LossReason::Ended))
+        ));
+    }
+
+    /// On loss the stream is cancelled at once (the gateway then deletes the znode), unless
+    /// `keep_after_loss`: then only on release or drop.
+    #[tokio::test(start_paused = true)]
+    async fn the_stream_is_cancelled_on_loss_unless_kept() {
+        let (tx, open) = core(vec![queued(), granted(100)], false);
+        let h = open.await.unwrap();
+        assert_eq!(h.lost().await, LossReason::Silence);
+        tokio::task::yield_now().await;
+        assert!(tx.is_closed(), "cancelled on loss");
+
+        let (tx, open) = core(vec![queued(), granted(100)], true);
+        let h = open.await.unwrap();
+        assert_eq!(h.lost().await, LossReason::Silence);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(!tx.is_closed(), "kept until released");
+        drop(h);
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        assert!(tx.is_closed(), "cancelled on drop");
+    }
+
+    #[tokio::test]
+    async fn a_first_message_other_than_queued_is_refused() {
+        let (_tx, open) = core(vec![granted(1)], false);
+        assert!(open.await.is_err());
+        let (_tx, open) = core(vec![Err(Status::invalid_argument("bad name"))], false);
+        match open.await {
+            Err(Error::Status(s)) => assert_eq!(s.code(), Code::InvalidArgument),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+    }
+
+    #[test]
+    fn transport_failures_are_recognised() {
+        assert!(is_transport_failure(&Status::unavailable("x")));
+        assert!(!is_transport_failure(&Status::unknown("x")));
+        assert!(!is_transport_failure(&Status::aborted("x")));
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        let from_transport = Status::from_error(Box::new(io));
+        assert!(is_transport_failure(&from_transport), "{from_transport:?}");
+    }
+}

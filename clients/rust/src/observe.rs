@@ -1,0 +1,206 @@
+//! `Observe` as a stream that survives its gateway: on a failure it reconnects (next endpoint,
+//! backoff), and it never delivers a fencing token lower than one it already delivered — a
+//! reconnect's first message comes from another gateway and may be older than what was seen.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::backoff::Backoff;
+use crate::hold::is_transport_failure;
+use crate::pb::election_client::ElectionClient;
+use crate::pb::{Leader, ObserveRequest};
+use crate::{Client, Error};
+
+/// The leader of an election (`None`: vacant) now and after every change. Items are `Err`
+/// only for a refusal that reconnecting cannot fix (a bad name); the stream then ends.
+/// Dropping it stops observing.
+///
+/// Observe streams carry no heartbeats: on a frozen gateway (SIGSTOP) the stream just goes
+/// quiet until the connection fails.
+pub struct Observer {
+    rx: mpsc::Receiver<Result<Option<Leader>, Error>>,
+    _stop: DropGuard,
+}
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer").finish_non_exhaustive()
+    }
+}
+
+impl Stream for Observer {
+    type Item = Result<Option<Leader>, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+/// What was last delivered, to keep tokens from going down across reconnects.
+#[derive(Debug, Default)]
+pub(crate) struct TokenFilter {
+    highest: Option<u64>,
+    last: Option<Option<(u64, String, Vec<u8>)>>,
+}
+
+impl TokenFilter {
+    /// Whether to deliver `leader`. `first_after_reconnect`: the first message of a new
+    /// stream, which repeats the current state (suppressed when unchanged).
+    pub(crate) fn admit(&mut self, leader: Option<&Leader>, first_after_reconnect: bool) -> bool {
+        let key = leader.map(|l| (l.fencing_token, l.candidate.clone(), l.value.clone()));
+        if let (Some(l), Some(h)) = (leader, self.highest) {
+            if l.fencing_token < h {
+                return false;
+            }
+        }
+        if first_after_reconnect && self.last.as_ref() == Some(&key) {
+            return false;
+        }
+        if let Some(l) = leader {
+            self.highest = Some(
+                self.highest
+                    .map_or(l.fencing_token, |h| h.max(l.fencing_token)),
+            );
+        }
+        self.last = Some(key);
+        true
+    }
+}
+
+pub(crate) fn start(client: Client, election: String) -> Observer {
+    let (tx, rx) = mpsc::channel(16);
+    let stop = CancellationToken::new();
+    tokio::spawn(run(client, election, tx, stop.clone()));
+    Observer {
+        rx,
+        _stop: stop.drop_guard(),
+    }
+}
+
+async fn run(
+    client: Client,
+    election: String,
+    tx: mpsc::Sender<Result<Option<Leader>, Error>>,
+    stop: CancellationToken,
+) {
+    let mut filter = TokenFilter::default();
+    let mut backoff = Backoff::default();
+    let mut connected_before = false;
+    loop {
+        let i = client.current();
+        let (ch, ep) = client.channel(i);
+        let req = ObserveRequest {
+            election: election.clone(),
+        };
+        let mut stub = ElectionClient::new(ch);
+        let opened = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            r = tokio::time::timeout(client.timeout(), stub.observe(req)) => r,
+        };
+        match opened {
+            Ok(Ok(resp)) => {
+                let mut s = resp.into_inner();
+                let mut first = connected_before;
+                loop {
+                    let m = tokio::select! {
+                        biased;
+                        () = stop.cancelled() => return,
+                        m = s.message() => m,
+                    };
+                    match m {
+                        Ok(Some(msg)) => {
+                            backoff.reset();
+                            connected_before = true;
+                            let deliver = filter.admit(msg.leader.as_ref(), first);
+                            first = false;
+                            if deliver && tx.send(Ok(msg.leader)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(status) if is_transport_failure(&status) => {
+                            tracing::debug!(endpoint = %ep, %status, "observe: reconnecting");
+                            break;
+                        }
+                        Err(status) => {
+                            let e = Error::Status(status);
+                            if e.is_permanent() {
+                                let _ = tx.send(Err(e)).await;
+                                return;
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok(Err(status)) if !is_transport_failure(&status) => {
+                let e = Error::Status(status);
+                if e.is_permanent() {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            }
+            Ok(Err(_)) | Err(_) => {}
+        }
+        client.fail_over_after(i);
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(backoff.next_delay()) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn l(token: u64, value: &str) -> Leader {
+        Leader {
+            fencing_token: token,
+            candidate: "c".into(),
+            value: value.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn tokens_never_go_down_across_reconnects() {
+        let mut f = TokenFilter::default();
+        assert!(f.admit(None, false), "the first state, vacant");
+        assert!(f.admit(Some(&l(10, "a")), false));
+        assert!(f.admit(Some(&l(10, "b")), false), "a proclaim: same token");
+        assert!(f.admit(None, false), "a vacancy");
+        assert!(f.admit(Some(&l(12, "x")), false));
+        // Reconnected to a gateway that lags: an older leader is not delivered…
+        assert!(!f.admit(Some(&l(10, "b")), true));
+        // …nor the same state again…
+        assert!(!f.admit(Some(&l(12, "x")), true));
+        // …but a newer one is, and so is a vacancy.
+        assert!(f.admit(Some(&l(13, "y")), false));
+        assert!(f.admit(None, true));
+        assert!(
+            !f.admit(Some(&l(12, "x")), false),
+            "never lower, reconnect or not"
+        );
+        assert!(f.admit(Some(&l(13, "y")), false));
+    }
+
+    #[test]
+    fn an_unchanged_state_after_a_reconnect_is_not_repeated() {
+        let mut f = TokenFilter::default();
+        assert!(f.admit(None, false));
+        assert!(!f.admit(None, true));
+        assert!(f.admit(Some(&l(5, "v")), false));
+        assert!(!f.admit(Some(&l(5, "v")), true));
+        assert!(
+            f.admit(Some(&l(5, "w")), true),
+            "proclaimed while disconnected"
+        );
+    }
+}
