@@ -93,7 +93,7 @@ impl Scale {
                 w1_rounds: 200,
                 w2_rounds_20ms: 100,
                 w2_rounds_150ms: 40,
-                throughput_secs: 6.0,
+                throughput_secs: 9.0,
                 w5_candidates: 2_000,
                 w5_failovers: 50,
                 observers: 10_000,

@@ -372,7 +372,7 @@ async fn throughput_workload(
     for slice in 0..SLICES {
         for (s, sys) in SYSTEMS.iter().enumerate() {
             phase(&format!(
-                "{workload}: {what}, {sys}, slice {} of {SLICES}, {secs} s",
+                "{workload}: {what}, {sys}, slice {} of {SLICES}, {secs:.1} s",
                 slice + 1
             ));
             let t = throughput(ctx, s, clients, name, secs).await;
