@@ -491,8 +491,8 @@ impl Report {
         md.push_str(
             "## How to read this\n\n\
              - Every workload runs zkgate, etcd and raw ZK under the same rules and in that order; \
-             W1 and W2 interleave the three in blocks (10 rounds in W1, one round in W2), so a \
-             change in the machine's load falls on all three.\n\
+             W1 and W2 interleave the three in blocks (10 rounds in W1, one round in W2), W3 and \
+             W4 in three slices each, so a change in the machine's load falls on all three.\n\
              - zkgate is measured through its gRPC API as a client sees it; etcd through its \
              v3election/v3lock gRPC API (each client on its own lease); raw ZK is the \
              `EPHEMERAL_SEQUENTIAL` + predecessor-watch recipe over one ZooKeeper session per \
