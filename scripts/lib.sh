@@ -48,6 +48,13 @@ ensure_zookeeper() {
     apt_install zookeeper
 }
 
+# etcd's server (Debian's etcd-server, 3.4), which only the benchmark program (bench/, run by
+# scripts/bench.sh) starts, to compare zkgate with etcd's election and lock APIs. Not part of
+# the test suite.
+ensure_etcd() {
+    [ -x /usr/bin/etcd ] || apt_install etcd-server
+}
+
 # promtool, which checks Prometheus rule files.
 ensure_promtool() {
     { command -v promtool && command -v prometheus; } >/dev/null 2>&1 || apt_install prometheus

@@ -1,0 +1,842 @@
+//! The workloads. Each runs the three systems under the same rules and in the same order
+//! (zkgate, etcd, raw ZK); the latency workloads interleave them in small blocks, so a change
+//! in the shared machine's load falls on all three alike.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use zookeeper_client as zkc;
+
+use zkgate::proto as zpb;
+
+use crate::clients::{self, channel, Client, Hold, Kind, Target};
+use crate::env::{self, Gateway, ZkCounters};
+use crate::phase;
+use crate::report::Report;
+use crate::stats::{Better, Row, Summary, SYSTEMS};
+use crate::Scale;
+
+pub struct Ctx {
+    pub targets: [Target; 3],
+    pub zk_addr: SocketAddr,
+    pub zk_pid: Option<u32>,
+    pub etcd_addr: SocketAddr,
+    pub gateway: Gateway,
+    pub gateway_bin: PathBuf,
+    pub scale: Scale,
+    pub report: Report,
+}
+
+/// What one system spent on a stretch of work: ZooKeeper's (or etcd's) log flushes, ZooKeeper's
+/// watch notifications, and the gateway's ZooKeeper requests by operation.
+#[derive(Debug, Clone, Default)]
+pub struct Cost {
+    pub fsyncs: f64,
+    pub notifications: f64,
+    pub requests: BTreeMap<String, f64>,
+}
+
+impl Cost {
+    fn add_delta(&mut self, before: &Cost, after: &Cost) {
+        self.fsyncs += after.fsyncs - before.fsyncs;
+        self.notifications += after.notifications - before.notifications;
+        for (op, v) in &after.requests {
+            *self.requests.entry(op.clone()).or_insert(0.0) +=
+                v - before.requests.get(op).copied().unwrap_or(0.0);
+        }
+    }
+}
+
+/// The counters of system `s` now. etcd's fsyncs come from its own `/metrics`
+/// (`etcd_disk_wal_fsync_duration_seconds_count`); it has no watch-notification counter.
+async fn counters(ctx: &Ctx, s: usize) -> Cost {
+    match s {
+        1 => {
+            let text = env::http_get(ctx.etcd_addr, "/metrics")
+                .await
+                .map(|(_, b)| b)
+                .unwrap_or_default();
+            Cost {
+                fsyncs: env::metric_sum(&text, "etcd_disk_wal_fsync_duration_seconds_count"),
+                ..Default::default()
+            }
+        }
+        _ => {
+            let ZkCounters {
+                fsyncs,
+                notifications,
+                ..
+            } = env::mntr(ctx.zk_addr).await;
+            let requests = if s == 0 {
+                ctx.gateway.zk_requests().await
+            } else {
+                BTreeMap::new()
+            };
+            Cost {
+                fsyncs,
+                notifications,
+                requests,
+            }
+        }
+    }
+}
+
+/// Lets work a system finished in the background (the gateway's clean-up after a stream
+/// ended, a watch notification in flight) land before its counters are read.
+const SETTLE: Duration = Duration::from_millis(50);
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Election => "election",
+        Kind::Lock => "lock",
+    }
+}
+
+fn some3(v: [f64; 3]) -> [Option<f64>; 3] {
+    v.map(Some)
+}
+
+/// A few acquisitions on each system, unmeasured: connections, JIT and caches warm.
+pub async fn warm_up(ctx: &mut Ctx) {
+    for t in &ctx.targets {
+        let mut c = Client::connect(t).await;
+        for kind in [Kind::Election, Kind::Lock] {
+            for i in 0..30 {
+                let name = format!("warm-{}", i % 3);
+                let h = c.hold(kind, &name).await;
+                h.release(&mut c).await;
+            }
+        }
+        c.close().await;
+    }
+}
+
+/// W1: one client acquires and releases, on a fresh name each time and on one reused name;
+/// the time from asking to holding. Interleaved in blocks of 10 rounds per system.
+pub async fn w1(ctx: &mut Ctx) {
+    let rounds = ctx.scale.w1_rounds;
+    phase(&format!(
+        "W1: acquire latency, {rounds} rounds per case and system"
+    ));
+    let mut cs = Vec::new();
+    for t in &ctx.targets {
+        cs.push(Client::connect(t).await);
+    }
+    for kind in [Kind::Election, Kind::Lock] {
+        for fresh in [true, false] {
+            let k = kind_name(kind);
+            let case = if fresh {
+                "fresh names"
+            } else {
+                "one name reused"
+            };
+            phase(&format!("W1: {k}, {case}"));
+            let mut samples: [Vec<Duration>; 3] = Default::default();
+            let mut cost: [Cost; 3] = Default::default();
+            let mut n = 0;
+            while n < rounds {
+                let b = 10.min(rounds - n);
+                for (s, c) in cs.iter_mut().enumerate() {
+                    tokio::time::sleep(SETTLE).await;
+                    let before = counters(ctx, s).await;
+                    for r in n..n + b {
+                        let name = if fresh {
+                            format!("w1-{k}-{r}")
+                        } else {
+                            format!("w1-{k}")
+                        };
+                        let t = Instant::now();
+                        let h = c.hold(kind, &name).await;
+                        samples[s].push(t.elapsed());
+                        h.release(c).await;
+                    }
+                    tokio::time::sleep(SETTLE).await;
+                    let after = counters(ctx, s).await;
+                    cost[s].add_delta(&before, &after);
+                }
+                n += b;
+            }
+            let label = format!("{k} acquire, {case}");
+            // Distributions drawn for the lock cases (the election ones look alike).
+            ctx.report
+                .latency("W1", &label, &samples, kind == Kind::Lock);
+            let per = |v: f64| Some(v / rounds as f64);
+            ctx.report.rows.push(
+                Row::new(
+                    "W1",
+                    &format!("fsyncs per {k} acquire + release, {case}"),
+                    "",
+                    Better::Count,
+                )
+                .values([
+                    per(cost[0].fsyncs),
+                    per(cost[1].fsyncs),
+                    per(cost[2].fsyncs),
+                ]),
+            );
+            ctx.report.rows.push(
+                Row::new(
+                    "W1",
+                    &format!("ZooKeeper watch notifications per {k} acquire + release, {case}"),
+                    "",
+                    Better::Count,
+                )
+                .values([
+                    per(cost[0].notifications),
+                    None,
+                    per(cost[2].notifications),
+                ]),
+            );
+            ctx.report.requests_per_op(
+                &format!("W1 {k} acquire + release, {case}"),
+                &cost[0].requests,
+                rounds as f64,
+            );
+        }
+    }
+    for c in cs {
+        c.close().await;
+    }
+}
+
+/// W2: a leader resigns while one waiter has been queued for `settle`; the time from the
+/// resignation to the waiter's election.
+pub async fn w2(ctx: &mut Ctx) {
+    for (settle_ms, rounds) in [
+        (150, ctx.scale.w2_rounds_150ms),
+        (20, ctx.scale.w2_rounds_20ms),
+    ] {
+        phase(&format!(
+            "W2: handoff to a waiter queued {settle_ms} ms earlier, {rounds} rounds per system"
+        ));
+        let settle = Duration::from_millis(settle_ms);
+        let name = format!("w2-{settle_ms}");
+        let mut pairs = Vec::new();
+        let mut leaders = Vec::new();
+        for t in &ctx.targets {
+            let mut pair = [Client::connect(t).await, Client::connect(t).await];
+            leaders.push(Some((0usize, pair[0].hold(Kind::Election, &name).await)));
+            pairs.push(pair);
+        }
+        let mut samples: [Vec<Duration>; 3] = Default::default();
+        for _ in 0..rounds {
+            for s in 0..3 {
+                let (li, hold) = leaders[s].take().expect("a leader");
+                let wi = 1 - li;
+                let pending = pairs[s][wi].enqueue(Kind::Election, &name, true).await;
+                tokio::time::sleep(settle).await;
+                let t = Instant::now();
+                let ((), (next, took)) = tokio::join!(hold.release(&mut pairs[s][li]), async {
+                    let h = pending.acquired().await;
+                    (h, t.elapsed())
+                });
+                samples[s].push(took);
+                leaders[s] = Some((wi, next));
+            }
+        }
+        for (s, mut pair) in pairs.into_iter().enumerate() {
+            let (li, hold) = leaders[s].take().expect("a leader");
+            hold.release(&mut pair[li]).await;
+            for c in pair {
+                c.close().await;
+            }
+        }
+        ctx.report.latency(
+            "W2",
+            &format!("handoff to a waiter queued {settle_ms} ms earlier"),
+            &samples,
+            true,
+        );
+    }
+}
+
+/// What a throughput run measured for one system.
+struct Throughput {
+    rate: f64,
+    waits: Vec<Duration>,
+    cost: Cost,
+    /// CPU used by ZooKeeper's JVM and by the gateway, as % of one core.
+    zk_cpu: f64,
+    gateway_cpu: f64,
+    /// CPU of this program (the clients).
+    bench_cpu: f64,
+    elapsed: Duration,
+    acquisitions: u64,
+}
+
+impl Throughput {
+    /// Adds another slice of the same run: counts and times add up, rates are recomputed.
+    fn merge(mut self, o: Throughput) -> Throughput {
+        let (a, b) = (self.elapsed.as_secs_f64(), o.elapsed.as_secs_f64());
+        let avg = |x: f64, y: f64| (x * a + y * b) / (a + b);
+        self.zk_cpu = avg(self.zk_cpu, o.zk_cpu);
+        self.gateway_cpu = avg(self.gateway_cpu, o.gateway_cpu);
+        self.bench_cpu = avg(self.bench_cpu, o.bench_cpu);
+        self.elapsed += o.elapsed;
+        self.acquisitions += o.acquisitions;
+        self.rate = self.acquisitions as f64 / self.elapsed.as_secs_f64();
+        self.waits.extend(o.waits);
+        let zero = Cost::default();
+        self.cost.add_delta(&zero, &o.cost);
+        self
+    }
+}
+
+/// `clients` clients, each on its own connection (raw ZK: its own session), loop
+/// acquire → release on lock `name(i)` for `secs`.
+async fn throughput(
+    ctx: &Ctx,
+    s: usize,
+    clients: usize,
+    name: fn(usize) -> String,
+    secs: f64,
+) -> Throughput {
+    let mut cs = Vec::new();
+    for _ in 0..clients {
+        cs.push(Client::connect(&ctx.targets[s]).await);
+    }
+    tokio::time::sleep(SETTLE).await;
+    let before = counters(ctx, s).await;
+    let zk_cpu0 = ctx.zk_pid.map(env::proc_cpu_time).unwrap_or_default();
+    let gw_cpu0 = ctx.gateway.cpu_time();
+    let own_cpu0 = env::proc_cpu_time(std::process::id());
+    let count = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(secs);
+    let mut tasks = Vec::new();
+    for (i, mut c) in cs.into_iter().enumerate() {
+        let count = count.clone();
+        let name = name(i);
+        tasks.push(tokio::spawn(async move {
+            let mut waits = Vec::new();
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                let h = c.hold(Kind::Lock, &name).await;
+                waits.push(t.elapsed());
+                h.release(&mut c).await;
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            (waits, c)
+        }));
+    }
+    let mut waits = Vec::new();
+    let mut cs = Vec::new();
+    for t in tasks {
+        let (w, c) = t.await.expect("client task");
+        waits.extend(w);
+        cs.push(c);
+    }
+    let elapsed = started.elapsed();
+    let zk_cpu = ctx.zk_pid.map(env::proc_cpu_time).unwrap_or_default() - zk_cpu0;
+    let gw_cpu = ctx.gateway.cpu_time() - gw_cpu0;
+    let own_cpu = env::proc_cpu_time(std::process::id()) - own_cpu0;
+    tokio::time::sleep(SETTLE).await;
+    let after = counters(ctx, s).await;
+    let mut cost = Cost::default();
+    cost.add_delta(&before, &after);
+    for c in cs {
+        c.close().await;
+    }
+    let n = count.load(Ordering::Relaxed);
+    Throughput {
+        rate: n as f64 / elapsed.as_secs_f64(),
+        waits,
+        cost,
+        zk_cpu: zk_cpu.as_secs_f64() / elapsed.as_secs_f64() * 100.0,
+        gateway_cpu: gw_cpu.as_secs_f64() / elapsed.as_secs_f64() * 100.0,
+        bench_cpu: own_cpu.as_secs_f64() / elapsed.as_secs_f64() * 100.0,
+        elapsed,
+        acquisitions: n,
+    }
+}
+
+async fn throughput_workload(
+    ctx: &mut Ctx,
+    workload: &str,
+    clients: usize,
+    what: &str,
+    name: fn(usize) -> String,
+) {
+    // Three slices per system, interleaved (zkgate, etcd, raw ZK, zkgate, …), so that a change
+    // in the machine's load between slices falls on all three.
+    const SLICES: usize = 3;
+    let secs = ctx.scale.throughput_secs / SLICES as f64;
+    let mut results: Vec<Option<Throughput>> = vec![None, None, None];
+    for slice in 0..SLICES {
+        for (s, sys) in SYSTEMS.iter().enumerate() {
+            phase(&format!(
+                "{workload}: {what}, {sys}, slice {} of {SLICES}, {secs:.1} s",
+                slice + 1
+            ));
+            let t = throughput(ctx, s, clients, name, secs).await;
+            results[s] = Some(match results[s].take() {
+                None => t,
+                Some(prev) => prev.merge(t),
+            });
+        }
+    }
+    let results: Vec<Throughput> = results.into_iter().map(|t| t.expect("run")).collect();
+    let r = &results;
+    ctx.report.rows.push(
+        Row::new(
+            workload,
+            &format!("{what}: acquisitions/s"),
+            "/s",
+            Better::Higher,
+        )
+        .values(some3([r[0].rate, r[1].rate, r[2].rate])),
+    );
+    let waits: [Vec<Duration>; 3] = [r[0].waits.clone(), r[1].waits.clone(), r[2].waits.clone()];
+    ctx.report
+        .latency(workload, &format!("{what}: acquire wait"), &waits, false);
+    let per = |t: &Throughput, v: f64| Some(v / t.acquisitions.max(1) as f64);
+    ctx.report.rows.push(
+        Row::new(
+            workload,
+            &format!("{what}: fsyncs per acquisition"),
+            "",
+            Better::Count,
+        )
+        .values([
+            per(&r[0], r[0].cost.fsyncs),
+            per(&r[1], r[1].cost.fsyncs),
+            per(&r[2], r[2].cost.fsyncs),
+        ]),
+    );
+    ctx.report.rows.push(
+        Row::new(
+            workload,
+            &format!("{what}: ZooKeeper watch notifications per acquisition"),
+            "",
+            Better::Count,
+        )
+        .values([
+            per(&r[0], r[0].cost.notifications),
+            None,
+            per(&r[2], r[2].cost.notifications),
+        ]),
+    );
+    ctx.report.rows.push(
+        Row::new(
+            workload,
+            &format!("{what}: ZooKeeper CPU"),
+            "%",
+            Better::Count,
+        )
+        .values([Some(r[0].zk_cpu), None, Some(r[2].zk_cpu)]),
+    );
+    ctx.report.rows.push(
+        Row::new(
+            workload,
+            &format!("{what}: gateway CPU"),
+            "%",
+            Better::Count,
+        )
+        .values([Some(r[0].gateway_cpu), None, None]),
+    );
+    ctx.report.rows.push(
+        Row::new(
+            workload,
+            &format!("{what}: load generator CPU"),
+            "%",
+            Better::Count,
+        )
+        .values([
+            Some(r[0].bench_cpu),
+            Some(r[1].bench_cpu),
+            Some(r[2].bench_cpu),
+        ]),
+    );
+    ctx.report.requests_per_op(
+        &format!("{workload} {what}, per acquisition"),
+        &r[0].cost.requests,
+        r[0].acquisitions.max(1) as f64,
+    );
+}
+
+/// W3: 16 clients on one lock.
+pub async fn w3(ctx: &mut Ctx) {
+    throughput_workload(ctx, "W3", 16, "16 clients on one lock", |_| "w3".into()).await;
+}
+
+/// W4: 64 clients, each on its own lock.
+pub async fn w4(ctx: &mut Ctx) {
+    throughput_workload(ctx, "W4", 64, "64 clients on their own locks", |i| {
+        format!("w4-{i}")
+    })
+    .await;
+}
+
+/// W5: `n` candidates queue on one election at once (enqueue: until every one is queued),
+/// then the leader resigns `failovers` times (failover: resignation → the next one elected).
+pub async fn w5(ctx: &mut Ctx) {
+    let n = ctx.scale.w5_candidates;
+    let failovers = ctx.scale.w5_failovers.min(n - 1);
+    let mut enqueue = [None; 3];
+    let mut samples: [Vec<Duration>; 3] = Default::default();
+    for (s, sys) in SYSTEMS.iter().enumerate() {
+        phase(&format!("W5: {n} candidates, {sys}"));
+        let (e, f) = w5_one(ctx, s, n, failovers).await;
+        enqueue[s] = Some(e.as_secs_f64() * 1000.0);
+        samples[s] = f;
+    }
+    ctx.report.rows.push(
+        Row::new(
+            "W5",
+            &format!(
+                "{} waiting candidates: enqueue all",
+                crate::stats::thousands(n as u64)
+            ),
+            "ms",
+            Better::Lower,
+        )
+        .values(enqueue),
+    );
+    ctx.report.latency(
+        "W5",
+        &format!(
+            "{} waiting candidates: failover",
+            crate::stats::thousands(n as u64)
+        ),
+        &samples,
+        false,
+    );
+}
+
+async fn w5_one(ctx: &Ctx, s: usize, n: usize, failovers: usize) -> (Duration, Vec<Duration>) {
+    let target = &ctx.targets[s];
+    let name = "w5";
+    // Connections: the gateway takes 1,000 streams per connection by default; etcd's waiters
+    // share 8; the raw recipe has one session per candidate.
+    let shared = match s {
+        0 => n.div_ceil(1000),
+        1 => 8,
+        _ => 0,
+    };
+    let mut channels = Vec::new();
+    for _ in 0..shared {
+        channels.push(channel(target).await);
+    }
+    let mut cs = Vec::new();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+        let made = futures_join(chunk.iter().map(|&i| {
+            let ch = channels.get(i % shared.max(1)).cloned().flatten();
+            let target = target.clone();
+            async move { Client::on(&target, ch.as_ref()).await }
+        }))
+        .await;
+        cs.extend(made);
+    }
+    let (queued_tx, mut queued_rx) = mpsc::unbounded_channel::<()>();
+    let (elected_tx, mut elected_rx) = mpsc::unbounded_channel::<(usize, Instant)>();
+    let mut releases = Vec::new();
+    let mut tasks = Vec::new();
+    let started = Instant::now();
+    for (i, mut c) in cs.into_iter().enumerate() {
+        let (release_tx, mut release_rx) = oneshot::channel::<()>();
+        releases.push(Some(release_tx));
+        let queued_tx = queued_tx.clone();
+        let elected_tx = elected_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let p = c.enqueue(Kind::Election, name, false).await;
+            let _ = queued_tx.send(());
+            let acquired = p.acquired();
+            tokio::pin!(acquired);
+            let hold: Option<Hold> = tokio::select! {
+                h = &mut acquired => Some(h),
+                _ = &mut release_rx => None,
+            };
+            if let Some(h) = hold {
+                let _ = elected_tx.send((i, Instant::now()));
+                if release_rx.await.is_ok() {
+                    h.release(&mut c).await;
+                }
+            }
+            c.close().await;
+        }));
+    }
+    drop(queued_tx);
+    drop(elected_tx);
+    let enqueue = if s == 1 {
+        // etcd: every waiter's key is in place.
+        let mut kv = crate::pb::etcdserverpb::kv_client::KvClient::new(
+            channels[0].clone().expect("a channel"),
+        );
+        let (key, end) = clients::etcd_prefix(name);
+        while (clients::etcd_count(&mut kv, &key, Some(end.clone())).await as usize) < n {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        started.elapsed()
+    } else {
+        for _ in 0..n {
+            queued_rx.recv().await.expect("a candidate failed to queue");
+        }
+        started.elapsed()
+    };
+    let (mut leader, _) = elected_rx.recv().await.expect("a leader");
+    let mut samples = Vec::new();
+    for _ in 0..failovers {
+        let t = Instant::now();
+        let _ = releases[leader]
+            .take()
+            .expect("the leader's release")
+            .send(());
+        let (next, at) = elected_rx.recv().await.expect("a next leader");
+        samples.push(at - t);
+        leader = next;
+    }
+    // The rest leave: zkgate's streams are cancelled, etcd's leases revoked, and the raw
+    // recipe's leftover members deleted below.
+    drop(releases);
+    for t in tasks {
+        let _ = t.await;
+    }
+    if s == 2 {
+        raw_delete_children(target, "/raw/election/w5").await;
+    }
+    (enqueue, samples)
+}
+
+/// Runs futures concurrently and collects their results in order.
+async fn futures_join<F>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("task"));
+    }
+    out
+}
+
+async fn raw_delete_children(target: &Target, parent: &str) {
+    let Target::Raw(connect) = target else { return };
+    let zk = zkc::Client::connect(connect).await.expect("connect");
+    if let Ok(children) = zk.list_children(parent).await {
+        for c in children {
+            let _ = zk.delete(&format!("{parent}/{c}"), None).await;
+        }
+    }
+}
+
+/// Observe fan-out (zkgate): `k` observers of one election over `k / 1000` connections; the
+/// leader resigns to a waiter queued 150 ms earlier; the time from the resignation until the
+/// last (and the first) observer has seen the new leader.
+pub async fn observe(ctx: &mut Ctx) {
+    let k = ctx.scale.observers;
+    let rounds = ctx.scale.observe_rounds;
+    phase(&format!(
+        "observe: {k} observers of one election, {rounds} leader changes"
+    ));
+    let target = &ctx.targets[0];
+    let name = "observe";
+    let mut pair = [Client::connect(target).await, Client::connect(target).await];
+    let mut leader = (0usize, pair[0].hold(Kind::Election, name).await);
+    let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<()>();
+    let (seen_tx, mut seen_rx) = mpsc::unbounded_channel::<(u64, Instant)>();
+    let mut tasks = Vec::new();
+    let mut chans = Vec::new();
+    for _ in 0..k.div_ceil(1000) {
+        chans.push(channel(target).await.expect("a channel"));
+    }
+    for i in 0..k {
+        let mut c = zpb::election_client::ElectionClient::new(chans[i / 1000].clone());
+        let ready_tx = ready_tx.clone();
+        let seen_tx = seen_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut stream = c
+                .observe(zpb::ObserveRequest {
+                    election: name.into(),
+                })
+                .await
+                .expect("Observe")
+                .into_inner();
+            let _ = stream.message().await;
+            let _ = ready_tx.send(());
+            while let Ok(Some(m)) = stream.message().await {
+                if let Some(l) = m.leader {
+                    let _ = seen_tx.send((l.fencing_token, Instant::now()));
+                }
+            }
+        }));
+    }
+    drop(ready_tx);
+    for _ in 0..k {
+        ready_rx.recv().await.expect("an observer failed");
+    }
+    let (mut to_last, mut to_first) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let (li, hold) = leader;
+        let wi = 1 - li;
+        let pending = pair[wi].enqueue(Kind::Election, name, true).await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        while seen_rx.try_recv().is_ok() {}
+        let t = Instant::now();
+        let ((), next) = tokio::join!(hold.release(&mut pair[li]), pending.acquired());
+        let token = next.token();
+        let (mut seen, mut first, mut last) = (0, None, t);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        while seen < k {
+            match tokio::time::timeout_at(deadline, seen_rx.recv()).await {
+                Ok(Some((tok, at))) if tok == token => {
+                    seen += 1;
+                    first.get_or_insert(at);
+                    last = last.max(at);
+                }
+                Ok(Some(_)) => {}
+                _ => {
+                    eprintln!("observe: only {seen} of {k} observers saw the new leader");
+                    break;
+                }
+            }
+        }
+        to_last.push(last - t);
+        to_first.push(first.unwrap_or(last) - t);
+        leader = (wi, next);
+    }
+    for t in &tasks {
+        t.abort();
+    }
+    let (li, hold) = leader;
+    hold.release(&mut pair[li]).await;
+    let label = crate::stats::thousands(k as u64);
+    let last = Summary::of(&to_last);
+    let first = Summary::of(&to_first);
+    ctx.report.rows.push(
+        Row::new(
+            "extra",
+            &format!("Observe fan-out: leader change → last of {label} observers, p50"),
+            "ms",
+            Better::Lower,
+        )
+        .values([Some(last.p50_ms), None, None]),
+    );
+    ctx.report.rows.push(
+        Row::new(
+            "extra",
+            &format!("Observe fan-out: leader change → first of {label} observers, p50"),
+            "ms",
+            Better::Lower,
+        )
+        .values([Some(first.p50_ms), None, None]),
+    );
+    ctx.report.extra(
+        "observe",
+        serde_json::json!({
+            "observers": k,
+            "rounds": rounds,
+            "to_last": last,
+            "to_first": first,
+        }),
+    );
+}
+
+/// Waiting streams (zkgate): a fresh gateway with default flags, `n` Campaign streams over
+/// `n / 1000` connections in elections of 1,000 members; the gateway's RSS before and after.
+pub async fn streams(ctx: &mut Ctx) {
+    let n = ctx.scale.streams;
+    phase(&format!("streams: {n} waiting streams on a fresh gateway"));
+    let zk = match &ctx.targets[2] {
+        Target::Raw(c) => c.clone(),
+        _ => unreachable!(),
+    };
+    let gw = Gateway::start(&ctx.gateway_bin, &zk)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let base = gw.rss_kib();
+    let url = gw.url();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for conn in 0..n.div_ceil(1000) {
+        let url = url.clone();
+        let m = 1000.min(n - conn * 1000);
+        tasks.push(tokio::spawn(async move {
+            let ch = Channel::from_shared(url)
+                .expect("URL")
+                .connect()
+                .await
+                .expect("connect");
+            let mut workers = Vec::new();
+            for w in 0..8 {
+                let mut c = zpb::election_client::ElectionClient::new(ch.clone());
+                workers.push(tokio::spawn(async move {
+                    let mut held = Vec::new();
+                    for i in (w..m).step_by(8) {
+                        let (tx, rx) = mpsc::channel(1);
+                        tx.send(zpb::CampaignRequest {
+                            request: Some(zpb::campaign_request::Request::Join(zpb::Join {
+                                election: format!("streams-{conn}"),
+                                candidate: format!("c-{i}"),
+                                value: Vec::new(),
+                            })),
+                        })
+                        .await
+                        .expect("send join");
+                        let mut s = c
+                            .campaign(ReceiverStream::new(rx))
+                            .await
+                            .expect("Campaign")
+                            .into_inner();
+                        s.message().await.expect("queued").expect("queued");
+                        held.push((tx, s));
+                    }
+                    held
+                }));
+            }
+            let mut held = Vec::new();
+            for w in workers {
+                held.extend(w.await.expect("worker"));
+            }
+            held
+        }));
+    }
+    let mut held = Vec::new();
+    for t in tasks {
+        held.extend(t.await.expect("connection"));
+    }
+    let enqueue = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let loaded = gw.rss_kib();
+    let per = loaded.saturating_sub(base) as f64 / held.len().max(1) as f64;
+    drop(held);
+    gw.stop().await;
+    let label = crate::stats::thousands(n as u64);
+    ctx.report.rows.push(
+        Row::new(
+            "extra",
+            &format!("{label} waiting streams on one gateway: memory per stream"),
+            "KiB",
+            Better::Lower,
+        )
+        .values([Some(per), None, None]),
+    );
+    ctx.report.rows.push(
+        Row::new(
+            "extra",
+            &format!("{label} waiting streams on one gateway: enqueue all"),
+            "ms",
+            Better::Lower,
+        )
+        .values([Some(enqueue.as_secs_f64() * 1000.0), None, None]),
+    );
+    ctx.report.extra(
+        "streams",
+        serde_json::json!({
+            "streams": n,
+            "rss_idle_kib": base,
+            "rss_loaded_kib": loaded,
+            "kib_per_stream": per,
+            "enqueue_s": enqueue.as_secs_f64(),
+        }),
+    );
+}
