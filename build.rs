@@ -1,5 +1,5 @@
-//! Generates the gRPC server and client code from `proto/` and a file descriptor set for
-//! server reflection. `protoc` comes from the `protoc-bin-vendored` crate so that a fresh
+//! Generates the gRPC servers from `proto/` (the messages and client stubs are
+//! `zkgate-client`'s) and a file descriptor set for server reflection. `protoc` comes from the `protoc-bin-vendored` crate so that a fresh
 //! machine needs no system package to build; set `PROTOC` to use another one.
 
 use std::path::PathBuf;
@@ -16,6 +16,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/zkgate/v1/lock.proto",
     ];
     tonic_prost_build::configure()
+        // One set of message types in the workspace: the client crate's. The gateway generates
+        // only its servers, over those messages, so tests, the CLI and the benchmark hand the
+        // same types to the client crate and to the gateway.
+        .extern_path(".zkgate.v1", "::zkgate_client::pb")
+        .build_client(false)
         // Small per-call buffers: see src/codec.rs.
         .codec_path("crate::codec::LeanCodec")
         .file_descriptor_set_path(out_dir.join("zkgate_descriptor.bin"))

@@ -1,7 +1,10 @@
-//! Generated gRPC code for `zkgate.v1` (server and client), plus the descriptor set that
-//! server reflection serves.
+//! The `zkgate.v1` API: the messages and client stubs of the `zkgate-client` crate (one set of
+//! types across the workspace), the servers generated here, and the descriptor set that server
+//! reflection serves.
 
 #![allow(clippy::all, missing_docs)]
+
+pub use zkgate_client::pb::*;
 
 tonic::include_proto!("zkgate.v1");
 

@@ -42,8 +42,8 @@ use dev_process::{on_path, repo, require};
 
 const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
 use support::procgw::{GatewayProc, GatewaySpec};
-use zkgate::proto as pb;
 use zkgate_testkit::localzk::LocalZkOptions;
+use zkgate_testkit::wait_until;
 
 /// The gateways' session timeout (silence limit 1.05 s).
 const T: Duration = Duration::from_secs(3);
@@ -561,54 +561,37 @@ async fn gateway(name: &str, zk: &str, root: &str) -> GatewayProc {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Waits until `election`'s queue has `n` members (through g2's `Candidates`).
-async fn wait_candidates(gw: &GatewayProc, election: &str, n: u32) {
-    let mut c = pb::election_client::ElectionClient::connect(gw.url())
+/// A client (the Rust client crate) of `gw` alone.
+async fn client_of(gw: &GatewayProc) -> zkgate_client::Client {
+    zkgate_client::Client::connect(zkgate_client::Endpoints::new([gw.url()]).unwrap())
         .await
-        .unwrap();
-    let deadline = Instant::now() + STEP;
-    loop {
-        let r = c
-            .candidates(pb::CandidatesRequest {
-                election: election.into(),
-                page_size: 0,
-                page_token: String::new(),
-            })
-            .await;
-        if r.is_ok_and(|r| r.into_inner().total == n) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{election} never had {n} candidates"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        .unwrap()
+}
+
+/// Waits until `election`'s queue has `n` members (through `gw`'s `Candidates`).
+async fn wait_candidates(gw: &GatewayProc, election: &str, n: u32) {
+    let c = client_of(gw).await;
+    wait_until(
+        &format!("{election} to have {n} candidates"),
+        STEP,
+        || async {
+            c.candidates(election)
+                .await
+                .is_ok_and(|v| v.len() == n as usize)
+        },
+    )
+    .await;
 }
 
 /// Waits until lock `name` has `n` waiters (through `gw`'s `Holders`).
 async fn wait_waiters(gw: &GatewayProc, name: &str, n: u32) {
-    let mut c = pb::lock_client::LockClient::connect(gw.url())
-        .await
-        .unwrap();
-    let deadline = Instant::now() + STEP;
-    loop {
-        let r = c
-            .holders(pb::HoldersRequest {
-                name: name.into(),
-                page_size: 0,
-                page_token: String::new(),
-            })
-            .await;
-        if r.is_ok_and(|r| r.into_inner().waiting == n) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "lock {name} never had {n} waiters"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let c = client_of(gw).await;
+    wait_until(
+        &format!("lock {name} to have {n} waiters"),
+        STEP,
+        || async { c.holders(name).await.is_ok_and(|h| h.waiting == n) },
+    )
+    .await;
 }
 
 fn ms(d: Duration) -> String {

@@ -105,16 +105,7 @@ async fn half_close_keeps_candidacy() {
     let mut b = Campaign::join(&mut c, "halfclose", "b", b"").await;
     a.elected().await;
     // Close the request side of b (like grpcurl -d): b stays a candidate and is elected next.
-    let Campaign { tx, .. } = &b;
-    drop(tx.clone());
-    let (tx_b, stream_b) = (b.tx, b.stream);
-    drop(tx_b);
-    b = Campaign {
-        tx: tokio::sync::mpsc::channel(1).0,
-        stream: stream_b,
-        lease: b.lease,
-        position: b.position,
-    };
+    b.stream.close_requests();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
         member_znodes(&zk_client(&zk).await, &gw.root).await.len(),

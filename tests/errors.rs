@@ -110,10 +110,7 @@ async fn bad_campaigns_are_refused_with_precise_codes_and_leave_nothing() {
                 .await;
             r.err().expect("refused")
         } else {
-            match open_campaign(&mut c, msgs).await {
-                Err(s) => s,
-                Ok((_tx, mut stream)) => stream.message().await.expect_err("refused"),
-            }
+            refusal(CampaignStream::open_with(&mut c, msgs)).await
         };
         assert_eq!(status.code(), code, "{what}: {status:?}");
         assert!(
@@ -161,7 +158,8 @@ async fn bad_messages_inside_a_campaign_end_it_and_release_the_znode() {
 
     let mut d = Campaign::join(&mut c, "inner", "d", b"").await;
     d.elected().await;
-    d.tx.send(pb::CampaignRequest { request: None })
+    d.stream
+        .send(pb::CampaignRequest { request: None })
         .await
         .unwrap();
     d.expect_end(Some(Code::InvalidArgument)).await;
@@ -305,10 +303,7 @@ async fn no_zookeeper_is_unavailable() {
         .port();
     let gw = Gateway::start_unconnected(&format!("127.0.0.1:{port}")).await;
     let mut c = gw.client().await;
-    let e = match open_campaign(&mut c, vec![join_msg("e", "a", b"")]).await {
-        Err(s) => s,
-        Ok((_tx, mut s)) => s.message().await.unwrap_err(),
-    };
+    let e = refusal(CampaignStream::open_with(&mut c, [join_msg("e", "a", b"")])).await;
     assert_eq!(e.code(), Code::Unavailable, "{e:?}");
     assert!(e.message().contains("ZooKeeper"), "{e:?}");
     let e = c

@@ -13,7 +13,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 use zkgate::coord::record::NodeRecord;
@@ -185,12 +184,13 @@ impl Bystander {
             }
         };
         let silence_limit: Duration = elected.silence_limit.unwrap().try_into().unwrap();
-        let (log, task) = record_heartbeats(c.stream, silence_limit, |m| {
+        let (tx, responses) = c.stream.into_parts();
+        let (log, task) = record_heartbeats(responses, silence_limit, |m| {
             matches!(m.event, Some(Event::Heartbeat(_)))
         });
         // The lock holder: acquired, then only heartbeats.
         let mut lc = LockClient::connect(gw.url()).await.unwrap();
-        let (lock_tx, mut lstream, first) = acquire(
+        let (mut lstream, first) = acquire(
             &mut lc,
             pb::AcquireLock {
                 name: "bystander-lock".into(),
@@ -212,13 +212,14 @@ impl Bystander {
                 other => panic!("bystander lock: expected acquired, got {other:?}"),
             }
         }
-        let (lock_log, lock_task) = record_heartbeats(lstream, silence_limit, |m| {
+        let (lock_tx, lresponses) = lstream.into_parts();
+        let (lock_log, lock_task) = record_heartbeats(lresponses, silence_limit, |m| {
             matches!(m.event, Some(LEvent::Heartbeat(_)))
         });
         Bystander {
             log,
             task,
-            _tx: c.tx,
+            _tx: tx,
             lock_log,
             lock_task,
             _lock_tx: lock_tx,
@@ -434,27 +435,13 @@ async fn election_of_20000_candidates() {
 async fn acquire(
     client: &mut LockClient<Channel>,
     lock: pb::AcquireLock,
-) -> Result<
-    (
-        mpsc::Sender<pb::AcquireRequest>,
-        Streaming<pb::AcquireResponse>,
-        LEvent,
-    ),
-    Status,
-> {
-    let (tx, rx) = mpsc::channel(4);
-    tx.send(pb::AcquireRequest {
-        request: Some(LReq::Acquire(lock)),
-    })
-    .await
-    .unwrap();
-    let mut stream = client.acquire(ReceiverStream::new(rx)).await?.into_inner();
-    let first = tokio::time::timeout(STEP, stream.message())
+) -> Result<(AcquireStream, LEvent), Status> {
+    let mut stream = AcquireStream::open_with(client, [raw::lock(LReq::Acquire(lock))]).await?;
+    let first = tokio::time::timeout(STEP, stream.event())
         .await
         .expect("first event in time")?
-        .and_then(|r| r.event)
         .expect("an event");
-    Ok((tx, stream, first))
+    Ok((stream, first))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -524,7 +511,7 @@ async fn read_lock_of_20000_holders() {
     };
     let fresh = Gateway::start_with(&zk, same_root()).await;
     let mut fresh_client = LockClient::connect(fresh.url()).await.unwrap();
-    let (tx, mut stream, first) = acquire(
+    let (mut stream, first) = acquire(
         &mut fresh_client,
         pb::AcquireLock {
             name: name.clone(),
@@ -545,7 +532,7 @@ async fn read_lock_of_20000_holders() {
         }))) => {}
         other => panic!("expected acquired, got {other:?}"),
     }
-    drop((tx, stream));
+    drop(stream);
     // … and a writer asking for other permits is refused on another fresh gateway.
     let other = Gateway::start_with(&zk, same_root()).await;
     let mut other_client = LockClient::connect(other.url()).await.unwrap();
@@ -606,16 +593,11 @@ async fn a_full_queue_refuses_newcomers() {
     })
     .await;
     let mut client = gw.client().await;
-    let refused = open_campaign(&mut client, vec![join_msg("full", "late", b"")])
-        .await
-        .map(|(_, s)| s);
-    let status = match refused {
-        Err(s) => s,
-        Ok(mut s) => tokio::time::timeout(STEP, s.message())
-            .await
-            .unwrap()
-            .expect_err("refused"),
-    };
+    let status = refusal(CampaignStream::open_with(
+        &mut client,
+        [join_msg("full", "late", b"")],
+    ))
+    .await;
     assert_eq!(
         status.code(),
         Code::ResourceExhausted,

@@ -35,20 +35,9 @@ async fn try_join(
     election: &str,
     name: &str,
 ) -> (Result<Campaign, tonic::Status>,) {
-    match open_campaign(c, vec![join_msg(election, name, b"")]).await {
+    match CampaignStream::open_with(c, [join_msg(election, name, b"")]).await {
         Err(status) => (Err(status),),
-        Ok((tx, mut stream)) => match stream.message().await {
-            Ok(Some(pb::CampaignResponse {
-                event: Some(pb::campaign_response::Event::Queued(q)),
-            })) => (Ok(Campaign {
-                tx,
-                stream,
-                lease: q.lease,
-                position: q.position,
-            }),),
-            Ok(other) => panic!("unexpected first message {other:?}"),
-            Err(status) => (Err(status),),
-        },
+        Ok(stream) => (Campaign::queued(stream).await,),
     }
 }
 

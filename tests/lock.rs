@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, RwLock, RwLockReadGuard};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
-use tonic::{Code, Status, Streaming};
+use tonic::{Code, Status};
 use zkgate::proto as pb;
 use zkgate::proto::acquire_request::Request as LReq;
 use zkgate::proto::acquire_response::Event as LEvent;
@@ -45,136 +45,8 @@ async fn lock_client(gw: &Gateway) -> Client {
         .expect("connect to gateway")
 }
 
-fn acquire(name: &str, owner: &str) -> pb::AcquireLock {
-    pb::AcquireLock {
-        name: name.into(),
-        owner: owner.into(),
-        ..Default::default()
-    }
-}
-
 fn dur(d: Duration) -> Option<prost_types::Duration> {
     Some(prost_types::Duration::try_from(d).unwrap())
-}
-
-fn msg(r: LReq) -> pb::AcquireRequest {
-    pb::AcquireRequest { request: Some(r) }
-}
-
-/// One Acquire stream, driven by the test.
-struct Acq {
-    tx: mpsc::Sender<pb::AcquireRequest>,
-    stream: Streaming<pb::AcquireResponse>,
-    lease: String,
-    position: u32,
-}
-
-impl Acq {
-    /// Opens a stream with `first` messages; the call's status on refusal.
-    async fn try_start(client: &mut Client, first: Vec<pb::AcquireRequest>) -> Result<Acq, Status> {
-        let (tx, rx) = mpsc::channel(16);
-        for m in first {
-            tx.send(m).await.unwrap();
-        }
-        let mut stream = client.acquire(ReceiverStream::new(rx)).await?.into_inner();
-        let first = tokio::time::timeout(STEP, stream.message())
-            .await
-            .expect("queued in time")?;
-        match first.and_then(|r| r.event) {
-            Some(LEvent::Queued(q)) => Ok(Acq {
-                tx,
-                stream,
-                lease: q.lease,
-                position: q.position,
-            }),
-            other => panic!("first event must be queued, got {other:?}"),
-        }
-    }
-
-    async fn try_open(client: &mut Client, a: pb::AcquireLock) -> Result<Acq, Status> {
-        Self::try_start(client, vec![msg(LReq::Acquire(a))]).await
-    }
-
-    async fn open(client: &mut Client, a: pb::AcquireLock) -> Acq {
-        Self::try_open(client, a).await.expect("acquire accepted")
-    }
-
-    /// The next event that is not a heartbeat.
-    async fn next_any(&mut self) -> Result<Option<LEvent>, Status> {
-        loop {
-            let m = tokio::time::timeout(STEP, self.stream.message())
-                .await
-                .expect("an event in time")?;
-            match m {
-                None => return Ok(None),
-                Some(pb::AcquireResponse {
-                    event: Some(LEvent::Heartbeat(_)),
-                }) => continue,
-                Some(pb::AcquireResponse { event }) => return Ok(event),
-            }
-        }
-    }
-
-    /// The next lock event: neither a heartbeat nor a suspension and resumption (a loaded test
-    /// machine can stall a ZooKeeper session for a moment; only one test is about that).
-    async fn next(&mut self) -> Result<Option<LEvent>, Status> {
-        loop {
-            match self.next_any().await {
-                Ok(Some(LEvent::Suspended(_) | LEvent::Resumed(_))) => continue,
-                other => return other,
-            }
-        }
-    }
-
-    async fn acquired(&mut self) -> pb::Acquired {
-        match self.next().await {
-            Ok(Some(LEvent::Acquired(a))) => {
-                assert_eq!(a.lease, self.lease, "acquired names the stream's own lease");
-                assert!(a.fencing_token > 0 && a.silence_limit.is_some());
-                a
-            }
-            other => panic!("expected acquired, got {other:?}"),
-        }
-    }
-
-    /// Asserts that no lock event arrives for `d` (see [`Acq::next`]).
-    async fn quiet_for(&mut self, d: Duration) {
-        let deadline = tokio::time::Instant::now() + d;
-        loop {
-            match tokio::time::timeout_at(deadline, self.stream.message()).await {
-                Err(_) => return,
-                Ok(Ok(Some(pb::AcquireResponse {
-                    event: Some(LEvent::Heartbeat(_) | LEvent::Suspended(_) | LEvent::Resumed(_)),
-                }))) => continue,
-                Ok(other) => panic!("expected no event, got {other:?}"),
-            }
-        }
-    }
-
-    async fn send(&self, r: LReq) {
-        self.tx.send(msg(r)).await.expect("request side open");
-    }
-
-    /// Ends with `code` (or OK when `None`).
-    async fn expect_end(&mut self, code: Option<Code>) -> Option<Status> {
-        match self.next().await {
-            Ok(None) => {
-                assert_eq!(code, None, "stream ended OK, expected {code:?}");
-                None
-            }
-            Err(s) => {
-                assert_eq!(Some(s.code()), code, "stream ended with {s:?}");
-                Some(s)
-            }
-            Ok(Some(e)) => panic!("expected the stream to end, got {e:?}"),
-        }
-    }
-
-    /// In-stream release: the stream ends OK.
-    async fn release(mut self) {
-        self.send(LReq::Release(pb::ReleaseLock {})).await;
-        self.expect_end(None).await;
-    }
 }
 
 /// Retries a read while the gateway is (briefly) without a ZooKeeper connection: a loaded
@@ -253,7 +125,8 @@ async fn mutex_twenty_contenders_lose_no_update() {
         tasks.push(tokio::spawn(async move {
             let mut c = LockClient::connect(url).await.unwrap();
             for _ in 0..ROUNDS {
-                let mut a = Acq::open(&mut c, acquire("counter", &format!("c{i}"))).await;
+                let mut a =
+                    Acquisition::open(&mut c, acquire_msg("counter", &format!("c{i}"))).await;
                 let token = a.acquired().await.fencing_token;
                 assert_eq!(
                     inside.fetch_add(1, Ordering::SeqCst),
@@ -296,11 +169,11 @@ async fn semaphore_three_permits_ten_contenders() {
         let (current, most, done) = (current.clone(), most.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             let mut c = LockClient::connect(url).await.unwrap();
-            let mut a = Acq::open(
+            let mut a = Acquisition::open(
                 &mut c,
                 pb::AcquireLock {
                     permits: 3,
-                    ..acquire("sem", &format!("s{i}"))
+                    ..acquire_msg("sem", &format!("s{i}"))
                 },
             )
             .await;
@@ -340,15 +213,15 @@ async fn try_lock_on_free_and_held_lock_and_wait_timeout() {
     let (zk, gw, mut c, _shared) = setup().await;
     let try_lock = |owner: &str| pb::AcquireLock {
         wait_timeout: dur(Duration::ZERO),
-        ..acquire("try", owner)
+        ..acquire_msg("try", owner)
     };
     // Free: a try-lock succeeds.
-    let mut a = Acq::open(&mut c, try_lock("a")).await;
+    let mut a = Acquisition::open(&mut c, try_lock("a")).await;
     assert_eq!(a.position, 0);
     a.acquired().await;
 
     // Held: queued, then DEADLINE_EXCEEDED, and the znode is gone before the status arrives.
-    let mut b = Acq::open(&mut c, try_lock("b")).await;
+    let mut b = Acquisition::open(&mut c, try_lock("b")).await;
     assert_eq!(b.position, 1);
     let s = b.expect_end(Some(Code::DeadlineExceeded)).await.unwrap();
     assert!(s.message().contains("wait_timeout"), "{s:?}");
@@ -360,11 +233,11 @@ async fn try_lock_on_free_and_held_lock_and_wait_timeout() {
 
     // A bounded wait that runs out.
     let started = Instant::now();
-    let mut w = Acq::open(
+    let mut w = Acquisition::open(
         &mut c,
         pb::AcquireLock {
             wait_timeout: dur(Duration::from_millis(300)),
-            ..acquire("try", "w")
+            ..acquire_msg("try", "w")
         },
     )
     .await;
@@ -377,16 +250,16 @@ async fn try_lock_on_free_and_held_lock_and_wait_timeout() {
     assert_eq!(members(&zk, &gw.root).await, 1);
 
     // A bounded wait that is served in time.
-    let mut v = Acq::open(
+    let mut v = Acquisition::open(
         &mut c,
         pb::AcquireLock {
             wait_timeout: dur(Duration::from_secs(5)),
-            ..acquire("try", "v")
+            ..acquire_msg("try", "v")
         },
     )
     .await;
     // An absurdly long one (and an absurdly long ttl) behaves as "forever".
-    let mut f = Acq::open(
+    let mut f = Acquisition::open(
         &mut c,
         pb::AcquireLock {
             wait_timeout: Some(prost_types::Duration {
@@ -397,7 +270,7 @@ async fn try_lock_on_free_and_held_lock_and_wait_timeout() {
                 seconds: i64::MAX,
                 nanos: 0,
             }),
-            ..acquire("try", "f")
+            ..acquire_msg("try", "f")
         },
     )
     .await;
@@ -418,13 +291,13 @@ async fn ttl_expires_without_keep_alive_and_survives_with_it() {
     let ttl = Duration::from_millis(800);
     let with_ttl = |owner: &str| pb::AcquireLock {
         ttl: dur(ttl),
-        ..acquire("ttl", owner)
+        ..acquire_msg("ttl", owner)
     };
 
     // No keep-alive: the lock is released after ttl and the stream ends ABORTED.
-    let mut a = Acq::open(&mut c, with_ttl("a")).await;
+    let mut a = Acquisition::open(&mut c, with_ttl("a")).await;
     a.acquired().await;
-    let mut b = Acq::open(&mut c, with_ttl("b")).await;
+    let mut b = Acquisition::open(&mut c, with_ttl("b")).await;
     let started = Instant::now();
     let s = a.expect_end(Some(Code::Aborted)).await.unwrap();
     assert!(s.message().contains("lease expired"), "{s:?}");
@@ -462,9 +335,9 @@ async fn release_by_lease_from_another_gateway_then_not_found() {
     let mut c = lock_client(&gw).await;
     let mut c2 = lock_client(&other).await;
 
-    let mut a = Acq::open(&mut c, acquire("rel", "a")).await;
-    let mut b = Acq::open(&mut c, acquire("rel", "b")).await;
-    let mut w = Acq::open(&mut c, acquire("rel", "w")).await;
+    let mut a = Acquisition::open(&mut c, acquire_msg("rel", "a")).await;
+    let mut b = Acquisition::open(&mut c, acquire_msg("rel", "b")).await;
+    let mut w = Acquisition::open(&mut c, acquire_msg("rel", "w")).await;
     a.acquired().await;
     // Release the holder by lease on the other gateway: its stream ends OK, b takes over.
     c2.release(pb::ReleaseRequest {
@@ -520,14 +393,14 @@ async fn read_write_lock_fifo() {
     let (zk, gw, mut c, _shared) = setup().await;
     let read = |owner: &str| pb::AcquireLock {
         mode: pb::LockMode::Read.into(),
-        ..acquire("rw", owner)
+        ..acquire_msg("rw", owner)
     };
-    let mut r1 = Acq::open(&mut c, read("r1")).await;
-    let mut r2 = Acq::open(&mut c, read("r2")).await;
+    let mut r1 = Acquisition::open(&mut c, read("r1")).await;
+    let mut r2 = Acquisition::open(&mut c, read("r2")).await;
     r1.acquired().await;
     r2.acquired().await;
-    let mut w = Acq::open(&mut c, acquire("rw", "w")).await;
-    let mut r3 = Acq::open(&mut c, read("r3")).await;
+    let mut w = Acquisition::open(&mut c, acquire_msg("rw", "w")).await;
+    let mut r3 = Acquisition::open(&mut c, read("r3")).await;
     assert_eq!((w.position, r3.position), (2, 3));
     w.quiet_for(Duration::from_millis(100)).await;
     r3.quiet_for(Duration::from_millis(10)).await;
@@ -558,7 +431,7 @@ async fn read_write_lock_fifo() {
     );
     assert_eq!(h.waiting, 1);
     // While the writer holds, a new writer waits too.
-    let mut w2 = Acq::open(&mut c, acquire("rw", "w2")).await;
+    let mut w2 = Acquisition::open(&mut c, acquire_msg("rw", "w2")).await;
     w.release().await;
     r3.acquired().await;
     w2.quiet_for(Duration::from_millis(50)).await;
@@ -573,18 +446,18 @@ async fn permit_mismatch_is_refused_without_a_znode() {
     let (zk, gw, mut c, _shared) = setup().await;
     let with = |permits: u32, owner: &str| pb::AcquireLock {
         permits,
-        ..acquire("perm", owner)
+        ..acquire_msg("perm", owner)
     };
-    let mut a = Acq::open(&mut c, with(3, "a")).await;
+    let mut a = Acquisition::open(&mut c, with(3, "a")).await;
     a.acquired().await;
-    let mut b = Acq::open(&mut c, with(3, "b")).await;
+    let mut b = Acquisition::open(&mut c, with(3, "b")).await;
     b.acquired().await;
     for (permits, mode) in [
         (2, pb::LockMode::Write),
         (0, pb::LockMode::Write),
         (1, pb::LockMode::Read),
     ] {
-        let e = Acq::try_open(
+        let e = Acquisition::try_open(
             &mut c,
             pb::AcquireLock {
                 mode: mode.into(),
@@ -605,7 +478,7 @@ async fn permit_mismatch_is_refused_without_a_znode() {
     // Once the name is idle, a new count may be chosen.
     a.release().await;
     b.release().await;
-    let mut m = Acq::open(&mut c, with(1, "m")).await;
+    let mut m = Acquisition::open(&mut c, with(1, "m")).await;
     m.acquired().await;
     m.release().await;
     no_members_left(&zk, &gw).await;
@@ -621,22 +494,31 @@ async fn bad_input_is_invalid_argument_and_leaves_nothing() {
     let cases: Vec<(&str, Vec<pb::AcquireRequest>)> = vec![
         (
             "slash in name",
-            vec![msg(LReq::Acquire(acquire("a/b", "o")))],
+            vec![raw::lock(LReq::Acquire(acquire_msg("a/b", "o")))],
         ),
-        ("empty name", vec![msg(LReq::Acquire(acquire("", "o")))]),
-        ("dot-dot name", vec![msg(LReq::Acquire(acquire("..", "o")))]),
+        (
+            "empty name",
+            vec![raw::lock(LReq::Acquire(acquire_msg("", "o")))],
+        ),
+        (
+            "dot-dot name",
+            vec![raw::lock(LReq::Acquire(acquire_msg("..", "o")))],
+        ),
         (
             "long name",
-            vec![msg(LReq::Acquire(acquire(&"x".repeat(201), "o")))],
+            vec![raw::lock(LReq::Acquire(acquire_msg(&"x".repeat(201), "o")))],
         ),
-        ("empty owner", vec![msg(LReq::Acquire(acquire("ok", "")))]),
+        (
+            "empty owner",
+            vec![raw::lock(LReq::Acquire(acquire_msg("ok", "")))],
+        ),
         (
             "first message keep_alive",
-            vec![msg(LReq::KeepAlive(pb::KeepAlive {}))],
+            vec![raw::lock(LReq::KeepAlive(pb::KeepAlive {}))],
         ),
         (
             "first message release",
-            vec![msg(LReq::Release(pb::ReleaseLock {}))],
+            vec![raw::lock(LReq::Release(pb::ReleaseLock {}))],
         ),
         (
             "empty first message",
@@ -645,45 +527,45 @@ async fn bad_input_is_invalid_argument_and_leaves_nothing() {
         ("no message at all", vec![]),
         (
             "negative wait_timeout",
-            vec![msg(LReq::Acquire(pb::AcquireLock {
+            vec![raw::lock(LReq::Acquire(pb::AcquireLock {
                 wait_timeout: neg,
-                ..acquire("ok", "o")
+                ..acquire_msg("ok", "o")
             }))],
         ),
         (
             "negative ttl",
-            vec![msg(LReq::Acquire(pb::AcquireLock {
+            vec![raw::lock(LReq::Acquire(pb::AcquireLock {
                 ttl: neg,
-                ..acquire("ok", "o")
+                ..acquire_msg("ok", "o")
             }))],
         ),
         (
             "zero ttl",
-            vec![msg(LReq::Acquire(pb::AcquireLock {
+            vec![raw::lock(LReq::Acquire(pb::AcquireLock {
                 ttl: dur(Duration::ZERO),
-                ..acquire("ok", "o")
+                ..acquire_msg("ok", "o")
             }))],
         ),
         (
             "unknown mode",
-            vec![msg(LReq::Acquire(pb::AcquireLock {
+            vec![raw::lock(LReq::Acquire(pb::AcquireLock {
                 mode: 7,
-                ..acquire("ok", "o")
+                ..acquire_msg("ok", "o")
             }))],
         ),
         (
             "absurd permits",
-            vec![msg(LReq::Acquire(pb::AcquireLock {
+            vec![raw::lock(LReq::Acquire(pb::AcquireLock {
                 permits: 10_001,
-                ..acquire("ok", "o")
+                ..acquire_msg("ok", "o")
             }))],
         ),
         (
             "read with permits",
-            vec![msg(LReq::Acquire(pb::AcquireLock {
+            vec![raw::lock(LReq::Acquire(pb::AcquireLock {
                 permits: 3,
                 mode: pb::LockMode::Read.into(),
-                ..acquire("ok", "o")
+                ..acquire_msg("ok", "o")
             }))],
         ),
     ];
@@ -702,13 +584,14 @@ async fn bad_input_is_invalid_argument_and_leaves_nothing() {
         assert!(!e.message().is_empty(), "{what}");
     }
     // A second acquire inside a stream, and an empty message later on, end the stream.
-    let mut a = Acq::open(&mut c, acquire("ok", "o")).await;
+    let mut a = Acquisition::open(&mut c, acquire_msg("ok", "o")).await;
     a.acquired().await;
-    a.send(LReq::Acquire(acquire("ok", "o"))).await;
+    a.send(LReq::Acquire(acquire_msg("ok", "o"))).await;
     a.expect_end(Some(Code::InvalidArgument)).await;
-    let mut a = Acq::open(&mut c, acquire("ok", "o")).await;
+    let mut a = Acquisition::open(&mut c, acquire_msg("ok", "o")).await;
     a.acquired().await;
-    a.tx.send(pb::AcquireRequest { request: None })
+    a.stream
+        .send(pb::AcquireRequest { request: None })
         .await
         .unwrap();
     a.expect_end(Some(Code::InvalidArgument)).await;
@@ -738,11 +621,11 @@ async fn bad_input_is_invalid_argument_and_leaves_nothing() {
 async fn holders_validate_and_herd_free_hand_over() {
     use prost::Message;
     let (zk, gw, mut c, _shared) = setup().await;
-    let mut first = Acq::open(&mut c, acquire("herd", "h0")).await;
+    let mut first = Acquisition::open(&mut c, acquire_msg("herd", "h0")).await;
     let t0 = first.acquired().await.fencing_token;
     let mut waiters = Vec::new();
     for i in 1..30 {
-        waiters.push(Acq::open(&mut c, acquire("herd", &format!("h{i}"))).await);
+        waiters.push(Acquisition::open(&mut c, acquire_msg("herd", &format!("h{i}"))).await);
     }
     let h = holders(&mut c, "herd").await;
     assert_eq!(h.holders.len(), 1);
@@ -798,11 +681,11 @@ async fn holders_validate_and_herd_free_hand_over() {
 #[tokio::test]
 async fn half_close_keeps_the_hold_and_cancel_releases() {
     let (zk, gw, mut c, _shared) = setup().await;
-    let mut a = Acq::open(&mut c, acquire("hc", "a")).await;
+    let mut a = Acquisition::open(&mut c, acquire_msg("hc", "a")).await;
     a.acquired().await;
-    let mut b = Acq::open(&mut c, acquire("hc", "b")).await;
-    let Acq { tx, stream, .. } = a;
-    drop(tx);
+    let mut b = Acquisition::open(&mut c, acquire_msg("hc", "b")).await;
+    let mut stream = a.stream;
+    stream.close_requests();
     tokio::time::sleep(Duration::from_millis(200)).await;
     b.quiet_for(Duration::from_millis(10)).await;
     assert_eq!(members(&zk, &gw.root).await, 2, "half-close keeps the hold");
@@ -823,9 +706,9 @@ async fn zookeeper_pause_suspends_then_resumes_the_holder() {
     let connect = zk.connect_string();
     let gw = Gateway::start(&connect).await;
     let mut c = lock_client(&gw).await;
-    let mut a = Acq::open(&mut c, acquire("pause", "a")).await;
+    let mut a = Acquisition::open(&mut c, acquire_msg("pause", "a")).await;
     let token = a.acquired().await.fencing_token;
-    let mut b = Acq::open(&mut c, acquire("pause", "b")).await;
+    let mut b = Acquisition::open(&mut c, acquire_msg("pause", "b")).await;
 
     zk.pause(0).await.unwrap();
     let stop_within = match a.next_any().await {

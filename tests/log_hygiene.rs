@@ -6,11 +6,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 use zkgate::proto as pb;
 use zkgate::proto::acquire_request::Request as LockReq;
-use zkgate::proto::acquire_response::Event as LockEvent;
 use zkgate::proto::election_client::ElectionClient;
 use zkgate::proto::lock_client::LockClient;
 use zkgate_testkit::*;
@@ -83,22 +81,10 @@ async fn leases_and_protected_ids_never_reach_the_logs_even_at_trace() {
     let mut c = ElectionClient::connect(url.clone()).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let mut campaign = loop {
-        match open_campaign(&mut c, vec![join_msg("hygiene", "alice", b"v")]).await {
-            Ok((tx, mut stream)) => match stream.message().await {
-                Ok(Some(pb::CampaignResponse {
-                    event: Some(pb::campaign_response::Event::Queued(q)),
-                })) => {
-                    break Campaign {
-                        tx,
-                        stream,
-                        lease: q.lease,
-                        position: q.position,
-                    }
-                }
-                other => assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "no campaign: {other:?}"
-                ),
+        match CampaignStream::open_with(&mut c, [join_msg("hygiene", "alice", b"v")]).await {
+            Ok(stream) => match Campaign::queued(stream).await {
+                Ok(campaign) => break campaign,
+                Err(s) => assert!(tokio::time::Instant::now() < deadline, "no campaign: {s:?}"),
             },
             Err(s) => assert!(tokio::time::Instant::now() < deadline, "{s:?}"),
         }
@@ -116,34 +102,14 @@ async fn leases_and_protected_ids_never_reach_the_logs_even_at_trace() {
     campaign.expect_end(None).await;
 
     let mut l = LockClient::connect(url).await.unwrap();
-    let (ltx, lrx) = tokio::sync::mpsc::channel(4);
-    ltx.send(pb::AcquireRequest {
-        request: Some(LockReq::Acquire(pb::AcquireLock {
-            name: "hygiene".into(),
-            owner: "bob".into(),
-            ..Default::default()
-        })),
-    })
-    .await
-    .unwrap();
-    let mut ls = l
-        .acquire(ReceiverStream::new(lrx))
-        .await
-        .unwrap()
-        .into_inner();
-    let lease = loop {
-        match ls.message().await.unwrap().and_then(|m| m.event) {
-            Some(LockEvent::Acquired(a)) => break a.lease,
-            Some(_) => continue,
-            None => panic!("the lock stream ended"),
-        }
-    };
+    let mut hold = Acquisition::open(&mut l, acquire_msg("hygiene", "bob")).await;
+    let lease = hold.acquired().await.lease;
     let members = member_znodes(&zkc, &root).await;
     assert_eq!(members.len(), 1);
     secrets.push(lease.clone());
     secrets.push(protected_id(&members[0]));
     l.release(pb::ReleaseRequest { lease }).await.unwrap();
-    while let Ok(Some(_)) = ls.message().await {}
+    while let Ok(Some(_)) = hold.stream.message().await {}
     wait_no_members(&zkc, &root, Duration::from_secs(5)).await;
 
     Command::new("kill")
@@ -204,28 +170,20 @@ async fn control_characters_in_candidates_and_owners_are_refused() {
         "\u{1b}[2Jalice",
         "alice\u{2028}bob",
     ] {
-        let status = match open_campaign(&mut c, vec![join_msg("ctl", bad, b"")]).await {
-            Err(s) => s,
-            Ok((_tx, mut stream)) => stream.message().await.expect_err(bad),
-        };
+        let status = refusal(CampaignStream::open_with(
+            &mut c,
+            [join_msg("ctl", bad, b"")],
+        ))
+        .await;
         assert_eq!(status.code(), Code::InvalidArgument, "{bad:?}: {status:?}");
         assert!(status.message().contains("control character"), "{status:?}");
 
         let mut l = LockClient::connect(gw.url()).await.unwrap();
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        tx.send(pb::AcquireRequest {
-            request: Some(LockReq::Acquire(pb::AcquireLock {
-                name: "ctl".into(),
-                owner: bad.into(),
-                ..Default::default()
-            })),
-        })
-        .await
-        .unwrap();
-        let status = match l.acquire(ReceiverStream::new(rx)).await {
-            Err(s) => s,
-            Ok(r) => r.into_inner().message().await.expect_err(bad),
-        };
+        let status = refusal(AcquireStream::open_with(
+            &mut l,
+            [raw::lock(LockReq::Acquire(acquire_msg("ctl", bad)))],
+        ))
+        .await;
         assert_eq!(status.code(), Code::InvalidArgument, "{bad:?}: {status:?}");
     }
     // Ordinary punctuation and non-ASCII names stay fine.

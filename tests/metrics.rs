@@ -18,15 +18,11 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Code, Streaming};
 use zkgate::metrics as m;
 use zkgate::metrics::{CONTRACT_METRICS, ELECTION_GAUGES, HISTOGRAMS};
 use zkgate::proto as pb;
-use zkgate::proto::acquire_request::Request as LReq;
-use zkgate::proto::acquire_response::Event as LEvent;
 use zkgate::proto::campaign_request::Request as Req;
 use zkgate::proto::lock_client::LockClient;
 use zkgate_testkit::*;
@@ -373,71 +369,6 @@ fn the_text_parser_reads_labels_escapes_and_special_values() {
 
 struct Observer(Streaming<pb::ObserveResponse>);
 
-/// One Acquire stream.
-struct Acquire {
-    tx: mpsc::Sender<pb::AcquireRequest>,
-    stream: Streaming<pb::AcquireResponse>,
-}
-
-impl Acquire {
-    async fn start(client: &mut LockClient<Channel>, name: &str, owner: &str) -> Acquire {
-        let (tx, rx) = mpsc::channel(4);
-        tx.send(pb::AcquireRequest {
-            request: Some(LReq::Acquire(pb::AcquireLock {
-                name: name.into(),
-                owner: owner.into(),
-                ..Default::default()
-            })),
-        })
-        .await
-        .unwrap();
-        let mut stream = client
-            .acquire(ReceiverStream::new(rx))
-            .await
-            .expect("acquire accepted")
-            .into_inner();
-        match Self::next_of(&mut stream).await {
-            Some(LEvent::Queued(_)) => {}
-            other => panic!("first lock event must be queued, got {other:?}"),
-        }
-        Acquire { tx, stream }
-    }
-
-    async fn next_of(stream: &mut Streaming<pb::AcquireResponse>) -> Option<LEvent> {
-        loop {
-            let msg = tokio::time::timeout(STEP, stream.message())
-                .await
-                .expect("a lock event in time")
-                .expect("lock stream ok");
-            match msg.and_then(|r| r.event) {
-                Some(LEvent::Heartbeat(_)) => continue,
-                other => return other,
-            }
-        }
-    }
-
-    async fn acquired(&mut self) {
-        match Self::next_of(&mut self.stream).await {
-            Some(LEvent::Acquired(_)) => {}
-            other => panic!("expected acquired, got {other:?}"),
-        }
-    }
-
-    /// `release{}` in-stream; the stream then ends OK.
-    async fn release(mut self) {
-        self.tx
-            .send(pb::AcquireRequest {
-                request: Some(LReq::Release(pb::ReleaseLock {})),
-            })
-            .await
-            .unwrap();
-        assert!(
-            Self::next_of(&mut self.stream).await.is_none(),
-            "the stream ends after release"
-        );
-    }
-}
-
 async fn resign_in_stream(mut c: Campaign) {
     c.send(Req::Resign(pb::ResignCandidacy {})).await;
     c.expect_end(None).await;
@@ -683,9 +614,9 @@ async fn scripted_campaign_failover_lock_handover_and_label_cap() {
     // --- Lock hand-over: X holds, Y waits on the other gateway, X releases, Y holds.
     let mut l1 = gw1.lock().await;
     let mut l2 = gw2.lock().await;
-    let mut x = Acquire::start(&mut l1, "handover-l", "x").await;
+    let mut x = Acquisition::open(&mut l1, acquire_msg("handover-l", "x")).await;
     x.acquired().await;
-    let mut y = Acquire::start(&mut l2, "handover-l", "y").await;
+    let mut y = Acquisition::open(&mut l2, acquire_msg("handover-l", "y")).await;
     let held = before.get(m::LOCKS_HELD, &[]) + 1.0;
     gw1.settle("one lock held", held, |s| s.get(m::LOCKS_HELD, &[]))
         .await;

@@ -17,6 +17,7 @@ use tonic::{Code, Status};
 
 use crate::endpoint::Endpoint;
 use crate::pb::Leader;
+use crate::raw::Update;
 use crate::Error;
 
 /// How long `resign()` / `release()` wait for the gateway to confirm (end the stream) before
@@ -113,18 +114,15 @@ pub enum HoldEvent {
     Lost(LossReason),
 }
 
-/// A decoded message of either stream.
-#[derive(Debug)]
-pub(crate) enum Raw {
-    Queued { lease: String, position: u32 },
-    Granted(Grant),
-    Suspended { stop_within: Option<Duration> },
-    Resumed,
-    Proclaimed(Leader),
-    Heartbeat,
-}
+pub(crate) type RawStream = Pin<Box<dyn Stream<Item = Result<Update, Status>> + Send>>;
 
-pub(crate) type RawStream = Pin<Box<dyn Stream<Item = Result<Raw, Status>> + Send>>;
+/// A response stream of either call, decoded into [`Update`]s.
+pub(crate) fn decoded<M>(responses: tonic::Streaming<M>) -> RawStream
+where
+    M: crate::raw::Response + Send + 'static,
+{
+    Box::pin(crate::raw::updates(responses))
+}
 
 /// Sends `keep_alive{}` on the stream.
 pub(crate) type KeepAlive = (Duration, Box<dyn FnMut() + Send>);
@@ -162,7 +160,7 @@ impl HoldCore {
         keep_after_loss: bool,
     ) -> Result<HoldCore, Error> {
         let (lease, position) = match stream.next().await {
-            Some(Ok(Raw::Queued { lease, position })) => (lease, position),
+            Some(Ok(Update::Queued { lease, position })) => (lease, position),
             Some(Err(status)) => return Err(Error::Status(status)),
             None => {
                 return Err(Error::Status(Status::unknown(
@@ -350,26 +348,26 @@ async fn drive(mut d: Drive) {
                         *at = Instant::now() + *limit;
                     }
                     match raw {
-                        Raw::Heartbeat | Raw::Queued { .. } => continue,
-                        Raw::Granted(g) => {
+                        Update::Heartbeat | Update::Queued { .. } => continue,
+                        Update::Granted(g) => {
                             holding = true;
                             watchdog = g.silence_limit.map(|l| (l, Instant::now() + l));
                             d.state.send_modify(|s| s.granted = Some(g.clone()));
                             let _ = d.events.send(HoldEvent::Granted(g));
                             continue;
                         }
-                        Raw::Suspended { stop_within } => {
+                        Update::Suspended { stop_within } => {
                             let _ = d.events.send(HoldEvent::Suspended { stop_within });
                             if !holding {
                                 continue;
                             }
                             LossReason::Suspended
                         }
-                        Raw::Resumed => {
+                        Update::Resumed => {
                             let _ = d.events.send(HoldEvent::Resumed);
                             continue;
                         }
-                        Raw::Proclaimed(leader) => {
+                        Update::Proclaimed(leader) => {
                             d.state.send_modify(|s| {
                                 if let Some(g) = s.granted.as_mut() {
                                     g.leader = Some(leader.clone());
@@ -409,10 +407,10 @@ mod tests {
     use super::*;
 
     fn core(
-        msgs: Vec<Result<Raw, Status>>,
+        msgs: Vec<Result<Update, Status>>,
         keep_after_loss: bool,
     ) -> (
-        mpsc::UnboundedSender<Result<Raw, Status>>,
+        mpsc::UnboundedSender<Result<Update, Status>>,
         impl Future<Output = Result<HoldCore, Error>>,
     ) {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -427,15 +425,15 @@ mod tests {
         )
     }
 
-    fn queued() -> Result<Raw, Status> {
-        Ok(Raw::Queued {
+    fn queued() -> Result<Update, Status> {
+        Ok(Update::Queued {
             lease: "l".into(),
             position: 0,
         })
     }
 
-    fn granted(limit_ms: u64) -> Result<Raw, Status> {
-        Ok(Raw::Granted(Grant {
+    fn granted(limit_ms: u64) -> Result<Update, Status> {
+        Ok(Update::Granted(Grant {
             fencing_token: 7,
             silence_limit: Some(Duration::from_millis(limit_ms)),
             leader: None,
@@ -454,7 +452,7 @@ mod tests {
         // Heartbeats keep it alive…
         for _ in 0..5 {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            tx.send(Ok(Raw::Heartbeat)).unwrap();
+            tx.send(Ok(Update::Heartbeat)).unwrap();
         }
         assert!(h.state().lost.is_none());
         // …silence does not.
@@ -477,11 +475,13 @@ mod tests {
     async fn suspended_is_loss_only_while_holding_and_statuses_classify() {
         let (tx, open) = core(vec![queued()], false);
         let h = open.await.unwrap();
-        tx.send(Ok(Raw::Suspended { stop_within: None })).unwrap();
-        tx.send(Ok(Raw::Resumed)).unwrap();
+        tx.send(Ok(Update::Suspended { stop_within: None }))
+            .unwrap();
+        tx.send(Ok(Update::Resumed)).unwrap();
         tx.send(granted(10_000)).unwrap();
         h.granted().await.unwrap();
-        tx.send(Ok(Raw::Suspended { stop_within: None })).unwrap();
+        tx.send(Ok(Update::Suspended { stop_within: None }))
+            .unwrap();
         assert_eq!(h.lost().await, LossReason::Suspended);
 
         for (status, reason) in [

@@ -19,6 +19,8 @@
 //! - [`backoff`]: the shared retry delay (full jitter, 50 ms doubling to 2 s).
 //! - [`hold`]: one Campaign or Acquire stream driven by a task: events, loss reasons, watchdog.
 //! - [`observe`]: the reconnecting `Observe` stream.
+//! - [`raw`]: the two streaming calls as on the wire (open, send, read), which the helpers,
+//!   the gateway's tests and its benchmark share.
 //! - `runner`: [`Client::run_while_leader`] and [`Client::run_while_holding`].
 //! - [`pb`]: the generated `zkgate.v1` client code.
 
@@ -26,6 +28,7 @@ pub mod backoff;
 pub mod endpoint;
 pub mod hold;
 pub mod observe;
+pub mod raw;
 mod runner;
 
 /// Generated `zkgate.v1` messages and client stubs (from the repository's `proto/`).
@@ -39,8 +42,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::{Code, Status};
@@ -52,7 +53,7 @@ pub use observe::Observer;
 pub use pb::{Candidate, Holder, Leader, LockMode};
 pub use runner::{HoldContext, LeaderContext};
 
-use hold::{HoldCore, Raw};
+use hold::HoldCore;
 use pb::election_client::ElectionClient;
 use pb::lock_client::LockClient;
 
@@ -182,10 +183,6 @@ impl std::fmt::Debug for Client {
             .field("current", &self.current_endpoint())
             .finish()
     }
-}
-
-fn duration_from(d: Option<prost_types::Duration>) -> Option<Duration> {
-    d.and_then(|d| Duration::try_from(d).ok())
 }
 
 fn proto_duration(d: Duration) -> prost_types::Duration {
@@ -557,8 +554,6 @@ impl Client {
         value: &[u8],
         options: HoldOptions,
     ) -> Result<Leadership, Error> {
-        use pb::campaign_request::Request;
-        use pb::campaign_response::Event;
         let join = pb::Join {
             election: election.into(),
             candidate: candidate.into(),
@@ -568,45 +563,23 @@ impl Client {
             .open_hold(|ch, ep| {
                 let join = join.clone();
                 async move {
-                    let (tx, rx) = tokio::sync::mpsc::channel(8);
-                    tx.try_send(pb::CampaignRequest {
-                        request: Some(Request::Join(join)),
-                    })
-                    .expect("an empty channel");
-                    let stream = ElectionClient::new(ch)
-                        .campaign(ReceiverStream::new(rx))
+                    let stream = raw::CampaignStream::join(ch, join)
                         .await
-                        .map_err(Error::Status)?
-                        .into_inner();
-                    let raw = stream.filter_map(|m| match m {
-                        Err(s) => Some(Err(s)),
-                        Ok(pb::CampaignResponse { event }) => Some(Ok(match event? {
-                            Event::Queued(q) => Raw::Queued {
-                                lease: q.lease,
-                                position: q.position,
-                            },
-                            Event::Elected(e) => {
-                                let leader = e.leader.unwrap_or_default();
-                                Raw::Granted(Grant {
-                                    fencing_token: leader.fencing_token,
-                                    silence_limit: duration_from(e.silence_limit),
-                                    leader: Some(leader),
-                                })
-                            }
-                            Event::Suspended(s) => Raw::Suspended {
-                                stop_within: duration_from(s.stop_within),
-                            },
-                            Event::Resumed(_) => Raw::Resumed,
-                            Event::Proclaimed(p) => Raw::Proclaimed(p.leader.unwrap_or_default()),
-                            Event::Heartbeat(_) => Raw::Heartbeat,
-                        })),
-                    });
+                        .map_err(Error::Status)?;
+                    let (requests, responses) = stream.into_parts();
                     let give_up = Box::new(move || {
-                        let _ = tx.try_send(pb::CampaignRequest {
-                            request: Some(Request::Resign(pb::ResignCandidacy {})),
-                        });
+                        let _ = requests.try_send(raw::campaign(
+                            pb::campaign_request::Request::Resign(pb::ResignCandidacy {}),
+                        ));
                     });
-                    HoldCore::start(Box::pin(raw), give_up, None, ep, options.keep_after_loss).await
+                    HoldCore::start(
+                        hold::decoded(responses),
+                        give_up,
+                        None,
+                        ep,
+                        options.keep_after_loss,
+                    )
+                    .await
                 }
             })
             .await?;
@@ -641,8 +614,6 @@ impl Client {
     /// # Cancellation safety
     /// As [`Client::campaign`].
     pub async fn queue_lock(&self, options: LockOptions) -> Result<LockHold, Error> {
-        use pb::acquire_request::Request;
-        use pb::acquire_response::Event;
         let acquire = pb::AcquireLock {
             name: options.name.clone(),
             owner: options.owner.clone(),
@@ -657,50 +628,32 @@ impl Client {
             .open_hold(|ch, ep| {
                 let acquire = acquire.clone();
                 async move {
-                    let (tx, rx) = tokio::sync::mpsc::channel(8);
-                    tx.try_send(pb::AcquireRequest {
-                        request: Some(Request::Acquire(acquire)),
-                    })
-                    .expect("an empty channel");
-                    let stream = LockClient::new(ch)
-                        .acquire(ReceiverStream::new(rx))
+                    let stream = raw::AcquireStream::acquire(ch, acquire)
                         .await
-                        .map_err(Error::Status)?
-                        .into_inner();
-                    let raw = stream.filter_map(|m| match m {
-                        Err(s) => Some(Err(s)),
-                        Ok(pb::AcquireResponse { event }) => Some(Ok(match event? {
-                            Event::Queued(q) => Raw::Queued {
-                                lease: q.lease,
-                                position: q.position,
-                            },
-                            Event::Acquired(a) => Raw::Granted(Grant {
-                                fencing_token: a.fencing_token,
-                                silence_limit: duration_from(a.silence_limit),
-                                leader: None,
-                            }),
-                            Event::Suspended(s) => Raw::Suspended {
-                                stop_within: duration_from(s.stop_within),
-                            },
-                            Event::Resumed(_) => Raw::Resumed,
-                            Event::Heartbeat(_) => Raw::Heartbeat,
-                        })),
-                    });
+                        .map_err(Error::Status)?;
+                    let (requests, responses) = stream.into_parts();
                     let keep_alive = ttl.map(|ttl| {
-                        let tx = tx.clone();
+                        let requests = requests.clone();
                         let send: Box<dyn FnMut() + Send> = Box::new(move || {
-                            let _ = tx.try_send(pb::AcquireRequest {
-                                request: Some(Request::KeepAlive(pb::KeepAlive {})),
-                            });
+                            let _ = requests.try_send(raw::lock(
+                                pb::acquire_request::Request::KeepAlive(pb::KeepAlive {}),
+                            ));
                         });
                         (ttl / 3, send)
                     });
                     let give_up = Box::new(move || {
-                        let _ = tx.try_send(pb::AcquireRequest {
-                            request: Some(Request::Release(pb::ReleaseLock {})),
-                        });
+                        let _ = requests.try_send(raw::lock(
+                            pb::acquire_request::Request::Release(pb::ReleaseLock {}),
+                        ));
                     });
-                    HoldCore::start(Box::pin(raw), give_up, keep_alive, ep, keep_after_loss).await
+                    HoldCore::start(
+                        hold::decoded(responses),
+                        give_up,
+                        keep_alive,
+                        ep,
+                        keep_after_loss,
+                    )
+                    .await
                 }
             })
             .await?;

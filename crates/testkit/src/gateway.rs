@@ -7,14 +7,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::oneshot;
 use tonic::transport::Channel;
-use tonic::{Code, Status, Streaming};
+use tonic::Streaming;
 use zkgate::coord::{CoordConfig, Coordinator};
 use zkgate::proto as pb;
-use zkgate::proto::campaign_request::Request as Req;
-use zkgate::proto::campaign_response::Event;
 use zkgate::proto::election_client::ElectionClient;
 use zkgate::server::{self, ServeConfig};
 
@@ -214,132 +211,6 @@ impl Drop for Gateway {
     fn drop(&mut self) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
-        }
-    }
-}
-
-/// One Campaign stream, driven by the test.
-pub struct Campaign {
-    pub tx: mpsc::Sender<pb::CampaignRequest>,
-    pub stream: Streaming<pb::CampaignResponse>,
-    pub lease: String,
-    pub position: u32,
-}
-
-pub fn join_msg(election: &str, candidate: &str, value: &[u8]) -> pb::CampaignRequest {
-    pb::CampaignRequest {
-        request: Some(Req::Join(pb::Join {
-            election: election.into(),
-            candidate: candidate.into(),
-            value: value.to_vec(),
-        })),
-    }
-}
-
-/// Opens a Campaign stream with the given first messages; returns the response stream or the
-/// status the call failed with.
-pub async fn open_campaign(
-    client: &mut ElectionClient<Channel>,
-    first: Vec<pb::CampaignRequest>,
-) -> Result<
-    (
-        mpsc::Sender<pb::CampaignRequest>,
-        Streaming<pb::CampaignResponse>,
-    ),
-    Status,
-> {
-    let (tx, rx) = mpsc::channel(16);
-    for m in first {
-        tx.send(m).await.unwrap();
-    }
-    let resp = client.campaign(ReceiverStream::new(rx)).await?;
-    Ok((tx, resp.into_inner()))
-}
-
-impl Campaign {
-    pub async fn join(
-        client: &mut ElectionClient<Channel>,
-        election: &str,
-        candidate: &str,
-        value: &[u8],
-    ) -> Campaign {
-        let (tx, mut stream) = open_campaign(client, vec![join_msg(election, candidate, value)])
-            .await
-            .expect("campaign accepted");
-        let first = tokio::time::timeout(STEP, stream.message())
-            .await
-            .expect("queued in time")
-            .expect("stream ok");
-        match first.and_then(|r| r.event) {
-            Some(Event::Queued(q)) => Campaign {
-                tx,
-                stream,
-                lease: q.lease,
-                position: q.position,
-            },
-            other => panic!("first event must be queued, got {other:?}"),
-        }
-    }
-
-    /// The next event that is not a heartbeat.
-    pub async fn next(&mut self) -> Result<Option<Event>, Status> {
-        loop {
-            let m = tokio::time::timeout(STEP, self.stream.message())
-                .await
-                .expect("an event in time")?;
-            match m {
-                None => return Ok(None),
-                Some(pb::CampaignResponse {
-                    event: Some(Event::Heartbeat(_)),
-                }) => continue,
-                Some(pb::CampaignResponse { event }) => return Ok(event),
-            }
-        }
-    }
-
-    pub async fn elected(&mut self) -> pb::Leader {
-        match self.next().await {
-            Ok(Some(Event::Elected(e))) => e.leader.expect("elected carries leader"),
-            other => panic!("expected elected, got {other:?}"),
-        }
-    }
-
-    /// Asserts that nothing but heartbeats arrives for `d`.
-    pub async fn quiet_for(&mut self, d: Duration) {
-        let deadline = tokio::time::Instant::now() + d;
-        loop {
-            match tokio::time::timeout_at(deadline, self.stream.message()).await {
-                Err(_) => return,
-                Ok(Ok(Some(pb::CampaignResponse {
-                    event: Some(Event::Heartbeat(_)),
-                }))) => continue,
-                Ok(other) => panic!("expected no event, got {other:?}"),
-            }
-        }
-    }
-
-    pub async fn send(&self, r: Req) {
-        self.tx
-            .send(pb::CampaignRequest { request: Some(r) })
-            .await
-            .expect("request side open");
-    }
-
-    /// Ends with `code` (or OK when `None`).
-    pub async fn expect_end(&mut self, code: Option<Code>) {
-        loop {
-            match self.next().await {
-                Ok(Some(Event::Suspended(_))) | Ok(Some(Event::Resumed(_))) => continue,
-                Ok(None) => {
-                    assert_eq!(code, None, "stream ended OK, expected {code:?}");
-                    return;
-                }
-                Err(s) => {
-                    assert_eq!(Some(s.code()), code, "stream ended with {s:?}");
-                    return;
-                }
-                Ok(Some(e)) => panic!("expected the stream to end, got {e:?}"),
-            }
         }
     }
 }

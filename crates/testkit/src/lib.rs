@@ -7,7 +7,9 @@
 //! - [`ensemble`]: a 3-server ensemble whose peer links pass through [`linkcut`] cutters.
 //! - [`linkcut`]: a TCP relay that passes, drops or blackholes a link on command.
 //! - [`gateway`]: a gateway in this process ([`Gateway`], [`GatewayOpts`]: every setting of
-//!   [`zkgate::server::ServeConfig`]), and small gRPC client helpers ([`Campaign`], …).
+//!   [`zkgate::server::ServeConfig`]), and the `Observe` and health helpers.
+//! - [`streams`]: a test's `Campaign` and `Acquire` streams ([`Campaign`], [`Acquisition`]) on
+//!   the client crate's raw streams, with bounded waits and end assertions.
 //! - [`procgw`]: a gateway in a child process (`zkgate serve`), to kill, freeze and thaw.
 //! - [`dev_process`]: the built binary run as `zkgate dev`, for tests with external clients.
 //! - [`recorder`] and [`checker`]: recording clients and the safety checker of the fault
@@ -26,8 +28,10 @@ pub mod localzk;
 pub mod pki;
 pub mod procgw;
 pub mod recorder;
+pub mod streams;
 
 pub use gateway::*;
+pub use streams::*;
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -124,6 +128,22 @@ pub async fn members_gone(
         if started.elapsed() > within {
             return Err(format!("znodes left behind after {within:?}: {left:?}"));
         }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Polls `check` (every 20 ms) until it holds.
+///
+/// # Panics
+/// Saying `what` was awaited, when it still does not hold after `within`.
+pub async fn wait_until<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < deadline, "waited {within:?} for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

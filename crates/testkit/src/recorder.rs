@@ -1,6 +1,6 @@
-//! A recording client: one Campaign or Acquire stream on its own connection, every event
-//! logged with the instant it arrived, for the [`checker`](crate::checker). Both services map
-//! onto the same events (`elected` and `acquired` are both `Granted`), so scenarios and the
+//! A recording client: one Campaign or Acquire stream (the client crate's raw streams) on its own
+//! connection, every event logged with the instant it arrived, for the
+//! [`checker`](crate::checker). Both services map onto the same events (`elected` and `acquired` are both `Granted`), so scenarios and the
 //! checker treat elections and locks alike.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,15 +8,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 use tonic::transport::Endpoint;
 use zkgate::proto as pb;
 use zkgate::proto::acquire_request::Request as LockReq;
-use zkgate::proto::acquire_response::Event as LockEvent;
 use zkgate::proto::campaign_request::Request as Req;
-use zkgate::proto::campaign_response::Event;
-use zkgate::proto::election_client::ElectionClient;
-use zkgate::proto::lock_client::LockClient;
+use zkgate_client::raw::{self, AcquireStream, CampaignStream, Update};
 
 use crate::checker::{Ev, StreamLog};
 
@@ -29,39 +26,27 @@ enum Requests {
     Acquire(mpsc::Sender<pb::AcquireRequest>),
 }
 
+fn resign() -> pb::CampaignRequest {
+    raw::campaign(Req::Resign(pb::ResignCandidacy {}))
+}
+
+fn release() -> pb::AcquireRequest {
+    raw::lock(LockReq::Release(pb::ReleaseLock {}))
+}
+
 impl Requests {
     fn try_leave(&self) -> bool {
         match self {
-            Requests::Campaign(tx) => tx
-                .try_send(pb::CampaignRequest {
-                    request: Some(Req::Resign(pb::ResignCandidacy {})),
-                })
-                .is_ok(),
-            Requests::Acquire(tx) => tx
-                .try_send(pb::AcquireRequest {
-                    request: Some(LockReq::Release(pb::ReleaseLock {})),
-                })
-                .is_ok(),
+            Requests::Campaign(tx) => tx.try_send(resign()).is_ok(),
+            Requests::Acquire(tx) => tx.try_send(release()).is_ok(),
         }
     }
 
     async fn leave(&self) {
-        match self {
-            Requests::Campaign(tx) => {
-                let _ = tx
-                    .send(pb::CampaignRequest {
-                        request: Some(Req::Resign(pb::ResignCandidacy {})),
-                    })
-                    .await;
-            }
-            Requests::Acquire(tx) => {
-                let _ = tx
-                    .send(pb::AcquireRequest {
-                        request: Some(LockReq::Release(pb::ReleaseLock {})),
-                    })
-                    .await;
-            }
-        }
+        let _ = match self {
+            Requests::Campaign(tx) => tx.send(resign()).await.is_ok(),
+            Requests::Acquire(tx) => tx.send(release()).await.is_ok(),
+        };
     }
 }
 
@@ -77,11 +62,6 @@ pub struct StreamClient {
     log: watch::Sender<StreamLog>,
     requests: Option<Requests>,
     task: JoinHandle<()>,
-}
-
-fn to_duration(d: Option<prost_types::Duration>) -> Duration {
-    d.and_then(|d| Duration::try_from(d).ok())
-        .unwrap_or_default()
 }
 
 async fn connect(url: &str) -> Result<tonic::transport::Channel, String> {
@@ -106,49 +86,58 @@ fn new_log(id: u64, name: &str, resource: &str, via: &str) -> watch::Sender<Stre
     .0
 }
 
-/// Reads the stream's first message, which must be `queued` (`queued` gives its position and
-/// lease), logs it and returns the lease; later messages are read by [`record`].
-async fn read_queued<M: std::fmt::Debug>(
-    stream: &mut tonic::Streaming<M>,
-    url: &str,
-    log: &watch::Sender<StreamLog>,
-    queued: fn(&M) -> Option<(u32, String)>,
-) -> Result<String, String> {
-    let first = tokio::time::timeout(Duration::from_secs(10), stream.message())
-        .await
-        .map_err(|_| format!("no queued from {url} in time"))?;
-    match first {
-        Ok(Some(m)) => match queued(&m) {
-            Some((position, lease)) => {
-                log.send_modify(|l| l.events.push((Instant::now(), Ev::Queued { position })));
-                Ok(lease)
-            }
-            None => Err(format!("first event from {url} was {m:?}, not queued")),
+/// The checker's event for one update of either stream.
+fn event(u: Update) -> Ev {
+    match u {
+        Update::Queued { position, .. } => Ev::Queued { position },
+        Update::Granted(g) => Ev::Granted {
+            token: g.fencing_token,
+            silence_limit: g.silence_limit.unwrap_or_default(),
         },
-        other => Err(format!("first event from {url} was {other:?}, not queued")),
+        Update::Suspended { stop_within } => Ev::Suspended {
+            stop_within: stop_within.unwrap_or_default(),
+        },
+        Update::Resumed => Ev::Resumed,
+        Update::Proclaimed(leader) => Ev::Proclaimed {
+            token: leader.fencing_token,
+        },
+        Update::Heartbeat => Ev::Heartbeat,
     }
 }
 
-/// Records the stream's messages (already mapped by `map`) until it ends.
-fn record<M: Send + 'static>(
-    mut stream: tonic::Streaming<M>,
-    writer: watch::Sender<StreamLog>,
-    map: fn(M) -> Option<Ev>,
-    keep: impl Send + 'static,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let _keep = keep; // the client, which keeps the connection
+/// Reads the stream's first update, which must be `queued`, logs it and hands the rest of the
+/// stream to a task that logs every update until the end; the lease and the task.
+async fn record<M>(
+    responses: tonic::Streaming<M>,
+    url: &str,
+    log: &watch::Sender<StreamLog>,
+    channel: tonic::transport::Channel,
+) -> Result<(String, JoinHandle<()>), String>
+where
+    M: raw::Response + Send + 'static,
+{
+    let mut updates = Box::pin(raw::updates(responses));
+    let first = tokio::time::timeout(Duration::from_secs(10), updates.next())
+        .await
+        .map_err(|_| format!("no queued from {url} in time"))?;
+    let lease = match first {
+        Some(Ok(Update::Queued { lease, position })) => {
+            log.send_modify(|l| l.events.push((Instant::now(), Ev::Queued { position })));
+            lease
+        }
+        other => return Err(format!("first event from {url} was {other:?}, not queued")),
+    };
+    let writer = log.clone();
+    let task = tokio::spawn(async move {
+        let _channel = channel; // keeps the connection
         loop {
-            let ev = match stream.message().await {
-                Ok(Some(m)) => match map(m) {
-                    Some(ev) => ev,
-                    None => continue,
-                },
-                Ok(None) => Ev::Ended {
+            let ev = match updates.next().await {
+                Some(Ok(u)) => event(u),
+                None => Ev::Ended {
                     code: None,
                     message: String::new(),
                 },
-                Err(s) => Ev::Ended {
+                Some(Err(s)) => Ev::Ended {
                     code: Some(s.code()),
                     message: s.message().to_owned(),
                 },
@@ -159,44 +148,8 @@ fn record<M: Send + 'static>(
                 return;
             }
         }
-    })
-}
-
-fn campaign_event(m: pb::CampaignResponse) -> Option<Ev> {
-    Some(match m.event? {
-        Event::Queued(q) => Ev::Queued {
-            position: q.position,
-        },
-        Event::Elected(e) => Ev::Granted {
-            token: e.leader.map_or(0, |l| l.fencing_token),
-            silence_limit: to_duration(e.silence_limit),
-        },
-        Event::Suspended(s) => Ev::Suspended {
-            stop_within: to_duration(s.stop_within),
-        },
-        Event::Resumed(_) => Ev::Resumed,
-        Event::Proclaimed(p) => Ev::Proclaimed {
-            token: p.leader.map_or(0, |l| l.fencing_token),
-        },
-        Event::Heartbeat(_) => Ev::Heartbeat,
-    })
-}
-
-fn acquire_event(m: pb::AcquireResponse) -> Option<Ev> {
-    Some(match m.event? {
-        LockEvent::Queued(q) => Ev::Queued {
-            position: q.position,
-        },
-        LockEvent::Acquired(a) => Ev::Granted {
-            token: a.fencing_token,
-            silence_limit: to_duration(a.silence_limit),
-        },
-        LockEvent::Suspended(s) => Ev::Suspended {
-            stop_within: to_duration(s.stop_within),
-        },
-        LockEvent::Resumed(_) => Ev::Resumed,
-        LockEvent::Heartbeat(_) => Ev::Heartbeat,
-    })
+    });
+    Ok((lease, task))
 }
 
 impl StreamClient {
@@ -212,34 +165,24 @@ impl StreamClient {
         permits: u32,
         via: &str,
     ) -> Result<Self, String> {
-        let mut client = LockClient::new(connect(url).await?);
-        let (tx, rx) = mpsc::channel(16);
-        tx.send(pb::AcquireRequest {
-            request: Some(LockReq::Acquire(pb::AcquireLock {
+        let channel = connect(url).await?;
+        let open = AcquireStream::acquire(
+            channel.clone(),
+            pb::AcquireLock {
                 name: lock.into(),
                 owner: name.into(),
                 permits,
                 ..Default::default()
-            })),
-        })
-        .await
-        .map_err(|_| "request channel closed".to_owned())?;
+            },
+        );
         let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let log = new_log(id, name, lock, via);
-        let mut stream = tokio::time::timeout(
-            Duration::from_secs(10),
-            client.acquire(ReceiverStream::new(rx)),
-        )
-        .await
-        .map_err(|_| format!("Acquire on {url} timed out"))?
-        .map_err(|s| format!("Acquire on {url}: {s}"))?
-        .into_inner();
-        let lease = read_queued(&mut stream, url, &log, |m| match &m.event {
-            Some(LockEvent::Queued(q)) => Some((q.position, q.lease.clone())),
-            _ => None,
-        })
-        .await?;
-        let task = record(stream, log.clone(), acquire_event, client);
+        let (tx, responses) = tokio::time::timeout(Duration::from_secs(10), open)
+            .await
+            .map_err(|_| format!("Acquire on {url} timed out"))?
+            .map_err(|s| format!("Acquire on {url}: {s}"))?
+            .into_parts();
+        let (lease, task) = record(responses, url, &log, channel).await?;
         Ok(StreamClient {
             id,
             name: name.into(),
@@ -272,30 +215,23 @@ impl StreamClient {
         via: &str,
         within: Duration,
     ) -> Result<Self, String> {
-        let mut client = ElectionClient::new(connect(url).await?);
-        let (tx, rx) = mpsc::channel(16);
-        tx.send(pb::CampaignRequest {
-            request: Some(Req::Join(pb::Join {
+        let channel = connect(url).await?;
+        let open = CampaignStream::join(
+            channel.clone(),
+            pb::Join {
                 election: election.into(),
                 candidate: name.into(),
                 value: name.as_bytes().to_vec(),
-            })),
-        })
-        .await
-        .map_err(|_| "request channel closed".to_owned())?;
+            },
+        );
         let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let log = new_log(id, name, election, via);
-        let mut stream = tokio::time::timeout(within, client.campaign(ReceiverStream::new(rx)))
+        let (tx, responses) = tokio::time::timeout(within, open)
             .await
             .map_err(|_| format!("Campaign on {url} timed out"))?
             .map_err(|s| format!("Campaign on {url}: {s}"))?
-            .into_inner();
-        let lease = read_queued(&mut stream, url, &log, |m| match &m.event {
-            Some(Event::Queued(q)) => Some((q.position, q.lease.clone())),
-            _ => None,
-        })
-        .await?;
-        let task = record(stream, log.clone(), campaign_event, client);
+            .into_parts();
+        let (lease, task) = record(responses, url, &log, channel).await?;
         Ok(StreamClient {
             id,
             name: name.into(),
@@ -354,11 +290,9 @@ impl StreamClient {
     pub fn try_proclaim(&self, value: &[u8]) -> bool {
         match &self.requests {
             Some(Requests::Campaign(tx)) => tx
-                .try_send(pb::CampaignRequest {
-                    request: Some(Req::Proclaim(pb::ProclaimValue {
-                        value: value.to_vec(),
-                    })),
-                })
+                .try_send(raw::campaign(Req::Proclaim(pb::ProclaimValue {
+                    value: value.to_vec(),
+                })))
                 .is_ok(),
             _ => false,
         }

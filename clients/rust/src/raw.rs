@@ -1,0 +1,399 @@
+//! The two streaming calls as they are on the wire: open a `Campaign` or `Acquire` stream, send
+//! its in-stream requests, read its messages — and nothing decided for the caller: no watchdog,
+//! no loss, no failover, every heartbeat and the exact status the stream ends with.
+//!
+//! The helpers of this crate ([`crate::Leadership`], [`crate::LockHold`]) are built on it, and
+//! so are the gateway's own tests, test kit and benchmark, which must see the protocol itself:
+//! one way to open a stream and speak it, instead of a wrapper around the generated stubs in
+//! each of them. Applications want the helpers: this layer does not keep the client's half of
+//! the contract (`clients/CONFORMANCE.md`) by itself.
+//!
+//! ```no_run
+//! # async fn f(ch: tonic::transport::Channel) -> Result<(), tonic::Status> {
+//! use zkgate_client::{pb, raw::CampaignStream};
+//! let mut s = CampaignStream::join(ch, pb::Join {
+//!     election: "billing-cron".into(), candidate: "host-1".into(), value: vec![],
+//! }).await?;
+//! while let Some(event) = s.event().await? {
+//!     println!("{event:?}"); // queued, elected, heartbeats, …
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::transport::Channel;
+use tonic::{Status, Streaming};
+
+use crate::hold::Grant;
+use crate::pb::{self, acquire_request, acquire_response, campaign_request, campaign_response};
+use crate::pb::{election_client::ElectionClient, lock_client::LockClient, Leader};
+
+/// Requests that may wait unsent on one stream. In-stream requests are rare (resign, release,
+/// proclaim, keep-alive every ttl/3); a full buffer means the gateway has stopped reading.
+const REQUEST_BUFFER: usize = 16;
+
+/// One open streaming call: the request side and the response side.
+#[derive(Debug)]
+pub struct Duplex<Req, Resp> {
+    requests: mpsc::Sender<Req>,
+    responses: Streaming<Resp>,
+}
+
+/// An open `Election.Campaign` stream.
+pub type CampaignStream = Duplex<pb::CampaignRequest, pb::CampaignResponse>;
+/// An open `Lock.Acquire` stream.
+pub type AcquireStream = Duplex<pb::AcquireRequest, pb::AcquireResponse>;
+
+/// The request side is closed: the call has ended (or its response side was dropped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the stream's request side is closed")]
+pub struct Closed;
+
+impl<Req, Resp> Duplex<Req, Resp> {
+    /// Sends one in-stream request, waiting while the buffer is full.
+    ///
+    /// # Errors
+    /// [`Closed`] once the call has ended.
+    pub async fn send(&self, request: Req) -> Result<(), Closed> {
+        self.requests.send(request).await.map_err(|_| Closed)
+    }
+
+    /// Sends one in-stream request without waiting; false if the buffer is full or the call
+    /// has ended.
+    pub fn try_send(&self, request: Req) -> bool {
+        self.requests.try_send(request).is_ok()
+    }
+
+    /// Closes the request side — a half-close, like `grpcurl -d` after its last message. The
+    /// gateway keeps the stream (and the member); later sends fail with [`Closed`].
+    pub fn close_requests(&mut self) {
+        let (closed, _) = mpsc::channel(1);
+        self.requests = closed;
+    }
+
+    /// The next message as it came (heartbeats included); `Ok(None)` once the gateway ended
+    /// the stream OK.
+    ///
+    /// # Errors
+    /// The status the stream ended with.
+    ///
+    /// # Cancellation safety
+    /// Cancellation safe: a message is never lost by dropping this future.
+    pub async fn message(&mut self) -> Result<Option<Resp>, Status> {
+        self.responses.message().await
+    }
+
+    /// The two sides, for a caller that reads in one task and writes from another. Dropping
+    /// the response side cancels the call (the gateway then deletes the znode).
+    pub fn into_parts(self) -> (mpsc::Sender<Req>, Streaming<Resp>) {
+        (self.requests, self.responses)
+    }
+}
+
+/// The first messages go into the request buffer before the call starts, so the gateway reads
+/// them with the call's headers (it refuses a stream whose first message is not a join or an
+/// acquire).
+fn request_buffer<Req>(first: Vec<Req>) -> (mpsc::Sender<Req>, ReceiverStream<Req>) {
+    let (tx, rx) = mpsc::channel(REQUEST_BUFFER.max(first.len()));
+    for m in first {
+        tx.try_send(m).expect("the buffer holds the first messages");
+    }
+    (tx, ReceiverStream::new(rx))
+}
+
+impl CampaignStream {
+    /// Starts `Campaign` on `channel` with `first` as its first requests (normally one join).
+    ///
+    /// # Errors
+    /// The status the call was refused with (`UNAVAILABLE` when the gateway is unreachable).
+    pub async fn open(
+        channel: Channel,
+        first: impl IntoIterator<Item = pb::CampaignRequest>,
+    ) -> Result<Self, Status> {
+        Self::open_with(&mut ElectionClient::new(channel), first).await
+    }
+
+    /// [`CampaignStream::open`] through a stub the caller also uses for other calls.
+    ///
+    /// # Errors
+    /// As [`CampaignStream::open`].
+    pub async fn open_with(
+        client: &mut ElectionClient<Channel>,
+        first: impl IntoIterator<Item = pb::CampaignRequest>,
+    ) -> Result<Self, Status> {
+        let (requests, rx) = request_buffer(first.into_iter().collect());
+        let responses = client.campaign(rx).await?.into_inner();
+        Ok(Duplex {
+            requests,
+            responses,
+        })
+    }
+
+    /// Starts `Campaign` with `join`.
+    ///
+    /// # Errors
+    /// As [`CampaignStream::open`].
+    pub async fn join(channel: Channel, join: pb::Join) -> Result<Self, Status> {
+        Self::open(channel, [campaign(campaign_request::Request::Join(join))]).await
+    }
+
+    /// The next event (heartbeats included); `Ok(None)` once the stream ended OK.
+    ///
+    /// # Errors
+    /// The status the stream ended with.
+    pub async fn event(&mut self) -> Result<Option<campaign_response::Event>, Status> {
+        loop {
+            match self.message().await? {
+                None => return Ok(None),
+                Some(pb::CampaignResponse { event: Some(e) }) => return Ok(Some(e)),
+                // An event this version does not know.
+                Some(pb::CampaignResponse { event: None }) => continue,
+            }
+        }
+    }
+
+    /// Sends `resign{}` without waiting; false if it could not be sent.
+    pub fn resign(&self) -> bool {
+        self.try_send(campaign(campaign_request::Request::Resign(
+            pb::ResignCandidacy {},
+        )))
+    }
+
+    /// Sends `proclaim{value}` without waiting; false if it could not be sent.
+    pub fn proclaim(&self, value: &[u8]) -> bool {
+        self.try_send(campaign(campaign_request::Request::Proclaim(
+            pb::ProclaimValue {
+                value: value.to_vec(),
+            },
+        )))
+    }
+}
+
+impl AcquireStream {
+    /// Starts `Acquire` on `channel` with `first` as its first requests (normally one acquire).
+    ///
+    /// # Errors
+    /// The status the call was refused with (`UNAVAILABLE` when the gateway is unreachable).
+    pub async fn open(
+        channel: Channel,
+        first: impl IntoIterator<Item = pb::AcquireRequest>,
+    ) -> Result<Self, Status> {
+        Self::open_with(&mut LockClient::new(channel), first).await
+    }
+
+    /// [`AcquireStream::open`] through a stub the caller also uses for other calls.
+    ///
+    /// # Errors
+    /// As [`AcquireStream::open`].
+    pub async fn open_with(
+        client: &mut LockClient<Channel>,
+        first: impl IntoIterator<Item = pb::AcquireRequest>,
+    ) -> Result<Self, Status> {
+        let (requests, rx) = request_buffer(first.into_iter().collect());
+        let responses = client.acquire(rx).await?.into_inner();
+        Ok(Duplex {
+            requests,
+            responses,
+        })
+    }
+
+    /// Starts `Acquire` with `acquire`.
+    ///
+    /// # Errors
+    /// As [`AcquireStream::open`].
+    pub async fn acquire(channel: Channel, acquire: pb::AcquireLock) -> Result<Self, Status> {
+        Self::open(channel, [lock(acquire_request::Request::Acquire(acquire))]).await
+    }
+
+    /// The next event (heartbeats included); `Ok(None)` once the stream ended OK.
+    ///
+    /// # Errors
+    /// The status the stream ended with.
+    pub async fn event(&mut self) -> Result<Option<acquire_response::Event>, Status> {
+        loop {
+            match self.message().await? {
+                None => return Ok(None),
+                Some(pb::AcquireResponse { event: Some(e) }) => return Ok(Some(e)),
+                // An event this version does not know.
+                Some(pb::AcquireResponse { event: None }) => continue,
+            }
+        }
+    }
+
+    /// Sends `release{}` without waiting; false if it could not be sent.
+    pub fn release(&self) -> bool {
+        self.try_send(lock(acquire_request::Request::Release(pb::ReleaseLock {})))
+    }
+
+    /// Sends `keep_alive{}` (renews a ttl lease) without waiting; false if it could not be
+    /// sent.
+    pub fn keep_alive(&self) -> bool {
+        self.try_send(lock(acquire_request::Request::KeepAlive(pb::KeepAlive {})))
+    }
+}
+
+/// One `Campaign` request.
+pub fn campaign(request: campaign_request::Request) -> pb::CampaignRequest {
+    pb::CampaignRequest {
+        request: Some(request),
+    }
+}
+
+/// One `Acquire` request.
+pub fn lock(request: acquire_request::Request) -> pb::AcquireRequest {
+    pb::AcquireRequest {
+        request: Some(request),
+    }
+}
+
+/// An event of either stream in one vocabulary: what the helpers (and the test recorder) act
+/// on, with the durations decoded.
+#[derive(Debug, Clone)]
+pub enum Update {
+    /// Always first: the znode exists, `position` members are ahead.
+    Queued {
+        lease: String,
+        position: u32,
+    },
+    /// `elected` / `acquired`.
+    Granted(Grant),
+    Suspended {
+        stop_within: Option<Duration>,
+    },
+    Resumed,
+    /// The leader's value changed (Campaign only).
+    Proclaimed(Leader),
+    Heartbeat,
+}
+
+impl From<campaign_response::Event> for Update {
+    fn from(e: campaign_response::Event) -> Self {
+        use campaign_response::Event;
+        match e {
+            Event::Queued(q) => Update::Queued {
+                lease: q.lease,
+                position: q.position,
+            },
+            Event::Elected(e) => {
+                let leader = e.leader.unwrap_or_default();
+                Update::Granted(Grant {
+                    fencing_token: leader.fencing_token,
+                    silence_limit: duration(e.silence_limit),
+                    leader: Some(leader),
+                })
+            }
+            Event::Suspended(s) => Update::Suspended {
+                stop_within: duration(s.stop_within),
+            },
+            Event::Resumed(_) => Update::Resumed,
+            Event::Proclaimed(p) => Update::Proclaimed(p.leader.unwrap_or_default()),
+            Event::Heartbeat(_) => Update::Heartbeat,
+        }
+    }
+}
+
+impl From<acquire_response::Event> for Update {
+    fn from(e: acquire_response::Event) -> Self {
+        use acquire_response::Event;
+        match e {
+            Event::Queued(q) => Update::Queued {
+                lease: q.lease,
+                position: q.position,
+            },
+            Event::Acquired(a) => Update::Granted(Grant {
+                fencing_token: a.fencing_token,
+                silence_limit: duration(a.silence_limit),
+                leader: None,
+            }),
+            Event::Suspended(s) => Update::Suspended {
+                stop_within: duration(s.stop_within),
+            },
+            Event::Resumed(_) => Update::Resumed,
+            Event::Heartbeat(_) => Update::Heartbeat,
+        }
+    }
+}
+
+/// A response message of either call: one event, or none when it is one this version does
+/// not know.
+pub trait Response {
+    fn into_update(self) -> Option<Update>;
+}
+
+impl Response for pb::CampaignResponse {
+    fn into_update(self) -> Option<Update> {
+        self.event.map(Update::from)
+    }
+}
+
+impl Response for pb::AcquireResponse {
+    fn into_update(self) -> Option<Update> {
+        self.event.map(Update::from)
+    }
+}
+
+/// A response stream decoded into [`Update`]s (unknown events skipped), ending with the
+/// call's status if it is not OK.
+pub fn updates<M>(responses: Streaming<M>) -> impl Stream<Item = Result<Update, Status>> + Send
+where
+    M: Response + Send + 'static,
+{
+    responses.filter_map(|m| match m {
+        Err(s) => Some(Err(s)),
+        Ok(m) => m.into_update().map(Ok),
+    })
+}
+
+/// A protobuf duration as a std one; `None` when absent or negative.
+pub fn duration(d: Option<prost_types::Duration>) -> Option<Duration> {
+    d.and_then(|d| Duration::try_from(d).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_messages_fit_however_many() {
+        let first: Vec<u32> = (0..(REQUEST_BUFFER as u32 + 5)).collect();
+        let (tx, _rx) = request_buffer(first);
+        assert_eq!(tx.max_capacity(), REQUEST_BUFFER + 5);
+        assert_eq!(tx.capacity(), 0);
+    }
+
+    #[test]
+    fn updates_decode_durations_and_tokens() {
+        let e = campaign_response::Event::Elected(pb::Elected {
+            leader: Some(Leader {
+                fencing_token: 42,
+                ..Default::default()
+            }),
+            silence_limit: Some(prost_types::Duration {
+                seconds: 3,
+                nanos: 0,
+            }),
+        });
+        match Update::from(e) {
+            Update::Granted(g) => {
+                assert_eq!(g.fencing_token, 42);
+                assert_eq!(g.silence_limit, Some(Duration::from_secs(3)));
+                assert!(g.leader.is_some());
+            }
+            other => panic!("{other:?}"),
+        }
+        let a = acquire_response::Event::Suspended(pb::Suspended {
+            stop_within: Some(prost_types::Duration {
+                seconds: -1,
+                nanos: 0,
+            }),
+        });
+        assert!(matches!(
+            Update::from(a),
+            Update::Suspended { stop_within: None }
+        ));
+    }
+}
