@@ -11,43 +11,29 @@
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::ReceiverStream;
 use zkgate::coord::{CoordConfig, Coordinator};
 use zkgate::proto as pb;
+use zkgate::proto::campaign_request::Request as Req;
 use zkgate::proto::campaign_response::Event;
 use zkgate::proto::election_client::ElectionClient;
 use zkgate::server::{self, ServeConfig};
+use zkgate_client::raw::{self, CampaignStream};
 use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 
 type Client = ElectionClient<tonic::transport::Channel>;
 
-struct Stream {
-    _tx: tokio::sync::mpsc::Sender<pb::CampaignRequest>,
-    rx: tonic::Streaming<pb::CampaignResponse>,
+async fn join(c: &mut Client, election: &str) -> CampaignStream {
+    let join = raw::campaign(Req::Join(pb::Join {
+        election: election.into(),
+        candidate: "bench".into(),
+        value: vec![],
+    }));
+    CampaignStream::open_with(c, [join]).await.unwrap()
 }
 
-async fn join(c: &mut Client, election: &str) -> Stream {
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(pb::CampaignRequest {
-        request: Some(pb::campaign_request::Request::Join(pb::Join {
-            election: election.into(),
-            candidate: "bench".into(),
-            value: vec![],
-        })),
-    })
-    .await
-    .unwrap();
-    let rx = c
-        .campaign(ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
-    Stream { _tx: tx, rx }
-}
-
-async fn until_elected(s: &mut Stream) {
+async fn until_elected(s: &mut CampaignStream) {
     loop {
-        match s.rx.message().await.unwrap().and_then(|m| m.event) {
+        match s.event().await.unwrap() {
             Some(Event::Elected(_)) => return,
             Some(_) => continue,
             None => panic!("stream ended"),

@@ -17,14 +17,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use zkgate::coord::{CoordConfig, Coordinator};
 use zkgate::proto as pb;
 use zkgate::proto::acquire_request::Request as Req;
 use zkgate::proto::acquire_response::Event;
 use zkgate::proto::lock_client::LockClient;
 use zkgate::server::{self, ServeConfig};
+use zkgate_client::raw::{self, AcquireStream};
 use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 
 type Client = LockClient<tonic::transport::Channel>;
@@ -33,23 +32,14 @@ type Client = LockClient<tonic::transport::Channel>;
 /// Returns (acquire latency, release latency).
 async fn acquire_release(c: &mut Client, name: &str) -> (Duration, Duration) {
     let started = Instant::now();
-    let (tx, rx) = mpsc::channel(4);
-    tx.send(pb::AcquireRequest {
-        request: Some(Req::Acquire(pb::AcquireLock {
-            name: name.into(),
-            owner: "bench".into(),
-            ..Default::default()
-        })),
-    })
-    .await
-    .unwrap();
-    let mut s = c
-        .acquire(ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
+    let acquire = raw::lock(Req::Acquire(pb::AcquireLock {
+        name: name.into(),
+        owner: "bench".into(),
+        ..Default::default()
+    }));
+    let mut s = AcquireStream::open_with(c, [acquire]).await.unwrap();
     loop {
-        match s.message().await.unwrap().and_then(|m| m.event) {
+        match s.event().await.unwrap() {
             Some(Event::Acquired(_)) => break,
             Some(_) => continue,
             None => panic!("stream ended before acquired"),
@@ -57,11 +47,7 @@ async fn acquire_release(c: &mut Client, name: &str) -> (Duration, Duration) {
     }
     let acquired = started.elapsed();
     let t = Instant::now();
-    tx.send(pb::AcquireRequest {
-        request: Some(Req::Release(pb::ReleaseLock {})),
-    })
-    .await
-    .unwrap();
+    assert!(s.release());
     while s.message().await.unwrap().is_some() {}
     (acquired, t.elapsed())
 }

@@ -17,13 +17,12 @@ use zkgate_testkit as support;
 use std::time::{Duration, Instant};
 
 use support::procgw::{GatewayProc, GatewaySpec};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use zkgate::proto as pb;
 use zkgate::proto::campaign_request::Request as Req;
 use zkgate::proto::campaign_response::Event;
 use zkgate::proto::election_client::ElectionClient;
+use zkgate_client::raw::{self, CampaignStream};
 use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 
 fn arg(name: &str) -> Option<String> {
@@ -43,31 +42,15 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-type Held = (
-    mpsc::Sender<pb::CampaignRequest>,
-    tonic::Streaming<pb::CampaignResponse>,
-);
-
-async fn join(c: &mut ElectionClient<Channel>, election: &str, candidate: &str) -> Held {
-    let (tx, rx) = mpsc::channel(2);
-    tx.send(pb::CampaignRequest {
-        request: Some(Req::Join(pb::Join {
-            election: election.into(),
-            candidate: candidate.into(),
-            value: Vec::new(),
-        })),
-    })
-    .await
-    .unwrap();
-    let mut stream = c
-        .campaign(ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
-    match stream.message().await.unwrap() {
-        Some(pb::CampaignResponse {
-            event: Some(Event::Queued(_)),
-        }) => (tx, stream),
+async fn join(c: &mut ElectionClient<Channel>, election: &str, candidate: &str) -> CampaignStream {
+    let join = raw::campaign(Req::Join(pb::Join {
+        election: election.into(),
+        candidate: candidate.into(),
+        value: Vec::new(),
+    }));
+    let mut stream = CampaignStream::open_with(c, [join]).await.unwrap();
+    match stream.event().await.unwrap() {
+        Some(Event::Queued(_)) => stream,
         other => panic!("first message {other:?}"),
     }
 }

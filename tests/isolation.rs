@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 use support::checker::Ev;
 use support::procgw::{GatewayProc, GatewaySpec};
 use support::recorder::StreamClient;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use support::streams::{join_msg, CampaignStream};
 use tonic::transport::Channel;
 use tonic::Code;
 use zkgate::proto as pb;
@@ -162,47 +161,23 @@ async fn client(url: &str) -> ElectionClient<Channel> {
     ElectionClient::connect(url.to_owned()).await.unwrap()
 }
 
-fn join(election: &str, candidate: &str, value: Vec<u8>) -> pb::CampaignRequest {
-    pb::CampaignRequest {
-        request: Some(Req::Join(pb::Join {
-            election: election.into(),
-            candidate: candidate.into(),
-            value,
-        })),
-    }
-}
-
-/// An open Campaign stream: its request side and its responses.
-type Open = (
-    mpsc::Sender<pb::CampaignRequest>,
-    tonic::Streaming<pb::CampaignResponse>,
-);
-
-/// Opens a Campaign stream and reads its first answer.
+/// Opens a Campaign stream and reads its first answer: the stream and its lease.
 async fn open(
     c: &mut ElectionClient<Channel>,
     election: &str,
     candidate: &str,
-) -> Result<(Open, String), tonic::Status> {
-    let (tx, rx) = mpsc::channel(4);
-    tx.send(join(election, candidate, Vec::new()))
-        .await
-        .unwrap();
-    let mut stream = c.campaign(ReceiverStream::new(rx)).await?.into_inner();
-    match stream.message().await? {
-        Some(pb::CampaignResponse {
-            event: Some(Event::Queued(q)),
-        }) => Ok(((tx, stream), q.lease)),
+) -> Result<(CampaignStream, String), tonic::Status> {
+    let mut stream = CampaignStream::open_with(c, [join_msg(election, candidate, b"")]).await?;
+    match stream.event().await? {
+        Some(Event::Queued(q)) => Ok((stream, q.lease)),
         other => panic!("first message {other:?}"),
     }
 }
 
-async fn until_elected(stream: &mut tonic::Streaming<pb::CampaignResponse>) {
+async fn until_elected(stream: &mut CampaignStream) {
     loop {
-        match stream.message().await.unwrap() {
-            Some(pb::CampaignResponse {
-                event: Some(Event::Elected(_)),
-            }) => return,
+        match stream.event().await.unwrap() {
+            Some(Event::Elected(_)) => return,
             Some(_) => continue,
             None => panic!("stream ended before elected"),
         }
@@ -292,9 +267,9 @@ async fn a_flood_of_names_comes_and_goes() {
                 if i >= names {
                     return;
                 }
-                let ((tx, mut stream), _) = open(&mut c, &format!("n{i}"), "x").await.unwrap();
+                let (mut stream, _) = open(&mut c, &format!("n{i}"), "x").await.unwrap();
                 until_elected(&mut stream).await;
-                drop((tx, stream));
+                drop(stream);
             }
         }));
     }
@@ -328,10 +303,11 @@ async fn a_proclaim_flood_does_not_disturb_other_leaders() {
         let c = client(&url).await;
         for k in 0..100 {
             let mut c = c.clone();
-            let ((tx, mut stream), lease) = open(&mut c, &format!("loud{conn}-{k}"), "loud")
+            let (mut stream, lease) = open(&mut c, &format!("loud{conn}-{k}"), "loud")
                 .await
                 .unwrap();
             until_elected(&mut stream).await;
+            let (tx, stream) = stream.into_parts();
             leaders.push((c, tx, stream, lease));
         }
     }

@@ -7,8 +7,6 @@
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 use zkgate::api::limits::StreamLimits;
 use zkgate::proto as pb;
@@ -204,12 +202,8 @@ async fn a_silent_holder_stream_times_out_and_never_delays_a_drain() {
     .await;
     let before = rejections(&gw, "first_message_timeout").await;
     let mut c = gw.client().await;
-    let (_tx, rx) = mpsc::channel::<pb::CampaignRequest>(1);
     let started = Instant::now();
-    let e = match c.campaign(ReceiverStream::new(rx)).await {
-        Err(s) => s,
-        Ok(resp) => resp.into_inner().message().await.unwrap_err(),
-    };
+    let e = refusal(CampaignStream::open_with(&mut c, [])).await;
     assert_eq!(e.code(), Code::DeadlineExceeded, "{e:?}");
     assert!(e.message().contains("first-message timeout"), "{e:?}");
     assert!(started.elapsed() >= Duration::from_millis(500));
@@ -232,13 +226,8 @@ async fn a_silent_holder_stream_times_out_and_never_delays_a_drain() {
     .await;
     let mut c = gw.client().await;
     let mut silent = gw.client().await;
-    let (_tx, rx) = mpsc::channel::<pb::CampaignRequest>(1);
-    let pending = tokio::spawn(async move {
-        match silent.campaign(ReceiverStream::new(rx)).await {
-            Err(s) => s,
-            Ok(resp) => resp.into_inner().message().await.unwrap_err(),
-        }
-    });
+    let pending =
+        tokio::spawn(async move { refusal(CampaignStream::open_with(&mut silent, [])).await });
     let deadline = Instant::now() + STEP;
     loop {
         match try_join(&mut c, "probe", "p").await.0 {

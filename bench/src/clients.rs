@@ -2,7 +2,8 @@
 //! until holding (`Pending::acquired`), and give the hold back (`Hold::release`), each returning
 //! only once the system has done it.
 //!
-//! - **zkgate**: the gateway's gRPC API (`Campaign` / `Acquire` streams). `queued` means the
+//! - **zkgate**: the gateway's gRPC API (`Campaign` / `Acquire` streams, opened and spoken
+//!   through the client crate's raw layer, `zkgate_client::raw`, which adds nothing on the wire). `queued` means the
 //!   candidate's znode exists; release is the in-stream `resign{}` / `release{}`, done when the
 //!   stream ends (after the gateway deleted the znode).
 //! - **etcd**: v3election `Campaign`/`Resign` and v3lock `Lock`/`Unlock`, each client on its own
@@ -16,13 +17,12 @@
 
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use zookeeper_client as zkc;
 
 use zkgate::proto as zpb;
+use zkgate_client::raw::{AcquireStream, CampaignStream};
 
 use crate::etcd::Session;
 use crate::pb::etcdserverpb::kv_client::KvClient;
@@ -31,9 +31,6 @@ use crate::pb::v3electionpb::election_client::ElectionClient as EtcdElection;
 use crate::pb::v3electionpb::{CampaignRequest, LeaderKey, ResignRequest};
 use crate::pb::v3lockpb::lock_client::LockClient as EtcdLock;
 use crate::pb::v3lockpb::{LockRequest, UnlockRequest};
-
-pub type ZkElection = zpb::election_client::ElectionClient<Channel>;
-pub type ZkLock = zpb::lock_client::LockClient<Channel>;
 
 /// Session timeout of the raw recipe's clients: the gateway's default, so the two are alike.
 const RAW_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -76,10 +73,8 @@ pub async fn channel(target: &Target) -> Option<Channel> {
 // At most a few thousand clients live at once (W5), so boxing the etcd variant saves nothing.
 #[allow(clippy::large_enum_variant)]
 pub enum Client {
-    Zkgate {
-        el: ZkElection,
-        lock: ZkLock,
-    },
+    /// The zkgate client crate's raw streams over a channel.
+    Zkgate(Channel),
     Etcd {
         session: Session,
         el: EtcdElection<Channel>,
@@ -101,13 +96,7 @@ impl Client {
     /// A client on `ch` (from [`channel`]), which it may share with others.
     pub async fn on(target: &Target, ch: Option<&Channel>) -> Client {
         match target {
-            Target::Zkgate(_) => {
-                let ch = ch.expect("a channel").clone();
-                Client::Zkgate {
-                    el: ZkElection::new(ch.clone()),
-                    lock: ZkLock::new(ch),
-                }
-            }
+            Target::Zkgate(_) => Client::Zkgate(ch.expect("a channel").clone()),
             Target::Etcd(_) => {
                 let ch = ch.expect("a channel").clone();
                 Client::Etcd {
@@ -131,7 +120,7 @@ impl Client {
     /// Ends the client's session (etcd: revokes its lease; raw ZK: closes the session).
     pub async fn close(self) {
         match self {
-            Client::Zkgate { .. } => {}
+            Client::Zkgate(_) => {}
             Client::Etcd { session, .. } => session.close().await,
             Client::Raw { zk } => drop(zk),
         }
@@ -162,62 +151,36 @@ impl Client {
     /// key back (W5 counts the keys of all its waiters at once instead).
     pub async fn enqueue(&mut self, kind: Kind, name: &str, confirm: bool) -> Pending {
         match self {
-            Client::Zkgate { el, lock } => match kind {
+            Client::Zkgate(ch) => match kind {
                 Kind::Election => {
-                    let (tx, rx) = mpsc::channel(4);
-                    tx.send(zpb::CampaignRequest {
-                        request: Some(zpb::campaign_request::Request::Join(zpb::Join {
-                            election: name.into(),
-                            candidate: "bench".into(),
-                            value: Vec::new(),
-                        })),
-                    })
-                    .await
-                    .expect("send join");
-                    let mut rx = el
-                        .campaign(ReceiverStream::new(rx))
+                    let join = zpb::Join {
+                        election: name.into(),
+                        candidate: "bench".into(),
+                        value: Vec::new(),
+                    };
+                    let mut s = CampaignStream::join(ch.clone(), join)
                         .await
-                        .expect("Campaign")
-                        .into_inner();
-                    use zpb::campaign_response::Event;
-                    match rx
-                        .message()
-                        .await
-                        .expect("Campaign stream")
-                        .and_then(|m| m.event)
-                    {
-                        Some(Event::Queued(_)) => {}
+                        .expect("Campaign");
+                    match s.event().await.expect("Campaign stream") {
+                        Some(zpb::campaign_response::Event::Queued(_)) => {}
                         other => panic!("zkgate Campaign: first message {other:?}"),
                     }
-                    Pending::ZkElection { tx, rx }
+                    Pending::ZkElection(s)
                 }
                 Kind::Lock => {
-                    let (tx, rx) = mpsc::channel(4);
-                    tx.send(zpb::AcquireRequest {
-                        request: Some(zpb::acquire_request::Request::Acquire(zpb::AcquireLock {
-                            name: name.into(),
-                            owner: "bench".into(),
-                            ..Default::default()
-                        })),
-                    })
-                    .await
-                    .expect("send acquire");
-                    let mut rx = lock
-                        .acquire(ReceiverStream::new(rx))
+                    let acquire = zpb::AcquireLock {
+                        name: name.into(),
+                        owner: "bench".into(),
+                        ..Default::default()
+                    };
+                    let mut s = AcquireStream::acquire(ch.clone(), acquire)
                         .await
-                        .expect("Acquire")
-                        .into_inner();
-                    use zpb::acquire_response::Event;
-                    match rx
-                        .message()
-                        .await
-                        .expect("Acquire stream")
-                        .and_then(|m| m.event)
-                    {
-                        Some(Event::Queued(_)) => {}
+                        .expect("Acquire");
+                    match s.event().await.expect("Acquire stream") {
+                        Some(zpb::acquire_response::Event::Queued(_)) => {}
                         other => panic!("zkgate Acquire: first message {other:?}"),
                     }
-                    Pending::ZkLock { tx, rx }
+                    Pending::ZkLock(s)
                 }
             },
             Client::Etcd {
@@ -421,14 +384,8 @@ impl RawPending {
 
 /// Queued, not necessarily holding yet.
 pub enum Pending {
-    ZkElection {
-        tx: mpsc::Sender<zpb::CampaignRequest>,
-        rx: tonic::Streaming<zpb::CampaignResponse>,
-    },
-    ZkLock {
-        tx: mpsc::Sender<zpb::AcquireRequest>,
-        rx: tonic::Streaming<zpb::AcquireResponse>,
-    },
+    ZkElection(CampaignStream),
+    ZkLock(AcquireStream),
     Etcd(JoinHandle<Result<Hold, tonic::Status>>),
     Raw(RawPending),
 }
@@ -437,34 +394,24 @@ impl Pending {
     /// Waits until holding.
     pub async fn acquired(self) -> Hold {
         match self {
-            Pending::ZkElection { tx, mut rx } => {
+            Pending::ZkElection(mut s) => {
                 use zpb::campaign_response::Event;
                 loop {
-                    match rx
-                        .message()
-                        .await
-                        .expect("Campaign stream")
-                        .and_then(|m| m.event)
-                    {
+                    match s.event().await.expect("Campaign stream") {
                         Some(Event::Elected(e)) => {
                             let token = e.leader.map_or(0, |l| l.fencing_token);
-                            return Hold::ZkElection { tx, rx, token };
+                            return Hold::ZkElection(s, token);
                         }
                         Some(Event::Queued(_) | Event::Heartbeat(_) | Event::Proclaimed(_)) => {}
                         other => panic!("zkgate Campaign: {other:?} while waiting"),
                     }
                 }
             }
-            Pending::ZkLock { tx, mut rx } => {
+            Pending::ZkLock(mut s) => {
                 use zpb::acquire_response::Event;
                 loop {
-                    match rx
-                        .message()
-                        .await
-                        .expect("Acquire stream")
-                        .and_then(|m| m.event)
-                    {
-                        Some(Event::Acquired(_)) => return Hold::ZkLock { tx, rx },
+                    match s.event().await.expect("Acquire stream") {
+                        Some(Event::Acquired(_)) => return Hold::ZkLock(s),
                         Some(Event::Queued(_) | Event::Heartbeat(_)) => {}
                         other => panic!("zkgate Acquire: {other:?} while waiting"),
                     }
@@ -488,15 +435,9 @@ impl Pending {
 
 /// Holding: leader or lock owner.
 pub enum Hold {
-    ZkElection {
-        tx: mpsc::Sender<zpb::CampaignRequest>,
-        rx: tonic::Streaming<zpb::CampaignResponse>,
-        token: u64,
-    },
-    ZkLock {
-        tx: mpsc::Sender<zpb::AcquireRequest>,
-        rx: tonic::Streaming<zpb::AcquireResponse>,
-    },
+    /// The stream and the fencing token.
+    ZkElection(CampaignStream, u64),
+    ZkLock(AcquireStream),
     EtcdElection(LeaderKey),
     EtcdLock(Vec<u8>),
     Raw {
@@ -509,7 +450,7 @@ impl Hold {
     /// The zkgate leader's fencing token (0 for the others).
     pub fn token(&self) -> u64 {
         match self {
-            Hold::ZkElection { token, .. } => *token,
+            Hold::ZkElection(_, token) => *token,
             _ => 0,
         }
     }
@@ -518,23 +459,13 @@ impl Hold {
     /// that holds it (etcd's Resign/Unlock go through its channel).
     pub async fn release(self, client: &mut Client) {
         match self {
-            Hold::ZkElection { tx, mut rx, .. } => {
-                tx.send(zpb::CampaignRequest {
-                    request: Some(zpb::campaign_request::Request::Resign(
-                        zpb::ResignCandidacy {},
-                    )),
-                })
-                .await
-                .expect("send resign");
-                while let Ok(Some(_)) = rx.message().await {}
+            Hold::ZkElection(mut s, _) => {
+                assert!(s.resign(), "send resign");
+                while let Ok(Some(_)) = s.message().await {}
             }
-            Hold::ZkLock { tx, mut rx } => {
-                tx.send(zpb::AcquireRequest {
-                    request: Some(zpb::acquire_request::Request::Release(zpb::ReleaseLock {})),
-                })
-                .await
-                .expect("send release");
-                while let Ok(Some(_)) = rx.message().await {}
+            Hold::ZkLock(mut s) => {
+                assert!(s.release(), "send release");
+                while let Ok(Some(_)) = s.message().await {}
             }
             Hold::EtcdElection(leader) => {
                 let Client::Etcd { el, .. } = client else {

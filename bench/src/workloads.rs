@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use zookeeper_client as zkc;
 
 use zkgate::proto as zpb;
+use zkgate_client::raw::CampaignStream;
 
 use crate::clients::{self, channel, Client, Hold, Kind, Target};
 use crate::env::{self, Gateway, ZkCounters};
@@ -768,27 +768,20 @@ pub async fn streams(ctx: &mut Ctx) {
                 .expect("connect");
             let mut workers = Vec::new();
             for w in 0..8 {
-                let mut c = zpb::election_client::ElectionClient::new(ch.clone());
+                let ch = ch.clone();
                 workers.push(tokio::spawn(async move {
                     let mut held = Vec::new();
                     for i in (w..m).step_by(8) {
-                        let (tx, rx) = mpsc::channel(1);
-                        tx.send(zpb::CampaignRequest {
-                            request: Some(zpb::campaign_request::Request::Join(zpb::Join {
-                                election: format!("streams-{conn}"),
-                                candidate: format!("c-{i}"),
-                                value: Vec::new(),
-                            })),
-                        })
-                        .await
-                        .expect("send join");
-                        let mut s = c
-                            .campaign(ReceiverStream::new(rx))
+                        let join = zpb::Join {
+                            election: format!("streams-{conn}"),
+                            candidate: format!("c-{i}"),
+                            value: Vec::new(),
+                        };
+                        let mut s = CampaignStream::join(ch.clone(), join)
                             .await
-                            .expect("Campaign")
-                            .into_inner();
+                            .expect("Campaign");
                         s.message().await.expect("queued").expect("queued");
-                        held.push((tx, s));
+                        held.push(s);
                     }
                     held
                 }));
