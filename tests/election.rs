@@ -283,6 +283,31 @@ async fn fifty_candidates_one_change_costs_constant_requests_and_wakes_only_the_
     }
 }
 
+/// On a name whose queue lingers, a campaign costs ZooKeeper what the raw recipe's does: the
+/// create (whose reply confirms the new leader) and the delete — no read of the new head.
+#[tokio::test]
+async fn a_campaign_on_a_reused_name_costs_its_create_and_its_delete() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = gw.client().await;
+    let mut costs = Vec::new();
+    for i in 0..6 {
+        let before = gw.coord.zk_requests();
+        let mut cand = Campaign::join(&mut c, "reused", &format!("l{i}"), b"").await;
+        cand.elected().await;
+        cand.send(Req::Resign(pb::ResignCandidacy {})).await;
+        cand.expect_end(None).await;
+        costs.push(gw.coord.zk_requests() - before);
+    }
+    // The first round also places the queue's watch and lists it; a retry after a stalled
+    // connection on a loaded machine may add one to a round, never remove one.
+    assert_eq!(
+        costs[1..].iter().min(),
+        Some(&2),
+        "requests per round: {costs:?}"
+    );
+}
+
 #[tokio::test]
 async fn twenty_successive_leaders_have_increasing_tokens_and_validate() {
     let zk = shared_zk();

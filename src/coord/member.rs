@@ -164,6 +164,7 @@ impl Member {
             node: None,
             armed: true,
         };
+        let mut expecting = cleanup.queue.expect(id.hex());
         let created = match create_member(&session, &cleanup.queue, mode, &id, &record).await {
             Ok(c) => c,
             Err(e) => {
@@ -179,7 +180,10 @@ impl Member {
         let path = cleanup.path(&member.node_name());
         let (tx, rx) = mpsc::unbounded_channel();
         let enlisted = match cleanup.queue.enlist(created, tx).await {
-            Ok(e) => e,
+            Ok(e) => {
+                expecting.registered();
+                e
+            }
             Err(refusal) => {
                 // Leave no znode behind (G8): delete it before answering.
                 if let Err(e) = session.delete_until_gone(&path).await {

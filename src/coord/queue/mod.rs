@@ -17,7 +17,7 @@
 
 pub mod state;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -55,7 +55,13 @@ enum Command {
     Unregister {
         node: String,
     },
+    /// A join ended without registering: a head it left unread is read now.
+    Wake,
 }
+
+/// Protected ids of this gateway's members being created in a queue: their creation events
+/// may reach the actor before their registrations (see [`QueueHandle::expect`]).
+type Creating = Arc<std::sync::Mutex<HashSet<String>>>;
 
 /// A handle on a running queue actor; the actor stops when the last handle is dropped.
 #[derive(Debug)]
@@ -72,6 +78,7 @@ pub struct QueueHandle {
     /// Whether the queue's znode exists by the actor's view, so a member of a fresh name is
     /// created together with its queue in one round trip (see `member::create_member`).
     present: Arc<AtomicBool>,
+    creating: Creating,
 }
 
 impl QueueHandle {
@@ -94,6 +101,7 @@ impl QueueHandle {
         let (view_tx, view_rx) = watch::channel(QueueView::default());
         let size = Arc::new(AtomicUsize::new(0));
         let present = Arc::new(AtomicBool::new(false));
+        let creating = Creating::default();
         let mut actor = Actor {
             state: QueueState::new(kind, name.clone()),
             io,
@@ -107,6 +115,7 @@ impl QueueHandle {
             cmd_rx,
             size: size.clone(),
             present: present.clone(),
+            creating: creating.clone(),
         };
         actor.apply(Event::Listed(listing)).await;
         tokio::spawn(actor.run());
@@ -119,7 +128,26 @@ impl QueueHandle {
             _slot: slot,
             size,
             present,
+            creating,
         }))
+    }
+
+    /// Announces a member about to be created with protected id `id` (hex), until the guard
+    /// is dropped. An election's actor that sees such a member become the head waits for its
+    /// registration — whose create reply confirms it — instead of reading the head for its
+    /// observers first: on a reused name that read was a round trip on the new leader's path.
+    /// An announcement the actor has not seen yet only costs that read.
+    pub fn expect(&self, id: String) -> Expecting {
+        self.creating
+            .lock()
+            .expect("creating set")
+            .insert(id.clone());
+        Expecting {
+            creating: self.creating.clone(),
+            cmd: self.cmd.clone(),
+            id,
+            registered: false,
+        }
     }
 
     /// Whether the queue's znode exists, as far as the actor knows (a hint: acting on a stale
@@ -182,6 +210,34 @@ impl QueueHandle {
         let _ = self.cmd.send(Command::Unregister {
             node: node.to_owned(),
         });
+    }
+}
+
+/// A member being created ([`QueueHandle::expect`]); dropping it withdraws the announcement.
+#[derive(Debug)]
+pub struct Expecting {
+    creating: Creating,
+    cmd: mpsc::UnboundedSender<Command>,
+    id: String,
+    registered: bool,
+}
+
+impl Expecting {
+    /// The member registered: the actor knows it now.
+    pub fn registered(&mut self) {
+        self.registered = true;
+    }
+}
+
+impl Drop for Expecting {
+    fn drop(&mut self) {
+        if let Ok(mut creating) = self.creating.lock() {
+            creating.remove(&self.id);
+        }
+        if !self.registered {
+            // A head the actor left unread for it is read now (if the znode is still there).
+            let _ = self.cmd.send(Command::Wake);
+        }
     }
 }
 
@@ -308,6 +364,7 @@ struct Actor {
     /// The state's size, published for [`QueueHandle::check_room`].
     size: Arc<AtomicUsize>,
     present: Arc<AtomicBool>,
+    creating: Creating,
 }
 
 enum Step {
@@ -360,6 +417,8 @@ impl Actor {
     /// (G2); the link's return re-runs the reconcile.
     async fn reconcile(&mut self) -> Step {
         let link_up = matches!(*self.io.link.borrow(), Link::Connected);
+        let creating = self.creating.lock().expect("creating set").clone();
+        self.state.set_creating(creating);
         self.apply(Event::Reconcile { link_up }).await
     }
 
@@ -447,6 +506,8 @@ impl Actor {
                 self.signals.remove(&node);
                 self.apply(Event::Unregister(node)).await
             }
+            // The reconcile after every step does the rest.
+            Command::Wake => Step::Continue,
         }
     }
 

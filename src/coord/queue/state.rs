@@ -22,7 +22,7 @@
 //! and no other gateway hears of the confirmation. Nothing is confirmed while the link is
 //! suspended: a follower cut off from its quorum still answers reads (G2).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -298,6 +298,8 @@ pub struct QueueState {
     link_up: bool,
     /// What observers were last shown.
     published: QueueView,
+    /// Protected ids of the members this gateway is creating ([`QueueState::set_creating`]).
+    creating: HashSet<String>,
 }
 
 impl QueueState {
@@ -321,7 +323,16 @@ impl QueueState {
             pending: None,
             link_up: true,
             published: QueueView::default(),
+            creating: HashSet::new(),
         }
+    }
+
+    /// The protected ids of the members this gateway is creating right now. An election's
+    /// head among them is not read: its registration follows (or its deletion, if the join
+    /// is abandoned), and its own create reply confirms it — the read would only delay the
+    /// new leader by a round trip. Observers see the head once it is confirmed, as always.
+    pub fn set_creating(&mut self, ids: HashSet<String>) {
+        self.creating = ids;
     }
 
     /// Members in the view.
@@ -599,7 +610,11 @@ impl QueueState {
 
     /// Elections: brings the head up to date: confirm it if it is ours, else read who it is.
     fn reconcile_head(&mut self, out: &mut Vec<Action>) {
-        let first = self.members.iter().next().map(|(&s, m)| (s, m.node_name()));
+        let first = self
+            .members
+            .iter()
+            .next()
+            .map(|(&s, m)| (s, m.node_name(), self.creating.contains(&m.id)));
         let Recipe::Election {
             head,
             head_gone_at,
@@ -608,7 +623,7 @@ impl QueueState {
         else {
             return;
         };
-        let Some((sequence, node)) = first else {
+        let Some((sequence, node, being_created)) = first else {
             *head = None;
             // A vacancy nobody waited through is not a failover.
             *head_gone_at = None;
@@ -643,7 +658,7 @@ impl QueueState {
             }
             return;
         }
-        if !fetched {
+        if !fetched && !being_created {
             out.push(Action::ReadHead { sequence, node });
         }
     }
@@ -1201,6 +1216,44 @@ mod tests {
         });
         assert!(published(&out).is_empty(), "vacant already");
         assert_eq!(s.members(), 0);
+    }
+
+    #[test]
+    fn a_head_this_gateway_is_creating_is_confirmed_by_its_create_reply_not_read() {
+        // A reused name: the last leader has resigned, the queue is empty and published so.
+        let mut s = state(QueueKind::Election, &[]);
+        s.apply(Event::Reconcile { link_up: true });
+        // Our new member's creation event comes before its create reply (and registration).
+        s.set_creating([member('c', 3).id].into());
+        s.apply(Event::MemberCreated(member('c', 3)));
+        assert!(
+            s.apply(Event::Reconcile { link_up: true }).is_empty(),
+            "no read of a head whose registration is on its way"
+        );
+        assert!(enlist(&mut s, created('c', 3, 0, Some(30))).holds);
+        s.set_creating(HashSet::new());
+        let out = s.apply(Event::Reconcile { link_up: true });
+        let due = ownership_asked(&out);
+        assert_eq!(
+            (due[0].sequence, due[0].czxid),
+            (3, Some(30)),
+            "its create reply"
+        );
+        let out = s.apply(Event::Owned(vec![(due[0].clone(), Ownership::Ours(30))]));
+        assert_eq!(published(&out), vec![Some(30)]);
+        // Another gateway's head, or a join abandoned before it registered: read as always.
+        s.apply(Event::MemberCreated(member('c', 4)));
+        s.apply(Event::MemberDeleted(member('c', 3)));
+        s.set_creating([member('c', 4).id].into());
+        let out = s.apply(Event::Reconcile { link_up: true });
+        assert_eq!(published(&out), vec![None]);
+        assert!(!out.iter().any(|a| matches!(a, Action::ReadHead { .. })));
+        s.set_creating(HashSet::new());
+        let out = s.apply(Event::Reconcile { link_up: true });
+        assert!(matches!(
+            out.as_slice(),
+            [Action::ReadHead { sequence: 4, .. }]
+        ));
     }
 
     #[test]
