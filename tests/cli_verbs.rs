@@ -741,23 +741,13 @@ async fn tls_flags_reach_a_mutual_tls_gateway() {
     let mut cc = zkgate::coord::CoordConfig::new(&zk);
     cc.root = unique_root();
     cc.session_timeout = Duration::from_secs(4);
-    let mut cfg = zkgate::server::ServeConfig::new(cc.clone());
+    let mut cfg = zkgate::server::ServeConfig::new(cc);
     cfg.tls = Some(
         ServerTlsConfig::new()
             .identity(Identity::from_pem(read("server.pem"), read("server.key")))
             .client_ca_root(Certificate::from_pem(read("ca.pem"))),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let coord = zkgate::coord::Coordinator::start(cc);
-    tokio::spawn(zkgate::server::run_with(
-        coord.clone(),
-        cfg,
-        listener,
-        None,
-        std::future::pending(),
-    ));
-    assert!(coord.wait_connected(Duration::from_secs(20)).await);
+    let port = zkgate_testkit::serve(cfg).await.0.port();
 
     let (ca, cert, key) = (path("ca.pem"), path("client.pem"), path("client.key"));
     // A bare host:port uses TLS once TLS flags are given; the certificate names `gw.test`,

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use dev_process::{on_path, repo_file, require, DevGateway};
+use dev_process::{on_path, repo_file, require, suite_passed, DevGateway};
 
 const BIN: &str = env!("CARGO_BIN_EXE_zkgate");
 use support::procgw::{GatewayProc, GatewaySpec};
@@ -141,16 +141,7 @@ async fn go_helpers_elect_lock_fail_over_and_watch_silence() {
     })
     .await
     .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    println!("go test ran in {:?}", started.elapsed());
-    assert!(
-        out.status.success(),
-        "go test failed ({})\n{stdout}\n{}\n--- zkgate dev stderr ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        dev.stderr.text()
-    );
+    let stdout = suite_passed("go test", &out, started, &dev.stderr.text());
     assert!(stdout.contains("--- PASS"), "no Go test ran: {stdout}");
     assert!(
         !stdout.contains("--- SKIP"),
@@ -169,13 +160,7 @@ fn go_stubs_match_the_protos() {
     ) {
         return;
     }
-    let fresh = tempfile::tempdir().unwrap();
-    run(
-        "clients/go/regen.sh",
-        Command::new("bash")
-            .arg(repo_file("clients/go/regen.sh"))
-            .arg(fresh.path()),
-    );
+    let fresh = dev_process::regenerate("clients/go/regen.sh");
     let generated = fresh.path().join("zkgatev1");
     let checked_in = repo_file("clients/go/zkgatev1");
     dev_process::assert_stubs_match(

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dev_process::{alive, on_path, repo, repo_file, require, signal, wait_exit, Captured};
+use dev_process::{
+    alive, on_path, repo, repo_file, require, signal, suite_passed, wait_exit, Captured,
+};
 use support::procgw::{GatewayProc, GatewaySpec};
 use zkgate_testkit::localzk::LocalZkOptions;
 
@@ -326,16 +328,7 @@ fn java_client_elects_locks_fails_over_and_watches_silence() {
         .stdin(Stdio::null())
         .output()
         .expect("run the JUnit console launcher");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    println!("the JUnit suite took {:?}", started.elapsed());
-    assert!(
-        out.status.success(),
-        "JUnit failed ({})\n{stdout}\n--- stderr ---\n{}\n--- gw1 ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        gw1.log_tail(40)
-    );
+    let stdout = suite_passed("the JUnit suite", &out, started, &gw1.log_tail(40));
     let count = |name: &str| {
         summary_count(&stdout, name).unwrap_or_else(|| panic!("no `{name}` in:\n{stdout}"))
     };
@@ -383,13 +376,7 @@ fn java_stubs_match_the_protos() {
     ) {
         return;
     }
-    let fresh = tempfile::tempdir().unwrap();
-    let status = Command::new("bash")
-        .arg(repo_file("clients/java/regen.sh"))
-        .arg(fresh.path())
-        .status()
-        .expect("run regen.sh");
-    assert!(status.success(), "regen.sh failed");
+    let fresh = dev_process::regenerate("clients/java/regen.sh");
     let checked_in = repo_file("clients/java/src/generated/java");
     let (a, b) = (files_under(fresh.path()), files_under(&checked_in));
     assert!(!a.is_empty());

@@ -72,16 +72,7 @@ fn node_helpers_elect_lock_fail_over_and_watch_silence() {
         .stdin(Stdio::null())
         .output()
         .expect("run node --test");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    println!("node --test took {:?}", started.elapsed());
-    assert!(
-        out.status.success(),
-        "node --test failed ({})\n{stdout}\n{}\n--- zkgate dev stderr ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        gw.stderr.text()
-    );
+    let stdout = suite_passed("node --test", &out, started, &gw.stderr.text());
     let count = |name| {
         tap_count(&stdout, name).unwrap_or_else(|| panic!("no `# {name}` line in:\n{stdout}"))
     };

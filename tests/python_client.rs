@@ -54,15 +54,7 @@ fn python_helpers_elect_lock_fail_over_and_watch_silence() {
         .stdin(Stdio::null())
         .output()
         .expect("run pytest");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    println!("pytest took {:?}", started.elapsed());
-    assert!(
-        out.status.success(),
-        "pytest failed\n{stdout}\n{}\n--- zkgate dev stderr ---\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        gw.stderr.text()
-    );
+    let stdout = suite_passed("pytest", &out, started, &gw.stderr.text());
     assert!(
         !stdout.contains("skipped"),
         "every Python test must run here: {stdout}"
@@ -74,13 +66,7 @@ fn python_stubs_match_the_protos() {
     if !python_deps(&["grpc_tools"]) {
         return;
     }
-    let fresh = tempfile::tempdir().unwrap();
-    let status = Command::new("bash")
-        .arg(repo_file("clients/python/regen.sh"))
-        .arg(fresh.path())
-        .status()
-        .expect("run regen.sh");
-    assert!(status.success(), "regen.sh failed");
+    let fresh = regenerate("clients/python/regen.sh");
     let generated = fresh.path().join("zkgate/v1");
     let checked_in = repo_file("clients/python/zkgate/v1");
     assert_stubs_match(

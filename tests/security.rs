@@ -5,27 +5,25 @@ use std::process::Command;
 use std::time::Duration;
 use zkgate_testkit::pki;
 
-use tokio::net::TcpListener;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity, ServerTlsConfig};
-use zkgate::coord::{CoordConfig, Coordinator};
+use zkgate::coord::CoordConfig;
 use zkgate::proto as pb;
 use zkgate::proto::election_client::ElectionClient;
-use zkgate::server::{self, ServeConfig};
+use zkgate::server::ServeConfig;
 use zkgate_testkit::*;
 
-async fn start(cfg: ServeConfig) -> (std::net::SocketAddr, std::sync::Arc<Coordinator>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let coord = Coordinator::start(cfg.coord.clone());
-    tokio::spawn(server::run_with(
-        coord.clone(),
-        cfg,
-        listener,
-        None,
-        std::future::pending(),
-    ));
-    assert!(coord.wait_connected(Duration::from_secs(20)).await);
-    (addr, coord)
+/// Whether a gateway refuses `channel` (or its connection): anything but the `NOT_FOUND` a
+/// served `Leader` call on an empty election gets.
+async fn refused(channel: Result<Channel, tonic::transport::Error>) -> bool {
+    match channel {
+        Err(_) => true,
+        Ok(ch) => ElectionClient::new(ch)
+            .leader(pb::LeaderRequest {
+                election: "tls".into(),
+            })
+            .await
+            .is_err_and(|e| e.code() != tonic::Code::NotFound),
+    }
 }
 
 #[tokio::test]
@@ -36,7 +34,7 @@ async fn digest_auth_makes_znodes_untouchable_for_others() {
     cc.session_timeout = Duration::from_secs(4);
     cc.zk_digest = Some("zkgate:s3cret".into());
     let root = cc.root.clone();
-    let (addr, _coord) = start(ServeConfig::new(cc)).await;
+    let (addr, _coord) = serve(ServeConfig::new(cc)).await;
     let mut c = ElectionClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
@@ -92,7 +90,7 @@ async fn tls_and_mutual_tls_on_the_grpc_port() {
             .identity(Identity::from_pem(read("server.pem"), read("server.key")))
             .client_ca_root(Certificate::from_pem(read("ca.pem"))),
     );
-    let (addr, _coord) = start(cfg).await;
+    let (addr, _coord) = serve(cfg).await;
     let url = format!("https://localhost:{}", addr.port());
     let ca = Certificate::from_pem(read("ca.pem"));
 
@@ -125,34 +123,19 @@ async fn tls_and_mutual_tls_on_the_grpc_port() {
     let tls = ClientTlsConfig::new()
         .ca_certificate(ca)
         .domain_name("localhost");
-    let refused = match Channel::from_shared(url.clone())
+    let without_cert = Channel::from_shared(url.clone())
         .unwrap()
         .tls_config(tls)
         .unwrap()
         .connect()
-        .await
-    {
-        Err(_) => true,
-        Ok(ch) => ElectionClient::new(ch)
-            .leader(pb::LeaderRequest {
-                election: "tls".into(),
-            })
-            .await
-            .is_err_and(|e| e.code() != tonic::Code::NotFound),
-    };
-    assert!(refused, "a client without a certificate must be refused");
+        .await;
+    assert!(
+        refused(without_cert).await,
+        "a client without a certificate must be refused"
+    );
     // Plaintext: refused.
     let plain = format!("http://127.0.0.1:{}", addr.port());
-    let refused = match Channel::from_shared(plain).unwrap().connect().await {
-        Err(_) => true,
-        Ok(ch) => ElectionClient::new(ch)
-            .leader(pb::LeaderRequest {
-                election: "tls".into(),
-            })
-            .await
-            .is_err_and(|e| e.code() != tonic::Code::NotFound),
-    };
-    assert!(refused);
+    assert!(refused(Channel::from_shared(plain).unwrap().connect().await).await);
 }
 
 /// Half a TLS setup from the environment is refused at startup, never served as plaintext

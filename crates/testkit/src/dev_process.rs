@@ -260,6 +260,27 @@ impl Drop for DevGateway {
 }
 
 /// Whether `path` exists relative to the repository root.
+/// Checks the output of a client's own test suite (pytest, `node --test`, `go test`, JUnit),
+/// run since `started`: prints its stdout and how long it took, and panics with both streams
+/// and `context` (a gateway's log) if it failed. Returns the stdout, for counting its tests.
+pub fn suite_passed(
+    what: &str,
+    out: &std::process::Output,
+    started: Instant,
+    context: &str,
+) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{stdout}");
+    println!("{what} took {:?}", started.elapsed());
+    assert!(
+        out.status.success(),
+        "{what} failed ({})\n{stdout}\n--- stderr ---\n{}\n--- gateway ---\n{context}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+    );
+    stdout
+}
+
 pub fn repo_file(path: &str) -> PathBuf {
     let p = repo().join(path);
     assert!(Path::new(&p).exists(), "{} is missing", p.display());
@@ -321,6 +342,19 @@ impl ClientFleet {
             ("ZKGATE_TLS_DIR", self.pki.path().display().to_string()),
         ]
     }
+}
+
+/// Runs a client's stub generator (`script`, a path in the repository, e.g.
+/// `clients/go/regen.sh`) into a fresh directory, which it returns.
+pub fn regenerate(script: &str) -> tempfile::TempDir {
+    let fresh = tempfile::tempdir().expect("a temporary directory");
+    let status = Command::new("bash")
+        .arg(repo_file(script))
+        .arg(fresh.path())
+        .status()
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
+    assert!(status.success(), "{script} failed");
+    fresh
 }
 
 /// Checked-in generated stubs equal a fresh regeneration: the same files (those `is_stub`

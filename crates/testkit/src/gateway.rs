@@ -237,6 +237,24 @@ pub async fn next_observed(s: &mut Streaming<pb::ObserveResponse>) -> Option<pb:
         .leader
 }
 
+/// A gateway on a whole [`ServeConfig`] of the test's making (TLS, digest auth …), served on
+/// a free port until the test process ends; its address and coordinator, once connected to
+/// ZooKeeper.
+pub async fn serve(cfg: ServeConfig) -> (SocketAddr, Arc<Coordinator>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let coord = Coordinator::start(cfg.coord.clone());
+    tokio::spawn(server::run_with(
+        coord.clone(),
+        cfg,
+        listener,
+        None,
+        std::future::pending(),
+    ));
+    assert!(coord.wait_connected(Duration::from_secs(20)).await);
+    (addr, coord)
+}
+
 /// A gRPC health client for the gateway.
 pub async fn health_client(gw: &Gateway) -> tonic_health::pb::health_client::HealthClient<Channel> {
     let ch = Channel::from_shared(gw.url())
