@@ -3,8 +3,9 @@
 //! observe leaders and hold locks over gRPC.
 //!
 //! # Layout
-//! - [`proto`]: generated `zkgate.v1` code (from `proto/zkgate/v1/`), using [`codec`]'s
-//!   small per-call buffers.
+//! - [`proto`]: the `zkgate.v1` API: the `zkgate-client` crate's messages and client stubs
+//!   (one set of types in the workspace) and the servers generated here (from
+//!   `proto/zkgate/v1/`), using [`codec`]'s small per-call buffers.
 //! - [`api`]: tonic handlers; proto ↔ domain conversion; errors → gRPC status;
 //!   [`api::limits`]: stream limits per gateway and per client connection (G10).
 //! - [`coord`]: no tonic types. [`coord::session`]: the ZooKeeper session pool, the G2 clock
