@@ -3,6 +3,7 @@
 //! `https://host:port`, a list, `ZKGATE_ENDPOINT` (comma-separated) when none is given.
 
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
@@ -25,6 +26,9 @@ pub struct Endpoint {
     /// `Some(true)` for `https://`, `Some(false)` for `http://`, `None` for a bare
     /// `host:port` (TLS exactly when TLS options are configured).
     scheme_tls: Option<bool>,
+    /// For one address of a host name expanded by [`expand`]: the name, which TLS verifies
+    /// and the `:authority` header carries.
+    name: Option<String>,
 }
 
 impl Endpoint {
@@ -65,7 +69,40 @@ impl Endpoint {
             given: given.to_owned(),
             authority: authority.to_owned(),
             scheme_tls,
+            name: None,
         })
+    }
+
+    /// The host name and port, when the host is a name rather than an IP address.
+    fn host_name(&self) -> Option<(&str, u16)> {
+        let (host, port) = self.authority.rsplit_once(':')?;
+        if host.starts_with('[') || host.parse::<IpAddr>().is_ok() {
+            return None;
+        }
+        Some((host, port.parse().ok()?))
+    }
+
+    /// This endpoint at one address of its host name.
+    fn at(&self, addr: SocketAddr) -> Endpoint {
+        Endpoint {
+            given: format!("{} ({addr})", self.given),
+            authority: addr.to_string(),
+            scheme_tls: self.scheme_tls,
+            name: self.host_name().map(|(host, _)| host.to_owned()),
+        }
+    }
+
+    /// For an address expanded from a host name: the URI naming the host (the request's
+    /// `:authority`) and the name TLS verifies.
+    pub(crate) fn named(&self, tls_configured: bool) -> Option<(String, &str)> {
+        let name = self.name.as_deref()?;
+        let scheme = if self.uses_tls(tls_configured) {
+            "https"
+        } else {
+            "http"
+        };
+        let port = self.authority.rsplit_once(':').map_or("", |(_, p)| p);
+        Some((format!("{scheme}://{name}:{port}"), name))
     }
 
     /// The endpoint as written.
@@ -120,6 +157,42 @@ where
         ));
     }
     Ok(out)
+}
+
+/// Expands every endpoint whose host name resolves to several addresses of one family (a
+/// fleet's A or AAAA records) into one endpoint per address, in the resolver's order, so that
+/// failover moves from gateway to gateway; TLS still verifies the name. A name with at most
+/// one address per family (`localhost`: 127.0.0.1 and ::1) is one host and stays as written,
+/// as does a name that does not resolve now (it is resolved again on each connection).
+/// Names are resolved once, here: a client made before the fleet changed keeps the old list.
+pub(crate) async fn expand(list: Vec<Endpoint>) -> Vec<Endpoint> {
+    let mut out = Vec::with_capacity(list.len());
+    for ep in list {
+        let addrs = match ep.host_name() {
+            Some((host, port)) => tokio::net::lookup_host((host, port))
+                .await
+                .map(Iterator::collect)
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        out.extend(expand_one(ep, addrs));
+    }
+    out
+}
+
+/// [`expand`] for one endpoint and what its name resolved to.
+fn expand_one(ep: Endpoint, addrs: Vec<SocketAddr>) -> Vec<Endpoint> {
+    let mut unique: Vec<SocketAddr> = Vec::new();
+    for a in addrs {
+        if !unique.contains(&a) {
+            unique.push(a);
+        }
+    }
+    let v4 = unique.iter().filter(|a| a.is_ipv4()).count();
+    if v4 < 2 && unique.len() - v4 < 2 {
+        return vec![ep];
+    }
+    unique.into_iter().map(|a| ep.at(a)).collect()
 }
 
 /// TLS settings for every endpoint of a client (PEM bytes). Without a CA bundle the
@@ -318,6 +391,47 @@ mod tests {
         let e = Endpoints::or_env(["x:1"]).unwrap();
         assert_eq!(e.list().len(), 1);
         assert_eq!(e.timeout, DEFAULT_TIMEOUT);
+    }
+
+    #[test]
+    fn a_name_with_several_addresses_becomes_one_endpoint_each() {
+        let ep = Endpoint::parse("https://gw.fleet:443").unwrap();
+        let addrs: Vec<SocketAddr> = ["10.0.0.1:443", "10.0.0.2:443", "10.0.0.1:443"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let out = expand_one(ep.clone(), addrs);
+        let uris: Vec<String> = out.iter().map(|e| e.uri(false)).collect();
+        assert_eq!(uris, ["https://10.0.0.1:443", "https://10.0.0.2:443"]);
+        assert_eq!(out[1].as_str(), "https://gw.fleet:443 (10.0.0.2:443)");
+        assert_eq!(
+            out[0].named(false),
+            Some(("https://gw.fleet:443".to_owned(), "gw.fleet")),
+            "TLS verifies the name, the request carries it"
+        );
+        // One address per family (localhost), one address, nothing resolved: as written.
+        let local = Endpoint::parse("localhost:50051").unwrap();
+        let both = vec![
+            "127.0.0.1:50051".parse().unwrap(),
+            "[::1]:50051".parse().unwrap(),
+        ];
+        assert_eq!(expand_one(local.clone(), both), vec![local.clone()]);
+        assert_eq!(expand_one(local.clone(), Vec::new()), vec![local.clone()]);
+        assert_eq!(local.named(false), None);
+        // IP literals are never names.
+        for ip in ["127.0.0.1:1", "[::1]:1", "http://10.1.2.3:80"] {
+            assert_eq!(Endpoint::parse(ip).unwrap().host_name(), None, "{ip}");
+        }
+        assert_eq!(
+            Endpoint::parse("gw.fleet:7").unwrap().host_name(),
+            Some(("gw.fleet", 7))
+        );
+    }
+
+    #[tokio::test]
+    async fn localhost_stays_one_endpoint() {
+        let list = parse_list(["localhost:50051", "127.0.0.1:1"]).unwrap();
+        assert_eq!(expand(list.clone()).await, list);
     }
 
     #[test]

@@ -194,19 +194,33 @@ fn proto_duration(d: Duration) -> prost_types::Duration {
 
 impl Client {
     /// A client for `endpoints`. Connections are made on first use, so this succeeds while
-    /// gateways are down; calls then fail over between them.
+    /// gateways are down; calls then fail over between them. A host name with several
+    /// addresses of one family becomes one endpoint per address (see [`Client::endpoints`]).
     ///
     /// # Errors
     /// [`Error::InvalidEndpoint`] or [`Error::Tls`] (bad certificate material).
     pub async fn connect(endpoints: Endpoints) -> Result<Client, Error> {
         let tls_configured = endpoints.tls.is_some();
-        let mut channels = Vec::with_capacity(endpoints.list.len());
-        for ep in &endpoints.list {
+        let list = endpoint::expand(endpoints.list).await;
+        let mut channels = Vec::with_capacity(list.len());
+        for ep in &list {
             let uri = ep.uri(tls_configured);
+            let invalid =
+                |e: tonic::transport::Error| Error::InvalidEndpoint(ep.to_string(), e.to_string());
             let mut builder = tonic::transport::Endpoint::from_shared(uri.clone())
-                .map_err(|e| Error::InvalidEndpoint(ep.to_string(), e.to_string()))?
+                .map_err(invalid)?
                 .connect_timeout(endpoints.timeout)
                 .tcp_nodelay(true);
+            let named = ep.named(tls_configured);
+            if let Some((origin, _)) = &named {
+                let origin =
+                    origin
+                        .parse()
+                        .map_err(|e: tonic::codegen::http::uri::InvalidUri| {
+                            Error::InvalidEndpoint(ep.to_string(), e.to_string())
+                        })?;
+                builder = builder.origin(origin);
+            }
             if ep.uses_tls(tls_configured) {
                 let mut tls = ClientTlsConfig::new();
                 match endpoints.tls.as_ref() {
@@ -220,9 +234,16 @@ impl Client {
                         }
                         if let Some(name) = &t.server_name {
                             tls = tls.domain_name(name.clone());
+                        } else if let Some((_, name)) = &named {
+                            tls = tls.domain_name(*name);
                         }
                     }
-                    None => tls = tls.with_webpki_roots(),
+                    None => {
+                        tls = tls.with_webpki_roots();
+                        if let Some((_, name)) = &named {
+                            tls = tls.domain_name(*name);
+                        }
+                    }
                 }
                 builder = builder
                     .tls_config(tls)
@@ -232,7 +253,7 @@ impl Client {
         }
         Ok(Client {
             inner: Arc::new(Inner {
-                endpoints: endpoints.list,
+                endpoints: list,
                 channels,
                 current: AtomicUsize::new(0),
                 timeout: endpoints.timeout,
