@@ -91,24 +91,36 @@ impl InvalidInput {
     }
 }
 
-fn validate_name(field: &'static str, s: &str) -> Result<(), InvalidInput> {
-    if s.is_empty() {
+/// What names and participants share: not `empty`, at most [`MAX_NAME_LEN`] characters, and
+/// no character that `refused` picks (reported by `refusal`, with the value's first 60).
+fn check_text(
+    field: &'static str,
+    s: &str,
+    empty: bool,
+    refused: impl Fn(char) -> bool,
+    refusal: fn(&'static str, String, char) -> InvalidInput,
+) -> Result<(), InvalidInput> {
+    if empty {
         return Err(InvalidInput::Empty { field });
     }
     let len = s.chars().count();
     if len > MAX_NAME_LEN {
         return Err(InvalidInput::TooLong { field, len });
     }
-    if let Some(bad) = s
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        return Err(InvalidInput::BadCharacter {
-            field,
-            value: s.chars().take(60).collect(),
-            bad,
-        });
+    match s.chars().find(|&c| refused(c)) {
+        Some(bad) => Err(refusal(field, s.chars().take(60).collect(), bad)),
+        None => Ok(()),
     }
+}
+
+fn validate_name(field: &'static str, s: &str) -> Result<(), InvalidInput> {
+    check_text(
+        field,
+        s,
+        s.is_empty(),
+        |c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')),
+        |field, value, bad| InvalidInput::BadCharacter { field, value, bad },
+    )?;
     if s == "." || s == ".." {
         return Err(InvalidInput::DotName { field });
     }
@@ -162,25 +174,15 @@ impl Participant {
     /// character or a Unicode line/paragraph separator.
     pub fn new(field: &'static str, s: impl Into<String>) -> Result<Self, InvalidInput> {
         let s = s.into();
-        if s.trim().is_empty() {
-            return Err(InvalidInput::Empty { field });
-        }
-        let len = s.chars().count();
-        if len > MAX_NAME_LEN {
-            return Err(InvalidInput::TooLong { field, len });
-        }
         // Shown in logs and on operators' terminals: a newline, carriage return or escape
         // sequence could forge a log line or repaint a terminal.
-        if let Some(bad) = s
-            .chars()
-            .find(|&c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
-        {
-            return Err(InvalidInput::ControlCharacter {
-                field,
-                value: s.chars().take(60).collect(),
-                bad,
-            });
-        }
+        check_text(
+            field,
+            &s,
+            s.trim().is_empty(),
+            |c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'),
+            |field, value, bad| InvalidInput::ControlCharacter { field, value, bad },
+        )?;
         Ok(Self(s))
     }
 
