@@ -17,17 +17,18 @@ use zkgate::proto::campaign_request::Request as Req;
 use zkgate::proto::campaign_response::Event;
 use zkgate::proto::election_client::ElectionClient;
 use zkgate::server::{self, ServeConfig};
-use zkgate_client::raw::{self, CampaignStream};
+use zkgate_client::raw::CampaignStream;
 use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 
 type Client = ElectionClient<tonic::transport::Channel>;
 
 async fn join(c: &mut Client, election: &str) -> CampaignStream {
-    let join = raw::campaign(Req::Join(pb::Join {
+    let join = Req::Join(pb::Join {
         election: election.into(),
         candidate: "bench".into(),
         value: vec![],
-    }));
+    })
+    .into();
     CampaignStream::open_with(c, [join]).await.unwrap()
 }
 

@@ -23,7 +23,7 @@ use zkgate::proto::acquire_request::Request as Req;
 use zkgate::proto::acquire_response::Event;
 use zkgate::proto::lock_client::LockClient;
 use zkgate::server::{self, ServeConfig};
-use zkgate_client::raw::{self, AcquireStream};
+use zkgate_client::raw::AcquireStream;
 use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 
 type Client = LockClient<tonic::transport::Channel>;
@@ -32,11 +32,12 @@ type Client = LockClient<tonic::transport::Channel>;
 /// Returns (acquire latency, release latency).
 async fn acquire_release(c: &mut Client, name: &str) -> (Duration, Duration) {
     let started = Instant::now();
-    let acquire = raw::lock(Req::Acquire(pb::AcquireLock {
+    let acquire = Req::Acquire(pb::AcquireLock {
         name: name.into(),
         owner: "bench".into(),
         ..Default::default()
-    }));
+    })
+    .into();
     let mut s = AcquireStream::open_with(c, [acquire]).await.unwrap();
     loop {
         match s.event().await.unwrap() {

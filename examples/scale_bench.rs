@@ -22,7 +22,7 @@ use zkgate::proto as pb;
 use zkgate::proto::campaign_request::Request as Req;
 use zkgate::proto::campaign_response::Event;
 use zkgate::proto::election_client::ElectionClient;
-use zkgate_client::raw::{self, CampaignStream};
+use zkgate_client::raw::CampaignStream;
 use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 
 fn arg(name: &str) -> Option<String> {
@@ -43,11 +43,12 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 async fn join(c: &mut ElectionClient<Channel>, election: &str, candidate: &str) -> CampaignStream {
-    let join = raw::campaign(Req::Join(pb::Join {
+    let join = Req::Join(pb::Join {
         election: election.into(),
         candidate: candidate.into(),
         value: Vec::new(),
-    }));
+    })
+    .into();
     let mut stream = CampaignStream::open_with(c, [join]).await.unwrap();
     match stream.event().await.unwrap() {
         Some(Event::Queued(_)) => stream,

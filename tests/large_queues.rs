@@ -436,7 +436,7 @@ async fn acquire(
     client: &mut LockClient<Channel>,
     lock: pb::AcquireLock,
 ) -> Result<(AcquireStream, LEvent), Status> {
-    let mut stream = AcquireStream::open_with(client, [raw::lock(LReq::Acquire(lock))]).await?;
+    let mut stream = AcquireStream::open_with(client, [LReq::Acquire(lock).into()]).await?;
     let first = tokio::time::timeout(STEP, stream.event())
         .await
         .expect("first event in time")?

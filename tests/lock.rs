@@ -494,31 +494,31 @@ async fn bad_input_is_invalid_argument_and_leaves_nothing() {
     let cases: Vec<(&str, Vec<pb::AcquireRequest>)> = vec![
         (
             "slash in name",
-            vec![raw::lock(LReq::Acquire(acquire_msg("a/b", "o")))],
+            vec![LReq::Acquire(acquire_msg("a/b", "o")).into()],
         ),
         (
             "empty name",
-            vec![raw::lock(LReq::Acquire(acquire_msg("", "o")))],
+            vec![LReq::Acquire(acquire_msg("", "o")).into()],
         ),
         (
             "dot-dot name",
-            vec![raw::lock(LReq::Acquire(acquire_msg("..", "o")))],
+            vec![LReq::Acquire(acquire_msg("..", "o")).into()],
         ),
         (
             "long name",
-            vec![raw::lock(LReq::Acquire(acquire_msg(&"x".repeat(201), "o")))],
+            vec![LReq::Acquire(acquire_msg(&"x".repeat(201), "o")).into()],
         ),
         (
             "empty owner",
-            vec![raw::lock(LReq::Acquire(acquire_msg("ok", "")))],
+            vec![LReq::Acquire(acquire_msg("ok", "")).into()],
         ),
         (
             "first message keep_alive",
-            vec![raw::lock(LReq::KeepAlive(pb::KeepAlive {}))],
+            vec![LReq::KeepAlive(pb::KeepAlive {}).into()],
         ),
         (
             "first message release",
-            vec![raw::lock(LReq::Release(pb::ReleaseLock {}))],
+            vec![LReq::Release(pb::ReleaseLock {}).into()],
         ),
         (
             "empty first message",
@@ -527,46 +527,52 @@ async fn bad_input_is_invalid_argument_and_leaves_nothing() {
         ("no message at all", vec![]),
         (
             "negative wait_timeout",
-            vec![raw::lock(LReq::Acquire(pb::AcquireLock {
+            vec![LReq::Acquire(pb::AcquireLock {
                 wait_timeout: neg,
                 ..acquire_msg("ok", "o")
-            }))],
+            })
+            .into()],
         ),
         (
             "negative ttl",
-            vec![raw::lock(LReq::Acquire(pb::AcquireLock {
+            vec![LReq::Acquire(pb::AcquireLock {
                 ttl: neg,
                 ..acquire_msg("ok", "o")
-            }))],
+            })
+            .into()],
         ),
         (
             "zero ttl",
-            vec![raw::lock(LReq::Acquire(pb::AcquireLock {
+            vec![LReq::Acquire(pb::AcquireLock {
                 ttl: dur(Duration::ZERO),
                 ..acquire_msg("ok", "o")
-            }))],
+            })
+            .into()],
         ),
         (
             "unknown mode",
-            vec![raw::lock(LReq::Acquire(pb::AcquireLock {
+            vec![LReq::Acquire(pb::AcquireLock {
                 mode: 7,
                 ..acquire_msg("ok", "o")
-            }))],
+            })
+            .into()],
         ),
         (
             "absurd permits",
-            vec![raw::lock(LReq::Acquire(pb::AcquireLock {
+            vec![LReq::Acquire(pb::AcquireLock {
                 permits: 10_001,
                 ..acquire_msg("ok", "o")
-            }))],
+            })
+            .into()],
         ),
         (
             "read with permits",
-            vec![raw::lock(LReq::Acquire(pb::AcquireLock {
+            vec![LReq::Acquire(pb::AcquireLock {
                 permits: 3,
                 mode: pb::LockMode::Read.into(),
                 ..acquire_msg("ok", "o")
-            }))],
+            })
+            .into()],
         ),
     ];
     for (what, first) in cases {

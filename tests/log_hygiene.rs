@@ -181,7 +181,7 @@ async fn control_characters_in_candidates_and_owners_are_refused() {
         let mut l = LockClient::connect(gw.url()).await.unwrap();
         let status = refusal(AcquireStream::open_with(
             &mut l,
-            [raw::lock(LockReq::Acquire(acquire_msg("ctl", bad)))],
+            [LockReq::Acquire(acquire_msg("ctl", bad)).into()],
         ))
         .await;
         assert_eq!(status.code(), Code::InvalidArgument, "{bad:?}: {status:?}");

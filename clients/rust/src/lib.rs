@@ -589,9 +589,9 @@ impl Client {
                         .map_err(Error::Status)?;
                     let (requests, responses) = stream.into_parts();
                     let give_up = Box::new(move || {
-                        let _ = requests.try_send(raw::campaign(
-                            pb::campaign_request::Request::Resign(pb::ResignCandidacy {}),
-                        ));
+                        let _ = requests.try_send(
+                            pb::campaign_request::Request::Resign(pb::ResignCandidacy {}).into(),
+                        );
                     });
                     HoldCore::start(
                         hold::decoded(responses),
@@ -656,16 +656,16 @@ impl Client {
                     let keep_alive = ttl.map(|ttl| {
                         let requests = requests.clone();
                         let send: Box<dyn FnMut() + Send> = Box::new(move || {
-                            let _ = requests.try_send(raw::lock(
-                                pb::acquire_request::Request::KeepAlive(pb::KeepAlive {}),
-                            ));
+                            let _ = requests.try_send(
+                                pb::acquire_request::Request::KeepAlive(pb::KeepAlive {}).into(),
+                            );
                         });
                         (ttl / 3, send)
                     });
                     let give_up = Box::new(move || {
-                        let _ = requests.try_send(raw::lock(
-                            pb::acquire_request::Request::Release(pb::ReleaseLock {}),
-                        ));
+                        let _ = requests.try_send(
+                            pb::acquire_request::Request::Release(pb::ReleaseLock {}).into(),
+                        );
                     });
                     HoldCore::start(
                         hold::decoded(responses),

@@ -138,7 +138,7 @@ impl CampaignStream {
     /// # Errors
     /// As [`CampaignStream::open`].
     pub async fn join(channel: Channel, join: pb::Join) -> Result<Self, Status> {
-        Self::open(channel, [campaign(campaign_request::Request::Join(join))]).await
+        Self::open(channel, [campaign_request::Request::Join(join).into()]).await
     }
 
     /// The next event (heartbeats included); `Ok(None)` once the stream ended OK.
@@ -158,18 +158,13 @@ impl CampaignStream {
 
     /// Sends `resign{}` without waiting; false if it could not be sent.
     pub fn resign(&self) -> bool {
-        self.try_send(campaign(campaign_request::Request::Resign(
-            pb::ResignCandidacy {},
-        )))
+        self.try_send(campaign_request::Request::Resign(pb::ResignCandidacy {}).into())
     }
 
     /// Sends `proclaim{value}` without waiting; false if it could not be sent.
     pub fn proclaim(&self, value: &[u8]) -> bool {
-        self.try_send(campaign(campaign_request::Request::Proclaim(
-            pb::ProclaimValue {
-                value: value.to_vec(),
-            },
-        )))
+        let value = value.to_vec();
+        self.try_send(campaign_request::Request::Proclaim(pb::ProclaimValue { value }).into())
     }
 }
 
@@ -206,7 +201,7 @@ impl AcquireStream {
     /// # Errors
     /// As [`AcquireStream::open`].
     pub async fn acquire(channel: Channel, acquire: pb::AcquireLock) -> Result<Self, Status> {
-        Self::open(channel, [lock(acquire_request::Request::Acquire(acquire))]).await
+        Self::open(channel, [acquire_request::Request::Acquire(acquire).into()]).await
     }
 
     /// The next event (heartbeats included); `Ok(None)` once the stream ended OK.
@@ -226,27 +221,31 @@ impl AcquireStream {
 
     /// Sends `release{}` without waiting; false if it could not be sent.
     pub fn release(&self) -> bool {
-        self.try_send(lock(acquire_request::Request::Release(pb::ReleaseLock {})))
+        self.try_send(acquire_request::Request::Release(pb::ReleaseLock {}).into())
     }
 
     /// Sends `keep_alive{}` (renews a ttl lease) without waiting; false if it could not be
     /// sent.
     pub fn keep_alive(&self) -> bool {
-        self.try_send(lock(acquire_request::Request::KeepAlive(pb::KeepAlive {})))
+        self.try_send(acquire_request::Request::KeepAlive(pb::KeepAlive {}).into())
     }
 }
 
-/// One `Campaign` request.
-pub fn campaign(request: campaign_request::Request) -> pb::CampaignRequest {
-    pb::CampaignRequest {
-        request: Some(request),
+/// One `Campaign` request: `Request::Resign(..).into()`.
+impl From<campaign_request::Request> for pb::CampaignRequest {
+    fn from(request: campaign_request::Request) -> Self {
+        pb::CampaignRequest {
+            request: Some(request),
+        }
     }
 }
 
-/// One `Acquire` request.
-pub fn lock(request: acquire_request::Request) -> pb::AcquireRequest {
-    pb::AcquireRequest {
-        request: Some(request),
+/// One `Acquire` request: `Request::Release(..).into()`.
+impl From<acquire_request::Request> for pb::AcquireRequest {
+    fn from(request: acquire_request::Request) -> Self {
+        pb::AcquireRequest {
+            request: Some(request),
+        }
     }
 }
 

@@ -27,11 +27,11 @@ enum Requests {
 }
 
 fn resign() -> pb::CampaignRequest {
-    raw::campaign(Req::Resign(pb::ResignCandidacy {}))
+    Req::Resign(pb::ResignCandidacy {}).into()
 }
 
 fn release() -> pb::AcquireRequest {
-    raw::lock(LockReq::Release(pb::ReleaseLock {}))
+    LockReq::Release(pb::ReleaseLock {}).into()
 }
 
 impl Requests {
@@ -290,9 +290,12 @@ impl StreamClient {
     pub fn try_proclaim(&self, value: &[u8]) -> bool {
         match &self.requests {
             Some(Requests::Campaign(tx)) => tx
-                .try_send(raw::campaign(Req::Proclaim(pb::ProclaimValue {
-                    value: value.to_vec(),
-                })))
+                .try_send(
+                    Req::Proclaim(pb::ProclaimValue {
+                        value: value.to_vec(),
+                    })
+                    .into(),
+                )
                 .is_ok(),
             _ => false,
         }

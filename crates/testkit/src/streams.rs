@@ -129,11 +129,12 @@ pub async fn refusal<S: EventStream>(open: impl Future<Output = Result<S, Status
 }
 
 pub fn join_msg(election: &str, candidate: &str, value: &[u8]) -> pb::CampaignRequest {
-    raw::campaign(Req::Join(pb::Join {
+    Req::Join(pb::Join {
         election: election.into(),
         candidate: candidate.into(),
         value: value.to_vec(),
-    }))
+    })
+    .into()
 }
 
 /// One Campaign stream, driven by the test.
@@ -190,10 +191,7 @@ impl Campaign {
     }
 
     pub async fn send(&self, r: Req) {
-        self.stream
-            .send(raw::campaign(r))
-            .await
-            .expect("request side open");
+        self.stream.send(r.into()).await.expect("request side open");
     }
 
     /// Ends with `code` (or OK when `None`), after any suspensions and resumptions.
@@ -242,7 +240,7 @@ impl Acquisition {
         client: &mut LockClient<Channel>,
         a: pb::AcquireLock,
     ) -> Result<Acquisition, Status> {
-        Self::try_start(client, vec![raw::lock(LockReq::Acquire(a))]).await
+        Self::try_start(client, vec![LockReq::Acquire(a).into()]).await
     }
 
     pub async fn open(client: &mut LockClient<Channel>, a: pb::AcquireLock) -> Acquisition {
@@ -277,10 +275,7 @@ impl Acquisition {
     }
 
     pub async fn send(&self, r: LockReq) {
-        self.stream
-            .send(raw::lock(r))
-            .await
-            .expect("request side open");
+        self.stream.send(r.into()).await.expect("request side open");
     }
 
     /// Ends with `code` (or OK when `None`).
