@@ -163,16 +163,22 @@ where
 /// fleet's A or AAAA records) into one endpoint per address, in the resolver's order, so that
 /// failover moves from gateway to gateway; TLS still verifies the name. A name with at most
 /// one address per family (`localhost`: 127.0.0.1 and ::1) is one host and stays as written,
-/// as does a name that does not resolve now (it is resolved again on each connection).
-/// Names are resolved once, here: a client made before the fleet changed keeps the old list.
-pub(crate) async fn expand(list: Vec<Endpoint>) -> Vec<Endpoint> {
+/// as does a name that does not resolve within `within` (it is resolved again on each
+/// connection). Names are resolved once, here: a client made before the fleet changed keeps
+/// the old list.
+pub(crate) async fn expand(list: Vec<Endpoint>, within: Duration) -> Vec<Endpoint> {
     let mut out = Vec::with_capacity(list.len());
     for ep in list {
         let addrs = match ep.host_name() {
-            Some((host, port)) => tokio::net::lookup_host((host, port))
-                .await
-                .map(Iterator::collect)
-                .unwrap_or_default(),
+            // A resolver that does not answer must not hold up `connect`.
+            Some((host, port)) => {
+                tokio::time::timeout(within, tokio::net::lookup_host((host, port)))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(Iterator::collect)
+                    .unwrap_or_default()
+            }
             None => Vec::new(),
         };
         out.extend(expand_one(ep, addrs));
@@ -431,7 +437,7 @@ mod tests {
     #[tokio::test]
     async fn localhost_stays_one_endpoint() {
         let list = parse_list(["localhost:50051", "127.0.0.1:1"]).unwrap();
-        assert_eq!(expand(list.clone()).await, list);
+        assert_eq!(expand(list.clone(), DEFAULT_TIMEOUT).await, list);
     }
 
     #[test]

@@ -201,7 +201,7 @@ impl Client {
     /// [`Error::InvalidEndpoint`] or [`Error::Tls`] (bad certificate material).
     pub async fn connect(endpoints: Endpoints) -> Result<Client, Error> {
         let tls_configured = endpoints.tls.is_some();
-        let list = endpoint::expand(endpoints.list).await;
+        let list = endpoint::expand(endpoints.list, endpoints.timeout).await;
         let mut channels = Vec::with_capacity(list.len());
         for ep in &list {
             let uri = ep.uri(tls_configured);
