@@ -32,8 +32,9 @@ fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// `zkgate serve` with its default flags, except the addresses: free loopback ports rather than
-/// :50051/:9090 (the machine is shared), and the ZooKeeper started for this run.
+/// `zkgate serve` with its default flags (plus any `--gateway-arg`), except the addresses: free
+/// loopback ports rather than :50051/:9090 (the machine is shared), and the ZooKeeper started
+/// for this run.
 pub struct Gateway {
     pub pid: u32,
     pub grpc: SocketAddr,
@@ -47,10 +48,10 @@ pub struct Gateway {
 impl Gateway {
     /// Starts `bin serve` and waits until `/readyz` answers 200 (its ZooKeeper session is up).
     /// Tries fresh ports up to three times (a port picked free can be taken before it binds).
-    pub async fn start(bin: &Path, zk: &str) -> Result<Gateway, String> {
+    pub async fn start(bin: &Path, zk: &str, extra: &[String]) -> Result<Gateway, String> {
         let mut last = String::new();
         for _ in 0..3 {
-            match Self::try_start(bin, zk).await {
+            match Self::try_start(bin, zk, extra).await {
                 Ok(g) => return Ok(g),
                 Err(e) => last = e,
             }
@@ -58,7 +59,7 @@ impl Gateway {
         Err(last)
     }
 
-    async fn try_start(bin: &Path, zk: &str) -> Result<Gateway, String> {
+    async fn try_start(bin: &Path, zk: &str, extra: &[String]) -> Result<Gateway, String> {
         let dir = tempfile::Builder::new()
             .prefix("zkgate-bench-gw-")
             .tempdir()
@@ -73,6 +74,7 @@ impl Gateway {
         cmd.args(["--zk", zk]);
         cmd.arg("--listen").arg(grpc.to_string());
         cmd.arg("--http").arg(http.to_string());
+        cmd.args(extra);
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("ZKGATE_") {
                 cmd.env_remove(k);

@@ -55,6 +55,10 @@ pub struct Args {
     /// `zkgate` beside this program.
     #[arg(long)]
     pub gateway: Option<PathBuf>,
+    /// An extra flag for `zkgate serve` (repeatable; the report names them), e.g.
+    /// `--gateway-arg=--zk-sessions=4`. Without any, the gateway runs with its defaults.
+    #[arg(long = "gateway-arg", allow_hyphen_values = true)]
+    pub gateway_args: Vec<String>,
     /// etcd's server binary.
     #[arg(long, default_value = "/usr/bin/etcd")]
     pub etcd: PathBuf,
@@ -201,7 +205,7 @@ async fn main() {
     let etcd = etcd::Etcd::start(&args.etcd)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let gateway = Gateway::start(&gateway_bin, &zk.connect_string())
+    let gateway = Gateway::start(&gateway_bin, &zk.connect_string(), &args.gateway_args)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     clients::raw_prepare(&zk.connect_string()).await;
@@ -267,6 +271,7 @@ async fn main() {
         etcd: etcd.version().to_owned(),
         rustc: env::version_of("rustc", &["--version"]),
         gateway: env::version_of(gateway_bin.to_str().unwrap_or("zkgate"), &["--version"]),
+        gateway_args: args.gateway_args.clone(),
         git: env::version_of("git", &["describe", "--always", "--dirty"]),
         quick: args.quick,
         only: args.only.clone(),

@@ -46,6 +46,8 @@ pub struct Meta {
     pub etcd: String,
     pub rustc: String,
     pub gateway: String,
+    /// Flags given to `zkgate serve` beyond its defaults.
+    pub gateway_args: Vec<String>,
     pub git: String,
     pub quick: bool,
     pub only: Vec<String>,
@@ -397,8 +399,13 @@ impl Report {
             meta.zookeeper
         ));
         md.push_str(&format!("| etcd | {} (single member) |\n", meta.etcd));
+        let flags = if meta.gateway_args.is_empty() {
+            "with default flags, 1 ZooKeeper session".to_owned()
+        } else {
+            format!("with `{}`", meta.gateway_args.join(" "))
+        };
         md.push_str(&format!(
-            "| zkgate | {} (release build, `zkgate serve` with default flags, 1 ZooKeeper session), commit {} |\n",
+            "| zkgate | {} (release build, `zkgate serve` {flags}), commit {} |\n",
             meta.gateway, meta.git
         ));
         md.push_str(&format!("| rustc | {} |\n", meta.rustc));

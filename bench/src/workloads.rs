@@ -749,7 +749,7 @@ pub async fn streams(ctx: &mut Ctx) {
         Target::Raw(c) => c.clone(),
         _ => unreachable!(),
     };
-    let gw = Gateway::start(&ctx.gateway_bin, &zk)
+    let gw = Gateway::start(&ctx.gateway_bin, &zk, &[])
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     tokio::time::sleep(Duration::from_secs(1)).await;
