@@ -466,7 +466,7 @@ async fn observe_first_message_is_the_existing_leader_on_a_fresh_gateway() {
 }
 
 #[tokio::test]
-async fn a_pool_of_sessions_shares_one_election_fairly() {
+async fn a_pool_of_sessions_spreads_queues_and_keeps_each_election_on_one() {
     let zk = shared_zk();
     let gw = Gateway::start_with(
         &zk,
@@ -477,22 +477,38 @@ async fn a_pool_of_sessions_shares_one_election_fairly() {
     )
     .await;
     let mut c = gw.client().await;
-    // Round-robin spreads these over three sessions (three queue actors, three watches); the
-    // queue is still one FIFO across them.
+    let zkc = zk_client(&zk).await;
+    let owners = |prefix: String| {
+        let zkc = &zkc;
+        let root = gw.root.clone();
+        async move {
+            let mut owners = std::collections::HashSet::new();
+            for p in member_znodes(zkc, &root).await {
+                if p.contains(&prefix) {
+                    owners.insert(zkc.get_data(&p).await.unwrap().1.ephemeral_owner);
+                }
+            }
+            owners
+        }
+    };
+    // Queues, not streams, are spread over the pool: the candidates of one election all share
+    // one session (one queue actor, one watch) …
     let mut cands = Vec::new();
     for i in 0..6 {
         cands.push(Campaign::join(&mut c, "pool", &format!("p{i}"), b"").await);
     }
-    let zkc = zk_client(&zk).await;
-    let mut owners = std::collections::HashSet::new();
-    for p in member_znodes(&zkc, &gw.root).await {
-        owners.insert(zkc.get_data(&p).await.unwrap().1.ephemeral_owner);
+    assert_eq!(owners("/elections/pool/".into()).await.len(), 1);
+    // … and thirty elections use every session of the pool (a name's session is its hash's).
+    let mut others = Vec::new();
+    for i in 0..30 {
+        others.push(Campaign::join(&mut c, &format!("spread{i}"), "s", b"").await);
     }
     assert_eq!(
-        owners.len(),
+        owners("/elections/spread".into()).await.len(),
         3,
-        "candidates spread over the pool's sessions"
+        "elections spread over the pool's sessions"
     );
+    drop(others);
     let mut last = 0;
     for i in 0..6 {
         let mut cand = cands.remove(0);

@@ -216,7 +216,7 @@ impl Coordinator {
     /// `Unavailable`/`Draining` without a session; ZooKeeper errors placing the watch.
     pub async fn observe(&self, election: &QueueName) -> Result<Observation, CoordError> {
         let stream = self.stream_token();
-        let session = self.session()?;
+        let session = self.session_for(QueueKind::Election, election)?;
         let queue = session.queue(QueueKind::Election, election).await?;
         Ok(Observation {
             view: queue.view(),
@@ -290,7 +290,7 @@ impl Coordinator {
     /// # Errors
     /// `NoLeader` when nobody leads; `Unavailable` without a session.
     pub async fn leader(&self, election: &QueueName) -> Result<Holder, CoordError> {
-        leader_on(&*self.session()?, election).await
+        leader_on(&*self.session_for(QueueKind::Election, election)?, election).await
     }
 
     /// One page of the queue in order, for operators. Never reveals leases. `position` is the
@@ -304,8 +304,8 @@ impl Coordinator {
         election: &QueueName,
         page: PageSpec,
     ) -> Result<Page<MemberInfo>, CoordError> {
-        let session = self.session()?;
         let kind = QueueKind::Election;
+        let session = self.session_for(kind, election)?;
         let path = session.queue_path(kind, election);
         let members = list_members(&session, &path).await?;
         let start = page
@@ -364,7 +364,7 @@ impl Coordinator {
     ) -> Result<(bool, Option<Holder>), CoordError> {
         // A CheckSequencer must not answer from a follower that lags behind the quorum: a
         // `sync` first, on the session that then reads (one more round trip; see README).
-        let session = self.session()?;
+        let session = self.session_for(QueueKind::Election, election)?;
         session
             .zk
             .sync(&session.queue_path(QueueKind::Election, election))
@@ -382,7 +382,7 @@ impl Coordinator {
     /// # Errors
     /// `LeaseNotFound` for a lease naming no znode; `Unavailable` without a session.
     pub async fn resign(&self, lease: &Lease) -> Result<(), CoordError> {
-        member::delete_by_lease(&*self.session()?, lease).await
+        member::delete_by_lease(&*self.session_for(lease.kind, &lease.queue)?, lease).await
     }
 
     /// The leader replaces its value, by lease, from any gateway.
@@ -390,7 +390,7 @@ impl Coordinator {
     /// # Errors
     /// `LeaseNotFound` for a spent lease; `NotLeader` if the lease's candidate does not lead.
     pub async fn proclaim(&self, lease: &Lease, value: Value) -> Result<Holder, CoordError> {
-        let session = self.session()?;
+        let session = self.session_for(lease.kind, &lease.queue)?;
         let value = value.into_bytes();
         let _room = session.try_proclaim_room(value.len())?;
         let members = list_members(&session, &session.queue_path(lease.kind, &lease.queue)).await?;

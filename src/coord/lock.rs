@@ -381,7 +381,8 @@ impl Coordinator {
     /// hold), so only that prefix is read, in growing chunks: a mutex with thousands of waiters
     /// costs a read of its head.
     async fn all_holders(&self, name: &QueueName) -> Result<(Vec<MemberInfo>, u32), CoordError> {
-        self.all_holders_on(&*self.session()?, name).await
+        self.all_holders_on(&*self.session_for(QueueKind::Lock, name)?, name)
+            .await
     }
 
     /// [`Coordinator::all_holders`] read through `session` (after its `sync`, for Validate).
@@ -462,7 +463,7 @@ impl Coordinator {
     ) -> Result<bool, CoordError> {
         // As for elections: a `sync` first, on the session that then reads, so a lagging
         // follower never vouches for a holder the quorum has already let go.
-        let session = self.session()?;
+        let session = self.session_for(QueueKind::Lock, name)?;
         session
             .zk
             .sync(&session.queue_path(QueueKind::Lock, name))
@@ -483,7 +484,7 @@ impl Coordinator {
     /// `LeaseNotFound` for a lease naming no znode; `Unavailable` without a session.
     pub async fn release(&self, lease: &Lease) -> Result<(), CoordError> {
         debug_assert_eq!(lease.kind, QueueKind::Lock);
-        member::delete_by_lease(&*self.session()?, lease).await
+        member::delete_by_lease(&*self.session_for(lease.kind, &lease.queue)?, lease).await
     }
 }
 

@@ -130,7 +130,7 @@ impl super::Coordinator {
         record: NodeRecord,
     ) -> Result<Member, CoordError> {
         let stream = self.stream_token();
-        let session = self.session()?;
+        let session = self.session_for(kind, name)?;
         let queue = session.queue(kind, name).await?;
         Member::join(session, queue, mode, record, stream).await
     }

@@ -263,16 +263,37 @@ impl Coordinator {
         .is_ok()
     }
 
-    /// A connected session for a new stream or request, round-robin over the pool.
+    /// A connected session for a request that concerns no queue, round-robin over the pool.
     ///
     /// # Errors
     /// `Draining` during shutdown, `Unavailable` when no session is connected.
     pub fn session(&self) -> Result<Arc<ZkSession>, CoordError> {
+        self.session_from(self.next.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The session of queue `kind`/`name`: every stream and read of one queue goes to the same
+    /// session of the pool while it is connected (the next connected one otherwise), so the
+    /// gateway keeps one watch and one queue actor per queue — not one per session — and a
+    /// queue's members see one order of events. Queues, not streams, are spread over the pool.
+    ///
+    /// # Errors
+    /// As [`Coordinator::session`].
+    pub fn session_for(
+        &self,
+        kind: types::QueueKind,
+        name: &types::QueueName,
+    ) -> Result<Arc<ZkSession>, CoordError> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        (kind, name.as_str()).hash(&mut h);
+        self.session_from(h.finish() as usize)
+    }
+
+    fn session_from(&self, start: usize) -> Result<Arc<ZkSession>, CoordError> {
         if self.draining.is_cancelled() {
             return Err(CoordError::Draining);
         }
         let n = self.slots.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
         for i in 0..n {
             if let Some(s) = self.slots[(start + i) % n].borrow().as_ref() {
                 if s.is_connected() {
