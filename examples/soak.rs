@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release --example soak -- --minutes 10
 //! cargo run --release --example soak -- --minutes 35 --gap 1 --client-gap 1.5 --seed N
+//! cargo run --release --example soak -- --minutes 5 --zk-sessions 2   # a pool per gateway
 //! ```
 //!
 //! Starts a 3-node ZooKeeper ensemble whose quorum and election links pass through link
@@ -63,6 +64,10 @@ struct Args {
     /// Gateways (child processes).
     #[arg(long, default_value_t = 3)]
     gateways: usize,
+    /// ZooKeeper sessions per gateway (`zkgate serve --zk-sessions`): with several, a fault on
+    /// one session's server or link hits only the queues on that session.
+    #[arg(long, default_value_t = 1)]
+    zk_sessions: usize,
     /// Elections.
     #[arg(long, default_value_t = 3)]
     elections: usize,
@@ -431,7 +436,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
             zk: zk_via.join(","),
             root: root.clone(),
             session_timeout: t,
-            extra: Vec::new(),
+            extra: vec!["--zk-sessions".into(), args.zk_sessions.to_string()],
             env,
         };
         let name = format!("g{g}");
