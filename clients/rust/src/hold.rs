@@ -247,6 +247,16 @@ impl HoldCore {
         }
     }
 
+    /// `Ok` while holding: granted and not lost.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        let s = self.state.borrow();
+        match (s.lost, &s.granted) {
+            (Some(r), _) => Err(Error::Lost(r)),
+            (None, Some(_)) => Ok(()),
+            (None, None) => Err(Error::Lost(LossReason::Ended)),
+        }
+    }
+
     pub(crate) fn end_status(&self) -> Option<Status> {
         self.state
             .borrow()

@@ -721,6 +721,87 @@ impl Client {
     }
 }
 
+/// What a [`Leadership`] and a [`LockHold`] share: both are one stream and one znode (a
+/// [`HoldCore`]); `$what` names the hold in the docs.
+macro_rules! hold_api {
+    ($ty:ident, $what:literal) => {
+        impl std::fmt::Debug for $ty {
+            // The lease is a capability: never printed.
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($ty))
+                    .field("endpoint", &self.core.endpoint)
+                    .field("position", &self.core.position)
+                    .field("state", &self.core.state())
+                    .finish()
+            }
+        }
+
+        impl $ty {
+            #[doc = concat!("The lease: give the ", $what, " up with it from anywhere. Keep it secret.")]
+            pub fn lease(&self) -> &str {
+                &self.core.lease
+            }
+
+            /// Members ahead at join time.
+            pub fn position(&self) -> u32 {
+                self.core.position
+            }
+
+            /// The gateway this stream runs on.
+            pub fn endpoint(&self) -> &Endpoint {
+                &self.core.endpoint
+            }
+
+            /// The fencing token once granted (it stays that tenure's token after a loss).
+            pub fn fencing_token(&self) -> Option<u64> {
+                self.core.state().granted.map(|g| g.fencing_token)
+            }
+
+            /// A holder that hears nothing for this long must assume it lost (the watchdog
+            /// does).
+            pub fn silence_limit(&self) -> Option<Duration> {
+                self.core.state().granted.and_then(|g| g.silence_limit)
+            }
+
+            #[doc = concat!("Resolves with the reason when the ", $what, " is lost (queued or holding); never after it is given up. A `'static` future: select on it beside hold-only work.")]
+            pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
+                self.core.lost()
+            }
+
+            #[doc = concat!("Cancelled at the moment the ", $what, " is lost: hand it to hold-only tasks.")]
+            pub fn lost_token(&self) -> CancellationToken {
+                self.core.lost_token()
+            }
+
+            pub fn loss_reason(&self) -> Option<LossReason> {
+                self.core.state().lost
+            }
+
+            /// `Ok` while holding.
+            ///
+            /// # Errors
+            /// [`Error::Lost`] once lost (or [`LossReason::Ended`] when not granted yet).
+            pub fn check(&self) -> Result<(), Error> {
+                self.core.check()
+            }
+
+            /// How the stream ended, once it has (`OK` after a give-up by lease elsewhere,
+            /// `ABORTED`, `UNAVAILABLE`, `DEADLINE_EXCEEDED` after a lock's wait timeout …).
+            pub fn end_status(&self) -> Option<Status> {
+                self.core.end_status()
+            }
+
+            /// The next event of the stream (`queued` first, `lost` last; no heartbeats).
+            ///
+            /// # Cancellation safety
+            /// Cancel safe.
+            pub async fn next_event(&mut self) -> Option<HoldEvent> {
+                self.core.next_event().await
+            }
+        }
+    };
+}
+
 /// One candidacy: one Campaign stream, one znode at the gateway. Dropping it cancels the
 /// stream, which makes the gateway delete the znode (the next candidate is elected at once);
 /// [`Leadership::resign`] does the same with a confirmation.
@@ -729,33 +810,9 @@ pub struct Leadership {
     client: Client,
 }
 
-impl std::fmt::Debug for Leadership {
-    // The lease is a capability: never printed.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Leadership")
-            .field("endpoint", &self.core.endpoint)
-            .field("position", &self.core.position)
-            .field("state", &self.core.state())
-            .finish()
-    }
-}
+hold_api!(Leadership, "candidacy");
 
 impl Leadership {
-    /// The lease: resign with it from anywhere ([`Client::resign`]). Keep it secret.
-    pub fn lease(&self) -> &str {
-        &self.core.lease
-    }
-
-    /// Candidates ahead at join time.
-    pub fn position(&self) -> u32 {
-        self.core.position
-    }
-
-    /// The gateway this stream runs on.
-    pub fn endpoint(&self) -> &Endpoint {
-        &self.core.endpoint
-    }
-
     /// Waits until elected.
     ///
     /// # Errors
@@ -770,64 +827,12 @@ impl Leadership {
 
     /// Leading now: elected and not lost.
     pub fn is_leader(&self) -> bool {
-        let s = self.core.state();
-        s.granted.is_some() && s.lost.is_none()
-    }
-
-    /// The fencing token once elected (it stays that tenure's token after a loss).
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.core.state().granted.map(|g| g.fencing_token)
+        self.core.check().is_ok()
     }
 
     /// The leader as elected, then as proclaimed.
     pub fn leader(&self) -> Option<Leader> {
         self.core.state().granted.and_then(|g| g.leader)
-    }
-
-    pub fn silence_limit(&self) -> Option<Duration> {
-        self.core.state().granted.and_then(|g| g.silence_limit)
-    }
-
-    /// Resolves with the reason when the candidacy is lost (queued or leading); never after
-    /// [`Leadership::resign`]. A `'static` future: select on it beside leader-only work.
-    pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
-        self.core.lost()
-    }
-
-    /// Cancelled at the moment the candidacy is lost: hand it to leader-only tasks.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.core.lost_token()
-    }
-
-    pub fn loss_reason(&self) -> Option<LossReason> {
-        self.core.state().lost
-    }
-
-    /// `Ok` while leading.
-    ///
-    /// # Errors
-    /// [`Error::Lost`] once lost (or [`LossReason::Ended`] when not elected yet).
-    pub fn check(&self) -> Result<(), Error> {
-        let s = self.core.state();
-        match (s.lost, s.granted) {
-            (Some(r), _) => Err(Error::Lost(r)),
-            (None, Some(_)) => Ok(()),
-            (None, None) => Err(Error::Lost(LossReason::Ended)),
-        }
-    }
-
-    /// How the stream ended, once it has (`OK` after a resign by lease elsewhere, `ABORTED`,
-    /// `UNAVAILABLE` …).
-    pub fn end_status(&self) -> Option<Status> {
-        self.core.end_status()
-    }
-
-    /// The next event of the stream (`queued` first, `lost` last; no heartbeats).
-    ///
-    /// # Cancellation safety
-    /// Cancel safe.
-    pub async fn next_event(&mut self) -> Option<HoldEvent> {
-        self.core.next_event().await
     }
 
     /// Replaces the leader's value (by lease, on the unary RPC).
@@ -852,30 +857,9 @@ pub struct LockHold {
     core: HoldCore,
 }
 
-impl std::fmt::Debug for LockHold {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LockHold")
-            .field("endpoint", &self.core.endpoint)
-            .field("position", &self.core.position)
-            .field("state", &self.core.state())
-            .finish()
-    }
-}
+hold_api!(LockHold, "lock request");
 
 impl LockHold {
-    /// The lease: release with it from anywhere ([`Client::release`]). Keep it secret.
-    pub fn lease(&self) -> &str {
-        &self.core.lease
-    }
-
-    pub fn position(&self) -> u32 {
-        self.core.position
-    }
-
-    pub fn endpoint(&self) -> &Endpoint {
-        &self.core.endpoint
-    }
-
     /// Waits until the lock is held; returns its fencing token.
     ///
     /// # Errors
@@ -890,52 +874,7 @@ impl LockHold {
 
     /// Held now: acquired and not lost.
     pub fn is_held(&self) -> bool {
-        let s = self.core.state();
-        s.granted.is_some() && s.lost.is_none()
-    }
-
-    pub fn fencing_token(&self) -> Option<u64> {
-        self.core.state().granted.map(|g| g.fencing_token)
-    }
-
-    pub fn silence_limit(&self) -> Option<Duration> {
-        self.core.state().granted.and_then(|g| g.silence_limit)
-    }
-
-    /// As [`Leadership::lost`].
-    pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
-        self.core.lost()
-    }
-
-    pub fn lost_token(&self) -> CancellationToken {
-        self.core.lost_token()
-    }
-
-    pub fn loss_reason(&self) -> Option<LossReason> {
-        self.core.state().lost
-    }
-
-    /// `Ok` while held.
-    ///
-    /// # Errors
-    /// [`Error::Lost`].
-    pub fn check(&self) -> Result<(), Error> {
-        let s = self.core.state();
-        match (s.lost, s.granted) {
-            (Some(r), _) => Err(Error::Lost(r)),
-            (None, Some(_)) => Ok(()),
-            (None, None) => Err(Error::Lost(LossReason::Ended)),
-        }
-    }
-
-    /// How the stream ended, once it has (`DEADLINE_EXCEEDED` after the wait timeout …).
-    pub fn end_status(&self) -> Option<Status> {
-        self.core.end_status()
-    }
-
-    /// As [`Leadership::next_event`].
-    pub async fn next_event(&mut self) -> Option<HoldEvent> {
-        self.core.next_event().await
+        self.core.check().is_ok()
     }
 
     /// Releases the lock (in-stream `release{}`), waiting up to a second for the gateway's
