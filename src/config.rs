@@ -112,7 +112,9 @@ pub struct ServeArgs {
     )]
     pub silence_limit: Option<Duration>,
     /// The ZooKeeper ensemble's tickTime: the G2 deadline allows half a tick for the ensemble's
-    /// leader to hear of a session held by a follower [default: 2s, ZooKeeper's default]
+    /// leader to hear of a session held by a follower [default: half the granted session
+    /// timeout, the largest tick such a server can run with; state it to get longer
+    /// `stop_within`]
     #[arg(long, env = "ZKGATE_ZK_TICK_TIME", value_parser = humantime::parse_duration)]
     #[serde(
         default,
