@@ -436,6 +436,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
             zk: zk_via.join(","),
             root: root.clone(),
             session_timeout: t,
+            zk_tick_time: Some(support::procgw::HARNESS_TICK),
             extra: vec!["--zk-sessions".into(), args.zk_sessions.to_string()],
             env,
         };

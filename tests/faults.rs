@@ -98,7 +98,12 @@ impl Scenario {
     }
 
     async fn gateway(&self, name: &str, zk: &str) -> GatewayProc {
-        let gw = GatewayProc::spawn(name, GatewaySpec::binary(BIN, zk, &self.root, self.t))
+        self.gateway_from(name, GatewaySpec::binary(BIN, zk, &self.root, self.t))
+            .await
+    }
+
+    async fn gateway_from(&self, name: &str, spec: GatewaySpec) -> GatewayProc {
+        let gw = GatewayProc::spawn(name, spec)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         self.say(&format!("gateway {name} pid {} on {}", gw.pid, gw.addr));
@@ -1189,75 +1194,124 @@ async fn locks_under_faults_keep_permits_and_fencing() {
     drop((g1, g2, cut));
 }
 
+/// One follower-partition scenario: the ensemble's settings, what the gateways ask for, what
+/// the servers grant, and whether the gateways are told the tick.
+struct FollowerCut {
+    name: &'static str,
+    zk: LocalZkOptions,
+    /// The session timeout the gateways ask for.
+    ask: Duration,
+    /// The session timeout the ensemble grants (the scenario's T).
+    granted: Duration,
+    /// `--zk-tick-time`, or unstated.
+    tick: Option<Duration>,
+}
+
 /// G2 when the gateway's ZooKeeper server is a follower cut off from its quorum, the client
 /// link intact. The follower keeps answering reads and pings by itself for `syncLimit ×
 /// tickTime`, while the quorum stops hearing the gateway's session and expires it after T; a
 /// gateway that took those answers for proof of life would keep heartbeating a leader the
 /// quorum has already replaced. The liveness probe is a `sync`, answered only through the
-/// ensemble's leader: the leader is suspended ≈ 0.25 T after the cut and ends ABORTED before
-/// the waiter on another gateway (connected to the quorum side) is elected.
-async fn follower_partition(name: &'static str, t: Duration, sync_limit: u32) {
+/// ensemble's leader: the leader is suspended ≈ 0.2 T after the cut, with a usable
+/// `stop_within`, and ends ABORTED before the waiter on another gateway (connected to the
+/// quorum side) is elected. T is the *granted* timeout, whatever the gateways asked for.
+async fn follower_partition(cut: FollowerCut) {
     let _serial = support::serial().lock().await;
-    let (zk, cutters) = support::ensemble::ensemble_with_peer_cutters(sync_limit).await;
+    let tick = cut.zk.tick_time;
+    let (zk, cutters) = support::ensemble::ensemble_with_peer_cutters_and(cut.zk.clone()).await;
+    let t = cut.granted;
     let leader = zk.leader_index().await.expect("the ensemble has a leader");
     let f = (0..3).find(|&i| i != leader).unwrap();
     let quorum_side: Vec<String> = (0..3)
         .filter(|&i| i != f)
         .map(|i| zk.server_address(i).to_string())
         .collect();
-    let mut s = Scenario::new(name, t);
+    let mut s = Scenario::new(cut.name, t);
     s.say(&format!(
-        "ZooKeeper leader: server {leader}; g1 uses follower {f} only; syncLimit × tickTime = {:?}",
-        Duration::from_millis(250) * sync_limit
+        "ZooKeeper leader: server {leader}; g1 uses follower {f} only; tickTime {tick:?}, syncLimit × tickTime = {:?}; gateways ask {:?}, tick {}",
+        tick * cut.zk.sync_limit,
+        cut.ask,
+        cut.tick.map_or("unstated".to_owned(), |t| format!("{t:?}"))
     ));
-    let g1 = s.gateway("g1", &zk.server_address(f).to_string()).await;
-    let g2 = s.gateway("g2", &quorum_side.join(",")).await;
+    let spec = |zk: String| GatewaySpec {
+        zk_tick_time: cut.tick,
+        ..GatewaySpec::binary(BIN, &zk, &s.root, cut.ask)
+    };
+    let g1 = s
+        .gateway_from("g1", spec(zk.server_address(f).to_string()))
+        .await;
+    let g2 = s.gateway_from("g2", spec(quorum_side.join(","))).await;
+    if cut.ask > t {
+        for g in [&g1, &g2] {
+            g.wait_logged("reconnecting asking for the granted timeout", STEP)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
     let e = "follower-cut";
     let a = s.join(&g1.url(), "g1 (follower)", e, "a").await;
-    a.wait_granted(STEP).await.expect("a elected");
+    let granted = a
+        .wait_for(None, STEP, |e| matches!(e, Ev::Granted { .. }))
+        .await;
+    let Some((_, Ev::Granted { silence_limit, .. })) = granted else {
+        panic!("a not elected: {granted:?}");
+    };
+    assert_eq!(
+        silence_limit,
+        t * 35 / 100,
+        "silence_limit from the granted T"
+    );
     let b = s.join(&g2.url(), "g2 (quorum side)", e, "b").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let cut = s.fault(&format!(
+    let at = s.fault(&format!(
         "blackhole every peer link of follower {f} (its clients still reach it)"
     ));
     support::ensemble::cut_off(&cutters, f);
     let (ts, ev) = a
-        .wait_for(Some(cut), t * 2, |e| {
+        .wait_for(Some(at), t * 2, |e| {
             matches!(e, Ev::Suspended { .. } | Ev::Ended { .. })
         })
         .await
         .expect("a suspended or ended");
     let (ta, code) = a.wait_end(t * 2).await.expect("a's stream ended");
-    let (tb, _) = b.wait_granted(t * 3).await.expect("b elected");
+    let (tb, _) = b.wait_granted(t * 3 + tick * 2).await.expect("b elected");
     s.say(&format!(
         "a saw {ev:?} {:?} after the cut, ended {code:?} {:?} after it; b elected {:?} after it",
-        ts - cut,
-        ta - cut,
-        tb - cut
+        ts - at,
+        ta - at,
+        tb - at
     ));
+    let Ev::Suspended { stop_within } = ev else {
+        panic!("a's first news was {ev:?}, not suspended");
+    };
     assert!(
-        matches!(ev, Ev::Suspended { .. }),
-        "a's first news was {ev:?}"
+        stop_within >= t / 10,
+        "a was suspended with only {stop_within:?} to stop (T = {t:?})"
     );
     assert!(
-        ts - cut < t / 2,
-        "a suspended only {:?} after the cut (≈ 0.25 T expected)",
-        ts - cut
+        ts - at < t / 2,
+        "a suspended only {:?} after the cut (≈ 0.2 T expected)",
+        ts - at
     );
     assert_eq!(code, Some(Code::Aborted));
     assert!(ta < tb, "b was elected before a's stream ended");
-    s.expect_leader(e, cut, t + Duration::from_secs(2), "follower cut off");
+    // The quorum expires sessions on tick boundaries: up to a tick after T.
+    s.expect_leader(e, at, t + tick + Duration::from_secs(2), "follower cut off");
 
     let heal = s.fault("heal the follower's peer links");
     support::ensemble::heal(&cutters);
-    assert!(g1.wait_serving(STEP * 2).await, "g1 serves again");
+    assert!(
+        g1.wait_serving(STEP * 2 + tick * 10).await,
+        "g1 serves again"
+    );
     s.say(&format!(
         "g1 serving again {:?} after the heal",
         heal.elapsed()
     ));
     let connect = zk.connect_string();
-    s.finish(vec![a, b], &connect, Duration::from_secs(5)).await;
+    s.finish(vec![a, b], &connect, Duration::from_secs(5) + tick * 2)
+        .await;
     drop((g1, g2));
     zk.shutdown().await;
 }
@@ -1266,7 +1320,18 @@ async fn follower_partition(name: &'static str, t: Duration, sync_limit: u32) {
 /// the gateway when the quorum expires its session, so only the quorum probe can tell.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follower_cut_from_its_quorum_session_timeout_below_sync_limit() {
-    follower_partition("follower-cut-long-sync", Duration::from_secs(4), 20).await;
+    let t = Duration::from_secs(4);
+    follower_partition(FollowerCut {
+        name: "follower-cut-long-sync",
+        zk: LocalZkOptions {
+            sync_limit: 20,
+            ..Default::default()
+        },
+        ask: t,
+        granted: t,
+        tick: Some(support::procgw::HARNESS_TICK),
+    })
+    .await;
 }
 
 /// The session timeout above `syncLimit × tickTime` (3 s > 1.25 s): the follower drops its
@@ -1274,7 +1339,60 @@ async fn follower_cut_from_its_quorum_session_timeout_below_sync_limit() {
 /// from the follower's last answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follower_cut_from_its_quorum_session_timeout_above_sync_limit() {
-    follower_partition("follower-cut-short-sync", T, 5).await;
+    follower_partition(FollowerCut {
+        name: "follower-cut-short-sync",
+        zk: LocalZkOptions {
+            sync_limit: 5,
+            ..Default::default()
+        },
+        ask: T,
+        granted: T,
+        tick: Some(support::procgw::HARNESS_TICK),
+    })
+    .await;
+}
+
+/// Granted less than asked: tickTime 2 s and `maxSessionTimeout=4000`; gateways at their
+/// defaults ask for 10 s and are granted 4 s. Before the timing was re-derived from the grant,
+/// the cut follower's leader got no `suspended` at all — only `ABORTED`, 2.2 s after the cut —
+/// because the library's connection timeout (2 s, a fifth of the request) and the probe
+/// staleness came after the deadline. Now the gateways reconnect asking for 4 s, and the
+/// leader is suspended ≈ 0.8 s after the cut with a usable `stop_within`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_cut_granted_less_than_asked() {
+    follower_partition(FollowerCut {
+        name: "follower-cut-granted-4s-of-10s",
+        zk: LocalZkOptions {
+            tick_time: Duration::from_secs(2),
+            max_session_timeout: Some(Duration::from_secs(4)),
+            sync_limit: 5,
+            ..Default::default()
+        },
+        ask: Duration::from_secs(10),
+        granted: Duration::from_secs(4),
+        tick: None,
+    })
+    .await;
+}
+
+/// tickTime 5 s with T 10 s, the tick not told to the gateways: they must assume T/2 = 5 s of
+/// quorum lag (a 2 s assumption, the old default, would end the leader's stream after the
+/// quorum could already have expired the session).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_cut_with_an_unstated_long_tick() {
+    let t = Duration::from_secs(10);
+    follower_partition(FollowerCut {
+        name: "follower-cut-tick-5s",
+        zk: LocalZkOptions {
+            tick_time: Duration::from_secs(5),
+            sync_limit: 2,
+            ..Default::default()
+        },
+        ask: t,
+        granted: t,
+        tick: None,
+    })
+    .await;
 }
 
 /// Heartbeats stop as soon as the gateway knows the leader's znode is gone, even while it

@@ -245,7 +245,12 @@ mod tests {
         assert_eq!(t.quorum_lag, ms(3000));
         use Seen::*;
         use Step::*;
-        type Case = (&'static str, Vec<(u64, Step)>, Vec<u64>, Vec<(u64, Seen, bool)>);
+        type Case = (
+            &'static str,
+            Vec<(u64, Step)>,
+            Vec<u64>,
+            Vec<(u64, Seen, bool)>,
+        );
         let cases: Vec<Case> = vec![
             (
                 "probes answered in time: connected, heartbeats all along",

@@ -144,7 +144,6 @@ impl CoordConfig {
     pub fn root_path(&self) -> &str {
         self.root.trim_end_matches('/')
     }
-
 }
 
 /// The gateway's coordination core: the session pool and everything served over it.
