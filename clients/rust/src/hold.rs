@@ -133,6 +133,9 @@ pub(crate) struct State {
     pub lost: Option<LossReason>,
     /// How the stream ended, once it has.
     pub end: Option<(Code, String)>,
+    /// While holding: when the watchdog fires unless another message arrives (the last
+    /// message heard plus `silence_limit`). Updated without waking watchers.
+    pub heard_until: Option<Instant>,
 }
 
 /// The shared part of [`crate::Leadership`] and [`crate::LockHold`].
@@ -356,13 +359,21 @@ async fn drive(mut d: Drive) {
                     }
                     if let Some((limit, at)) = watchdog.as_mut() {
                         *at = Instant::now() + *limit;
+                        let at = *at;
+                        d.state.send_if_modified(|s| {
+                            s.heard_until = Some(at);
+                            false
+                        });
                     }
                     match raw {
                         Update::Heartbeat | Update::Queued { .. } => continue,
                         Update::Granted(g) => {
                             holding = true;
                             watchdog = g.silence_limit.map(|l| (l, Instant::now() + l));
-                            d.state.send_modify(|s| s.granted = Some(g.clone()));
+                            d.state.send_modify(|s| {
+                                s.granted = Some(g.clone());
+                                s.heard_until = watchdog.map(|(_, at)| at);
+                            });
                             let _ = d.events.send(HoldEvent::Granted(g));
                             continue;
                         }
