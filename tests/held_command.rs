@@ -142,8 +142,14 @@ struct Verb {
 }
 
 impl Verb {
-    fn elect(name: &str, who: &str, url: &str, extra: &[&str], cmd: &[String]) -> Verb {
-        let mut args = vec!["elect", name, "--candidate", who, "--endpoint", url];
+    /// `zkgate elect` (or `lock`) `NAME --candidate WHO` (`--owner`) `… -- CMD`.
+    fn start(verb: &str, name: &str, who: &str, url: &str, extra: &[&str], cmd: &[String]) -> Verb {
+        let id = if verb == "lock" {
+            "--owner"
+        } else {
+            "--candidate"
+        };
+        let mut args = vec![verb, name, id, who, "--endpoint", url];
         args.extend_from_slice(extra);
         args.push("--");
         let mut child = zkgate(&args).args(cmd).spawn().unwrap();
@@ -237,13 +243,20 @@ enum Fault {
     ResignByLease,
     /// The first gateway drains (SIGTERM to `zkgate serve`).
     Drain,
+    /// ZooKeeper stops answering until the leader is told `suspended`, then answers again.
+    Blip,
 }
 
 /// Two verbs, `a` on one gateway and `b` on another (same ZooKeeper, same root): `a` leads
 /// and meets `fault`; then `b` leads. Checks that every timestamp `a`'s processes wrote
 /// precedes every one `b`'s wrote, and that none of `a`'s processes is left.
-async fn handover(fault: Fault) {
-    let zk = shared_zk();
+async fn handover(verb: &str, fault: Fault) {
+    let mut own = if fault == Fault::Blip {
+        Some(own_zk().await)
+    } else {
+        None
+    };
+    let zk = own.as_ref().map_or_else(shared_zk, |z| z.connect_string());
     let root = unique_root();
     let opts = || GatewayOpts {
         root: Some(root.clone()),
@@ -257,21 +270,28 @@ async fn handover(fault: Fault) {
         Fault::LeavesWorkers => "starter",
         _ => "slow",
     };
-    let mut a = Verb::elect(
+    let granted = |who: &str| {
+        if verb == "lock" {
+            format!("acquired lock {name:?}")
+        } else {
+            format!("elected: {who}")
+        }
+    };
+    let mut a = Verb::start(
+        verb,
         name,
         "a",
         &gw1.url(),
         &["--no-requeue"],
         &s.cmd("a", a_mode),
     );
-    a.wait_line("elected: a");
+    a.wait_line(&granted("a"));
     if fault != Fault::LeavesWorkers {
         wait_for("a's command to write", Duration::from_secs(10), || {
             stamps(&s.log("a")).len() >= 3
         });
     }
-    let b = Verb::elect(name, "b", &gw2.url(), &[], &s.cmd("b", "fast"));
-    let started = Instant::now();
+    let b = Verb::start(verb, name, "b", &gw2.url(), &[], &s.cmd("b", "fast"));
     match fault {
         Fault::LeavesWorkers => {
             // Both workers started (each wrote its pid), whatever the verb did meanwhile.
@@ -294,7 +314,8 @@ async fn handover(fault: Fault) {
         Fault::ResignByLease => {
             b.wait_line("queued at position 1");
             let lease = std::fs::read_to_string(format!("{}.lease", s.log("a").display())).unwrap();
-            let out = zkgate(&["resign", lease.trim(), "--endpoint", &gw1.url()])
+            let by_lease = if verb == "lock" { "release" } else { "resign" };
+            let out = zkgate(&[by_lease, lease.trim(), "--endpoint", &gw1.url()])
                 .output()
                 .unwrap();
             assert!(out.status.success(), "{out:?}");
@@ -303,8 +324,19 @@ async fn handover(fault: Fault) {
             b.wait_line("queued at position 1");
             gw1.stop().await;
         }
+        Fault::Blip => {
+            b.wait_line("queued at position 1");
+            let zk = own.as_mut().unwrap();
+            zk.pause(0).await.unwrap();
+            let suspended = std::panic::catch_unwind(|| a.wait_line("suspended"));
+            zk.resume(0).await.unwrap();
+            suspended.expect("the leader was suspended during the blip");
+        }
     }
-    b.wait_line("elected: b");
+    // From the end of the fault (the drain done, ZooKeeper answering again; for a
+    // worker-leaving CMD, its workers running).
+    let started = Instant::now();
+    b.wait_line(&granted("b"));
     let b_pids = {
         wait_for("b's command to write", Duration::from_secs(10), || {
             stamps(&s.log("b")).len() >= 10
@@ -333,7 +365,7 @@ async fn handover(fault: Fault) {
     let b_first = *b_stamps.iter().min().unwrap();
     let late = a_stamps.iter().filter(|&&t| t >= b_first).count();
     eprintln!(
-        "{fault:?}: a's verb exited {:?}; a's last write {:.1} ms before b's first; b elected \
+        "{verb} {fault:?}: a's verb exited {:?}; a's last write {:.1} ms before b's first; b granted \
          {:?} after the fault",
         status.code(),
         (b_first as f64 - a_last as f64) / 1e6,
@@ -341,7 +373,7 @@ async fn handover(fault: Fault) {
     );
     assert!(
         a_last < b_first,
-        "{fault:?}: a wrote {late} times after b began, the last {:.1} ms after",
+        "{verb} {fault:?}: a wrote {late} times after b began, the last {:.1} ms after",
         (a_last - b_first) as f64 / 1e6
     );
     drop(b);
@@ -349,36 +381,59 @@ async fn handover(fault: Fault) {
         b_pids.iter().all(|&p| !alive(p))
     });
     drop(gw2);
+    if let Some(zk) = own {
+        zk.shutdown().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_a_command_leaves_behind_are_stopped_before_the_hold_is_given_up() {
-    handover(Fault::LeavesWorkers).await;
+    handover("elect", Fault::LeavesWorkers).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_to_the_verb_stops_its_command_before_the_hold_is_given_up() {
-    handover(Fault::Hangup).await;
+    handover("elect", Fault::Hangup).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_the_verb_kills_its_command() {
-    handover(Fault::Kill).await;
+    handover("elect", Fault::Kill).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_verb_has_its_command_killed_when_the_hold_lapses() {
-    handover(Fault::Freeze).await;
+    handover("elect", Fault::Freeze).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resign_by_lease_kills_the_command_at_once() {
-    handover(Fault::ResignByLease).await;
+    handover("elect", Fault::ResignByLease).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_kills_a_slow_command_before_the_successor_starts() {
-    handover(Fault::Drain).await;
+    handover("elect", Fault::Drain).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_workers_a_command_leaves_behind_are_stopped_before_the_lock_is_released() {
+    handover("lock", Fault::LeavesWorkers).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_sigkill_of_the_verb_kills_its_command() {
+    handover("lock", Fault::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_a_release_by_lease_kills_the_command_at_once() {
+    handover("lock", Fault::ResignByLease).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_zookeeper_blip_the_suspended_leaders_command_is_gone_before_the_next_starts() {
+    handover("elect", Fault::Blip).await;
 }
 
 /// The keeper alone: SIGTERM, then SIGKILL after the grace, to a command that ignores
