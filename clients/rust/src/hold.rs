@@ -492,6 +492,25 @@ mod tests {
         ));
     }
 
+    /// `heard_until` follows every message: the last one heard plus `silence_limit`.
+    #[tokio::test(start_paused = true)]
+    async fn heard_until_is_the_watchdogs_deadline() {
+        let (tx, open) = core(vec![queued()], false);
+        let h = open.await.unwrap();
+        assert_eq!(h.state().heard_until, None, "not while queued");
+        tx.send(granted(300)).unwrap();
+        h.granted().await.unwrap();
+        let first = h.state().heard_until.expect("set at the grant");
+        assert!(first <= Instant::now() + Duration::from_millis(300));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tx.send(Ok(Update::Heartbeat)).unwrap();
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        let moved = h.state().heard_until.unwrap();
+        assert_eq!(moved - first, Duration::from_millis(200));
+        assert_eq!(moved, Instant::now() + Duration::from_millis(300));
+    }
+
     #[tokio::test]
     async fn suspended_is_loss_only_while_holding_and_statuses_classify() {
         let (tx, open) = core(vec![queued()], false);
