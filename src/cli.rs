@@ -799,7 +799,9 @@ async fn stop_command(
                         None
                     }
                     Some(HoldEvent::Lost(reason)) => {
-                        sup.lost(reason, true);
+                        if !lost {
+                            sup.lost(reason, true);
+                        }
                         Some(StopCause::Lost(reason))
                     }
                     Some(_) => None,
@@ -848,6 +850,11 @@ async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrup
                 return Round::Exit(code);
             }
             status = async { cmd.as_mut().expect("guarded").exited().await }, if cmd.is_some() => {
+                if cmd.as_ref().is_some_and(HeldCommand::expired) {
+                    // The keeper killed CMD at the watchdog's deadline (this verb was too slow
+                    // to renew it): the hold is as good as lost by silence.
+                    break LossReason::Silence;
+                }
                 let code = exit_code(&status);
                 eprintln!(
                     "zkgate: command exited with code {code}; stopping what it left running, then giving up {}",

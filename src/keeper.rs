@@ -313,7 +313,8 @@ pub fn main(args: &[OsString]) -> i32 {
                 }
             }
             Ok(Msg::Line(ToKeeper::Stop(grace))) => {
-                let at = now + grace;
+                // From now, not from before the wait: the grace is never cut short.
+                let at = Instant::now() + grace;
                 if !stopping && !grace.is_zero() {
                     signal_all(group, Signal::TERM);
                     // A stopped process acts on SIGTERM only once continued.
@@ -326,7 +327,7 @@ pub fn main(args: &[OsString]) -> i32 {
                 // The verb is gone (or closed its end): nobody vouches for the hold any more.
                 eof = true;
                 stopping = true;
-                kill_at = Some(now);
+                kill_at = Some(Instant::now());
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
