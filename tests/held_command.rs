@@ -235,6 +235,11 @@ enum Fault {
     LeavesWorkers,
     /// SIGHUP to the verb (a closed terminal).
     Hangup,
+    /// SIGTSTP to the verb (Ctrl-Z).
+    CtrlZ,
+    /// SIGHUP to the verb, then, while its CMD is still stopping (it ignores SIGTERM for
+    /// 1.5 s), a resign by lease: the grace must be cut to zero at once.
+    HangupThenResign,
     /// SIGKILL to the verb.
     Kill,
     /// SIGSTOP to the verb (frozen: it cannot even see its hold lapse).
@@ -245,6 +250,16 @@ enum Fault {
     Drain,
     /// ZooKeeper stops answering until the leader is told `suspended`, then answers again.
     Blip,
+}
+
+/// `zkgate resign` (`release`) with the lease `a`'s CMD found in `ZKGATE_LEASE`.
+fn by_lease(verb: &str, s: &Scripts, url: &str) {
+    let lease = std::fs::read_to_string(format!("{}.lease", s.log("a").display())).unwrap();
+    let by_lease = if verb == "lock" { "release" } else { "resign" };
+    let out = zkgate(&[by_lease, lease.trim(), "--endpoint", url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
 }
 
 /// Two verbs, `a` on one gateway and `b` on another (same ZooKeeper, same root): `a` leads
@@ -307,18 +322,29 @@ async fn handover(verb: &str, fault: Fault) {
             b.wait_line("queued at position 1");
             a.signal("KILL");
         }
+        Fault::CtrlZ => {
+            b.wait_line("queued at position 1");
+            a.signal("TSTP");
+        }
+        Fault::HangupThenResign => {
+            b.wait_line("queued at position 1");
+            a.signal("HUP");
+            // CMD keeps writing while it stops: let it write a few more (≈ 100 ms).
+            let before = stamps(&s.log("a")).len();
+            wait_for(
+                "a's command to keep writing",
+                Duration::from_secs(10),
+                || stamps(&s.log("a")).len() >= before + 5,
+            );
+            by_lease(verb, &s, &gw1.url());
+        }
         Fault::Freeze => {
             b.wait_line("queued at position 1");
             a.signal("STOP");
         }
         Fault::ResignByLease => {
             b.wait_line("queued at position 1");
-            let lease = std::fs::read_to_string(format!("{}.lease", s.log("a").display())).unwrap();
-            let by_lease = if verb == "lock" { "release" } else { "resign" };
-            let out = zkgate(&[by_lease, lease.trim(), "--endpoint", &gw1.url()])
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{out:?}");
+            by_lease(verb, &s, &gw1.url());
         }
         Fault::Drain => {
             b.wait_line("queued at position 1");
@@ -394,6 +420,16 @@ async fn workers_a_command_leaves_behind_are_stopped_before_the_hold_is_given_up
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_to_the_verb_stops_its_command_before_the_hold_is_given_up() {
     handover("elect", Fault::Hangup).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_z_to_the_verb_stops_its_command_before_the_hold_is_given_up() {
+    handover("elect", Fault::CtrlZ).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_while_the_command_stops_cuts_the_grace() {
+    handover("elect", Fault::HangupThenResign).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
