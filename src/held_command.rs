@@ -131,7 +131,10 @@ impl HeldCommand {
         env: &[(&str, String)],
         until: Instant,
     ) -> std::io::Result<Self> {
-        Self::spawn_with(&std::env::current_exe()?, argv, env, until).await
+        // The running binary itself, even when the file was replaced or deleted since (an
+        // upgrade while a long-lived verb runs): `/proc/self/exe` resolves to the mapped image,
+        // where `current_exe()` would name a file that may no longer be this binary.
+        Self::spawn_with(Path::new("/proc/self/exe"), argv, env, until).await
     }
 
     /// [`HeldCommand::spawn`] with the `zkgate` binary at `exe` as the keeper.
@@ -158,6 +161,7 @@ impl HeldCommand {
         listener.set_nonblocking(true)?;
         let listener = tokio::net::UnixListener::from_std(listener)?;
         let mut keeper = tokio::process::Command::new(exe)
+            .arg0("zkgate")
             .arg(keeper::ARG)
             .arg(monotonic_deadline(until).to_string())
             .arg("--")
