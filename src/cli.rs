@@ -878,6 +878,8 @@ async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrup
                 }
                 Some(HoldEvent::Granted(g)) => {
                     granted = true;
+                    // A suspension heard while queued says nothing about this hold's time.
+                    suspended = None;
                     let line = match &g.leader {
                         Some(l) => format!("elected: {}", show(l)),
                         None => format!(
