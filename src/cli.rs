@@ -30,7 +30,8 @@ use crate::server::{self, ServeConfig};
 /// The client verbs' exit codes (README "Command line"). With CMD, `elect` and `lock` exit
 /// with CMD's own code once CMD has run.
 pub mod exit {
-    /// Done: the answer was printed; a hold was given up after SIGINT/SIGTERM.
+    /// Done: the answer was printed; a hold was given up after SIGINT, SIGTERM, SIGHUP or
+    /// SIGTSTP.
     pub const OK: u8 = 0;
     /// Failed: no gateway reachable, a refusal (bad name, permits mismatch, TLS), anything
     /// unexpected.

@@ -397,8 +397,17 @@ async fn handover(verb: &str, fault: Fault) {
         (b_first as f64 - a_last as f64) / 1e6,
         started.elapsed(),
     );
+    // A resign or release by lease deletes the znode first; both gateways learn of it at
+    // once, and the holder is told by its gateway while the successor's proves its grant: a
+    // race the holder's kill usually wins by tens of milliseconds (README "Command line"), but
+    // on a loaded machine cannot be sure to. Against the previous binary CMD wrote on for
+    // 1.5 s there (its SIGTERM grace): a bound far below that still fails it.
+    let race = match fault {
+        Fault::ResignByLease | Fault::HangupThenResign => 250_000_000,
+        _ => 0,
+    };
     assert!(
-        a_last < b_first,
+        a_last < b_first + race,
         "{verb} {fault:?}: a wrote {late} times after b began, the last {:.1} ms after",
         (a_last - b_first) as f64 / 1e6
     );
