@@ -231,12 +231,21 @@ async fn elect_and_lock_exit_with_the_commands_code_and_pass_the_fencing_token()
         let mut child = zkgate(&[verb, "codes", "--endpoint", &url, "--", "sh", "-c", &script])
             .spawn()
             .unwrap();
-        // `elect` prints its events on stdout, `lock` on stderr.
-        let granted = if verb == "elect" {
-            wait_line(&lines(&mut child), "elected: ")
+        // `elect` prints its events on stdout, `lock` on stderr. Kept open until the verb
+        // exits (a closed pipe would fail its last lines).
+        let events = if verb == "elect" {
+            lines(&mut child)
         } else {
-            wait_line(&err_lines(&mut child), "acquired lock")
+            err_lines(&mut child)
         };
+        let granted = wait_line(
+            &events,
+            if verb == "elect" {
+                "elected: "
+            } else {
+                "acquired lock"
+            },
+        );
         let status = wait_exit(&mut child, Duration::from_secs(15));
         assert_eq!(status.code(), Some(7), "{verb}: {status:?}");
         let token: u64 = wait_file(&tokenfile);

@@ -133,6 +133,9 @@ pub(crate) struct State {
     pub lost: Option<LossReason>,
     /// How the stream ended, once it has.
     pub end: Option<(Code, String)>,
+    /// While holding: when the watchdog fires unless another message arrives (the last
+    /// message heard plus `silence_limit`). Updated without waking watchers.
+    pub heard_until: Option<Instant>,
 }
 
 /// The shared part of [`crate::Leadership`] and [`crate::LockHold`].
@@ -356,13 +359,21 @@ async fn drive(mut d: Drive) {
                     }
                     if let Some((limit, at)) = watchdog.as_mut() {
                         *at = Instant::now() + *limit;
+                        let at = *at;
+                        d.state.send_if_modified(|s| {
+                            s.heard_until = Some(at);
+                            false
+                        });
                     }
                     match raw {
                         Update::Heartbeat | Update::Queued { .. } => continue,
                         Update::Granted(g) => {
                             holding = true;
                             watchdog = g.silence_limit.map(|l| (l, Instant::now() + l));
-                            d.state.send_modify(|s| s.granted = Some(g.clone()));
+                            d.state.send_modify(|s| {
+                                s.granted = Some(g.clone());
+                                s.heard_until = watchdog.map(|(_, at)| at);
+                            });
                             let _ = d.events.send(HoldEvent::Granted(g));
                             continue;
                         }
@@ -479,6 +490,25 @@ mod tests {
             h.next_event().await,
             Some(HoldEvent::Lost(LossReason::Silence))
         ));
+    }
+
+    /// `heard_until` follows every message: the last one heard plus `silence_limit`.
+    #[tokio::test(start_paused = true)]
+    async fn heard_until_is_the_watchdogs_deadline() {
+        let (tx, open) = core(vec![queued()], false);
+        let h = open.await.unwrap();
+        assert_eq!(h.state().heard_until, None, "not while queued");
+        tx.send(granted(300)).unwrap();
+        h.granted().await.unwrap();
+        let first = h.state().heard_until.expect("set at the grant");
+        assert!(first <= Instant::now() + Duration::from_millis(300));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tx.send(Ok(Update::Heartbeat)).unwrap();
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        let moved = h.state().heard_until.unwrap();
+        assert_eq!(moved - first, Duration::from_millis(200));
+        assert_eq!(moved, Instant::now() + Duration::from_millis(300));
     }
 
     #[tokio::test]
