@@ -52,8 +52,6 @@ pub struct ZkSession {
     pub(crate) releases: tokio_util::task::TaskTracker,
     /// Room for proclaimed bytes in flight on this session (`max_proclaim_bytes_in_flight`).
     proclaims: Arc<tokio::sync::Semaphore>,
-    /// The gateway is draining: releases wait [`Timing::drain_handoff`] first.
-    draining: CancellationToken,
     /// Send time of the newest liveness probe ZooKeeper answered (kept by `follow_session`):
     /// the server heard from this session no earlier than this.
     last_answered: Mutex<Instant>,
@@ -70,15 +68,6 @@ impl ZkSession {
 
     pub fn session_id(&self) -> i64 {
         self.zk.session_id()
-    }
-
-    /// How long a release waits before it deletes: nothing normally; while the gateway drains,
-    /// [`Timing::drain_handoff`], so a holder whose stream the drain ended `UNAVAILABLE` has
-    /// read it (and stopped) before its znode goes and a successor can be granted elsewhere.
-    pub fn release_delay(&self) -> Option<Duration> {
-        self.draining
-            .is_cancelled()
-            .then_some(self.timing.drain_handoff)
     }
 
     /// Whether a heartbeat may be sent to this session's leaders now. A heartbeat keeps a
@@ -221,7 +210,6 @@ pub async fn supervise_slot(
     counter: Arc<RequestCounter>,
     live_queues: Arc<AtomicUsize>,
     slot: watch::Sender<Option<Arc<ZkSession>>>,
-    draining: CancellationToken,
     shutdown: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(100);
@@ -265,7 +253,6 @@ pub async fn supervise_slot(
                 cfg.max_proclaim_bytes_in_flight.max(1),
             )),
             last_answered: Mutex::new(Instant::now()),
-            draining: draining.clone(),
         });
         tracing::info!(
             session = format_args!("{:#x}", session.session_id()),
