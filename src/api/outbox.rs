@@ -197,6 +197,8 @@ mod tests {
         }
         assert_eq!(sent as usize, DEPTH);
         out.end(Status::unavailable("draining"));
+        // The task returns after `end`, dropping its outbox.
+        drop(out);
         for i in 0..sent {
             assert_eq!(responses.next().await.unwrap().unwrap(), i);
         }
@@ -215,6 +217,7 @@ mod tests {
         assert_eq!(out.last_sent(), before);
         let last = out.last_sent.clone();
         out.end(Status::aborted("lapsed"));
+        drop(out);
         assert_eq!(responses.next().await.unwrap().unwrap(), 7);
         assert!(last.get() > before);
         assert_eq!(
