@@ -21,7 +21,8 @@ use crate::proto::lock_server::LockServer;
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub coord: CoordConfig,
-    /// Upper bound for each drain phase at shutdown.
+    /// Upper bound for each drain phase at shutdown, beyond the silence limit that revoked
+    /// holders get (see [`Coordinator::drain`]).
     pub drain_grace: Duration,
     /// Distinct election/lock names with their own metric label.
     pub name_label_cap: usize,
@@ -67,8 +68,11 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
 }
 
-/// Runs the gateway until `shutdown` resolves, then drains (G7): health goes NOT_SERVING,
-/// streams end `UNAVAILABLE`, their znodes are deleted, the ZooKeeper session closes.
+/// Runs the gateway until `shutdown` resolves, then drains (G7, G3c): health goes NOT_SERVING,
+/// holders are revoked (`suspended` first, their znodes deleted once they end their streams or
+/// their silence limit passed), other streams end `UNAVAILABLE` and their znodes go, the
+/// ZooKeeper session closes, and connections still owing bytes to clients that do not read are
+/// cut a second later.
 ///
 /// # Errors
 /// Refuses settings that break G3b; transport errors.

@@ -16,7 +16,7 @@
 //! since the last message the gateway actually sent it ([`Outbox::last_sent`]): by then a holder
 //! that could not hear has stopped by its own watchdog. Only then is the znode deleted and the
 //! stream ended (`UNAVAILABLE` for a drain, `ABORTED` for a lapsed ttl). The rule itself is
-//! [`Revocation`], a pure core with table tests. Waiters hold nothing: on drain they end at
+//! [`revocation`], a pure core with table tests. Waiters hold nothing: on drain they end at
 //! once.
 //!
 //! # A client that stops reading holds nothing up
