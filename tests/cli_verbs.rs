@@ -544,8 +544,10 @@ async fn elect_and_lock_without_cmd_are_the_json_conformance_agent() {
     }
 }
 
-/// A drained gateway: the agent with `--once` reports `lost` `unavailable` and exits 3; the
-/// requeueing one, given two endpoints, is elected again on the second gateway.
+/// A drained gateway: the agent with `--once` reports `lost` and exits 3; the requeueing one,
+/// given two endpoints, is elected again on the second gateway. Both held, so the drain's first
+/// sign is the `suspended` that revokes their holds (G3c; before, it was the `UNAVAILABLE`
+/// end, reported as `unavailable`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_json_agent_reports_loss_and_fails_over_to_the_next_endpoint() {
     let zk = shared_zk();
@@ -577,7 +579,7 @@ async fn the_json_agent_reports_loss_and_fails_over_to_the_next_endpoint() {
     assert_eq!(first["endpoint"], url1.as_str(), "{first}");
 
     gw1.stop().await;
-    let lost = serde_json::json!({"event": "lost", "reason": "unavailable"});
+    let lost = serde_json::json!({"event": "lost", "reason": "suspended"});
     assert_eq!(json_line(&once_out), lost);
     assert_eq!(
         wait_exit(&mut once.0, Duration::from_secs(15)).code(),

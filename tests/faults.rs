@@ -30,6 +30,7 @@ use tokio::sync::watch;
 use tonic::Code;
 use zkgate::coord::timing::Timing;
 use zkgate::coord::CoordConfig;
+use zkgate::proto as pb;
 use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 
 /// The gateways' session timeout in most scenarios (ZooKeeper's tickTime is 250 ms).
@@ -131,6 +132,17 @@ impl Scenario {
             .await
             .unwrap_or_else(|e| panic!("{name} could not ask for {lock}: {e}"));
         self.capacity.insert(lock.into(), permits.max(1) as usize);
+        self.logs.push(c.watch());
+        c
+    }
+
+    /// An Acquire stream with any `acquire{…}` (a ttl): a mutex for the checker.
+    async fn acquire_with(&mut self, url: &str, via: &str, a: pb::AcquireLock) -> StreamClient {
+        let lock = a.name.clone();
+        let c = StreamClient::acquire_with(url, a, via)
+            .await
+            .unwrap_or_else(|e| panic!("could not ask for {lock}: {e}"));
+        self.capacity.insert(lock, 1);
         self.logs.push(c.watch());
         c
     }
@@ -355,6 +367,186 @@ async fn blackholed_client_stops_before_keepalive_releases_it() {
     b.resign().await;
     b.wait_end(STEP).await.expect("b ended");
     s.finish(vec![a, b], &zk, Duration::from_secs(2)).await;
+}
+
+/// G3c, drain: a leader whose link is blackholed, then its gateway drained (SIGTERM, as in a
+/// rolling restart). The leader cannot hear `suspended` (nor the `UNAVAILABLE` end), so its
+/// znode stays until `silence_limit` has passed since the last message the gateway sent it:
+/// its successor on another gateway is elected only after the old leader's own watchdog has
+/// fired (`silence_limit` after the last message it received), and the drained gateway still
+/// exits within its bound. Before G3c the znode went 300 ms (T/10) after the drain began, and
+/// the successor led while the old leader still believed it led.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blackholed_leader_on_a_drained_gateway_stops_before_its_successor() {
+    let _serial = support::serial().lock().await;
+    let zk = shared_zk();
+    let mut s = Scenario::new("drain-blackholed-leader", T);
+    let mut g1 = s.gateway("g1", &zk).await;
+    let g2 = s.gateway("g2", &zk).await;
+    let cut_a = LinkCutter::start(g1.addr).await.unwrap();
+    let e = "drain-silent";
+    let mut a = s.join(&cut_a.url(), "g1+cut", e, "a").await;
+    a.wait_granted(STEP).await.expect("a elected");
+    let b = s.join(&g2.url(), "g2", e, "b").await;
+    // A few heartbeats, so a's last message is one of them.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    let t = s.fault("blackhole a's link, then SIGTERM g1");
+    cut_a.blackhole();
+    let bound = silence_limit(T) + Duration::from_secs(4);
+    assert!(
+        g1.terminate(bound).await,
+        "g1 still running {bound:?} after SIGTERM:\n{}",
+        g1.log_tail(20)
+    );
+    let exited = t.elapsed();
+    let (tb, _) = b.wait_granted(STEP).await.expect("b elected");
+    let last = last_message_before(&a, t + Duration::from_secs(60)).expect("a heard something");
+    let a_stops = last + silence_limit(T);
+    s.say(&format!(
+        "a heard last {:?} before the cut; its watchdog fired {:?} after the cut; b elected {:?} after the cut ({:?} after a's watchdog); g1 exited {exited:?} after the cut",
+        t.saturating_duration_since(last),
+        a_stops.saturating_duration_since(t),
+        tb - t,
+        tb.saturating_duration_since(a_stops),
+    ));
+    assert!(
+        a_stops <= tb,
+        "b elected {:?} before a's watchdog fired",
+        a_stops - tb
+    );
+    s.expect_leader(
+        e,
+        t,
+        silence_limit(T) + Duration::from_secs(1),
+        "a's gateway drained",
+    );
+    a.kill();
+    b.resign().await;
+    b.wait_end(STEP).await.expect("b ended");
+    s.finish(vec![a, b], &zk, Duration::from_secs(2)).await;
+}
+
+/// G3c, ttl: a lock holder with a ttl and keep-alives whose link is blackholed. Its keep-alives
+/// stop arriving and the ttl lapses, but it cannot hear `suspended`: its znode stays until
+/// `silence_limit` after the last message the gateway sent it, so the next holder acquires
+/// only after the old one's watchdog has fired. Before G3c the znode was deleted at the lapse
+/// (the holder told afterwards), 0.5 s after the last keep-alive against a 1.05 s silence limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blackholed_ttl_holder_stops_before_the_next_holder() {
+    let _serial = support::serial().lock().await;
+    let zk = shared_zk();
+    let mut s = Scenario::new("ttl-blackholed-holder", T);
+    let g1 = s.gateway("g1", &zk).await;
+    let cut_a = LinkCutter::start(g1.addr).await.unwrap();
+    let lock = "ttl-silent";
+    let ttl = Duration::from_millis(500);
+    let mut a = s
+        .acquire_with(
+            &cut_a.url(),
+            "g1+cut",
+            pb::AcquireLock {
+                name: lock.into(),
+                owner: "a".into(),
+                ttl: Some(prost_types::Duration::try_from(ttl).unwrap()),
+                ..Default::default()
+            },
+        )
+        .await;
+    a.wait_granted(STEP).await.expect("a acquired");
+    let keep_alive = a.keep_alive_every(ttl / 4).expect("an Acquire stream");
+    let b = s.acquire(&g1.url(), "g1", lock, "b", 1).await;
+    // Several keep-alives and heartbeats: the ttl is kept.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(!a.ended(), "keep-alives keep the lock");
+
+    let t = s.fault("blackhole a's link (keep-alives stop arriving)");
+    cut_a.blackhole();
+    let (tb, _) = b.wait_granted(STEP).await.expect("b acquired");
+    let last = last_message_before(&a, t + Duration::from_secs(60)).expect("a heard something");
+    let a_stops = last + silence_limit(T);
+    s.say(&format!(
+        "a heard last {:?} before the cut; its watchdog fired {:?} after the cut; b acquired {:?} after the cut ({:?} after a's watchdog); ttl {ttl:?}",
+        t.saturating_duration_since(last),
+        a_stops.saturating_duration_since(t),
+        tb - t,
+        tb.saturating_duration_since(a_stops),
+    ));
+    assert!(
+        a_stops <= tb,
+        "b acquired {:?} before a's watchdog fired",
+        a_stops - tb
+    );
+    s.expect_leader(
+        lock,
+        t,
+        keepalive_bound(T) + Duration::from_secs(1),
+        "a's link blackholed",
+    );
+    keep_alive.abort();
+    a.kill();
+    b.resign().await;
+    b.wait_end(STEP).await.expect("b released");
+    s.finish(vec![a, b], &zk, Duration::from_secs(2)).await;
+}
+
+/// G3c, a client that stops reading: an Observe stream whose client never reads (its HTTP/2
+/// transport still answers pings, with a small flow-control window) while the leader
+/// proclaims large values. A drain still ends within its bound: the observer's sends wait
+/// inside the stream's `select!`, and the connections left owing bytes are cut a second after
+/// the drain. Before, the full stream held the drain, the member and the ZooKeeper session,
+/// and SIGTERM never ended the gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observer_that_stops_reading_never_holds_a_drain() {
+    let _serial = support::serial().lock().await;
+    let zk = shared_zk();
+    let mut s = Scenario::new("stalled-observer", T);
+    let mut g1 = s.gateway("g1", &zk).await;
+    let e = "big-values";
+    let a = s.join(&g1.url(), "g1", e, "a").await;
+    a.wait_granted(STEP).await.expect("a elected");
+
+    let channel = tonic::transport::Endpoint::from_shared(g1.url())
+        .unwrap()
+        .initial_stream_window_size(Some(16 * 1024))
+        .initial_connection_window_size(Some(64 * 1024))
+        .connect()
+        .await
+        .expect("observer connects");
+    let mut observer = zkgate::proto::election_client::ElectionClient::new(channel);
+    // Never polled: its window fills, then the gateway's buffer.
+    let stalled = observer
+        .observe(pb::ObserveRequest { election: e.into() })
+        .await
+        .expect("observe accepted")
+        .into_inner();
+    let value_bytes = 60 * 1024;
+    let proclaims = 40u8;
+    for i in 0..proclaims {
+        let since = Instant::now();
+        assert!(a.try_proclaim(&vec![i; value_bytes]), "proclaim {i} sent");
+        a.wait_for(Some(since), STEP, |ev| matches!(ev, Ev::Proclaimed { .. }))
+            .await
+            .unwrap_or_else(|| panic!("proclaim {i} confirmed"));
+    }
+    s.say(&format!(
+        "{proclaims} proclaims of {value_bytes} bytes sent past a stalled observer"
+    ));
+
+    let t = s.fault("SIGTERM g1");
+    let bound = silence_limit(T) + Duration::from_secs(4);
+    let exited = g1.terminate(bound).await;
+    s.say(&format!(
+        "g1 exited: {exited}, {:?} after SIGTERM (bound {bound:?})",
+        t.elapsed()
+    ));
+    assert!(
+        exited,
+        "g1 still running {bound:?} after SIGTERM:\n{}",
+        g1.log_tail(20)
+    );
+    drop(stalled);
+    s.finish(vec![a], &zk, Duration::from_secs(2)).await;
 }
 
 /// G6: a SIGKILLed gateway's session expires after the session timeout and successors on other

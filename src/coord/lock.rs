@@ -75,11 +75,15 @@ impl LockMode {
 ///   A request that holds the moment it is queued is never timed out (so zero is a try-lock
 ///   that succeeds exactly when the lock is free in the gateway's view).
 /// - `ttl` counts from `acquired` and restarts with every `keep_alive{}` the gateway receives
-///   (keep-alives before `acquired` are accepted and change nothing). The lock is held at least
-///   `ttl` after the last keep-alive arrived and is released no later than `ttl` plus one timer
-///   tick (~1 ms) plus one ZooKeeper delete round trip after it (retried through connection
-///   losses; if the session is lost instead, the znode goes with it). The stream then ends
-///   `ABORTED`. A client should send keep-alives well within `ttl` (say every `ttl / 3`).
+///   (keep-alives before `acquired` are accepted, change nothing, and are never acknowledged:
+///   a holder counts its ttl from its own sends). When `ttl` passes without one, the hold is
+///   *revoked*, never simply deleted (G3c): the holder hears `suspended{stop_within}` at once
+///   (`stop_within` = its silence limit), heartbeats stop, and the znode is deleted when the
+///   holder ends its stream (cancel, half-close, `release{}`) or `silence_limit` after the last
+///   message the gateway sent it, whichever comes first — so a holder cut off from the gateway
+///   has stopped by its own watchdog before anyone else can acquire. The stream then ends
+///   `ABORTED` (keep-alives arriving during the revocation change nothing). A client should
+///   send keep-alives well within `ttl` (say every `ttl / 3`).
 #[derive(Debug, Clone)]
 pub struct AcquireSpec {
     pub name: QueueName,
@@ -148,7 +152,9 @@ pub enum LockEvent {
     Resumed,
     /// `wait_timeout` passed before `acquired`: [`LockHold::release`], then `DEADLINE_EXCEEDED`.
     WaitExpired(Duration),
-    /// No keep-alive within `ttl` while held: [`LockHold::release`], then `ABORTED`.
+    /// No keep-alive within `ttl` while held: the stream revokes the hold (G3c: `suspended`
+    /// first, the znode deleted once the holder ended its stream or its silence limit passed
+    /// since the last message sent to it), then `ABORTED`. Reported once.
     LeaseExpired(Duration),
     Ended(LockEnd),
 }
@@ -288,8 +294,10 @@ impl LockHold {
                         (Some(held), Some(ttl), _) => {
                             tracing::info!(
                                 lock = %self.name(), owner = %self.owner, fencing_token = held.fencing_token.0,
-                                ?ttl, "lock lease expired: no keep_alive within ttl; releasing"
+                                ?ttl, "lock lease expired: no keep_alive within ttl; revoking"
                             );
+                            // Said once: the stream revokes the hold from here (G3c).
+                            self.ttl_deadline = None;
                             LockEvent::LeaseExpired(ttl)
                         }
                         (_, _, wait) => LockEvent::WaitExpired(wait.unwrap_or_default()),

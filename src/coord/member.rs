@@ -241,6 +241,15 @@ impl Member {
         self.cleanup.session.may_heartbeat()
     }
 
+    /// While the session's link is suspended, the G2 deadline by which this member's stream
+    /// ends `ABORTED` unless the session is back; `None` otherwise.
+    pub fn link_deadline(&self) -> Option<tokio::time::Instant> {
+        match *self.cleanup.session.link().borrow() {
+            super::link::Link::Suspended { deadline } => Some(deadline),
+            _ => None,
+        }
+    }
+
     /// Whether it held by its queue's view the moment it joined.
     pub(crate) fn held_at_join(&self) -> bool {
         self.enlisted.holds
@@ -488,11 +497,7 @@ fn release_in_background(
     path: String,
 ) -> tokio::task::JoinHandle<Result<bool, CoordError>> {
     let s = session.clone();
-    let delay = session.release_delay();
     session.releases.spawn(async move {
-        if let Some(d) = delay {
-            tokio::time::sleep(d).await;
-        }
         let r = s.delete_until_gone(&path).await;
         if let Err(e) = &r {
             tracing::debug!(error = %e, "background release ended without a confirmed delete; the session's end removes the znode");

@@ -178,7 +178,6 @@ impl Coordinator {
                 counter.clone(),
                 live_queues.clone(),
                 tx,
-                draining.clone(),
                 shutdown.clone(),
             ));
             slots.push(rx);
@@ -298,16 +297,29 @@ impl Coordinator {
         self.streams.token()
     }
 
-    /// Graceful drain (G7): streams end `UNAVAILABLE` and release their znodes, then the
-    /// sessions close. Bounded by `grace`.
+    /// Graceful drain (G7, G3c): waiters and observers end `UNAVAILABLE` at once and their
+    /// znodes go; holders are revoked (told `suspended`, their znodes deleted once they end their
+    /// streams or their silence limit has passed since the last message sent to them, then
+    /// `UNAVAILABLE`); then the sessions close, taking anything left with them.
+    ///
+    /// Every stream ends by itself within its silence limit (plus a delete's round trip), even
+    /// one whose client stopped reading, so the wait for streams is bounded by the silence
+    /// limit plus `grace`, and closing the sessions by `grace`: a session never closes before
+    /// every holder's bound has passed.
     pub async fn drain(&self, grace: Duration) {
         self.draining.cancel();
         self.streams.close();
-        if tokio::time::timeout(grace, self.streams.wait())
+        // The requested timeout's silence limit: no session's (negotiated) limit is longer.
+        let silence_limit = timing::Timing::requested(&self.cfg).silence_limit;
+        if tokio::time::timeout(silence_limit + grace, self.streams.wait())
             .await
             .is_err()
         {
-            tracing::warn!("streams did not finish within the drain grace period");
+            tracing::warn!(
+                ?silence_limit,
+                ?grace,
+                "streams did not finish within the silence limit plus the drain grace period"
+            );
         }
         self.shutdown.cancel();
         let _ = tokio::time::timeout(grace, self.supervisors.wait()).await;

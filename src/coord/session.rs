@@ -53,8 +53,6 @@ pub struct ZkSession {
     pub(crate) releases: tokio_util::task::TaskTracker,
     /// Room for proclaimed bytes in flight on this session (`max_proclaim_bytes_in_flight`).
     proclaims: Arc<tokio::sync::Semaphore>,
-    /// The gateway is draining: releases wait [`Timing::drain_handoff`] first.
-    draining: CancellationToken,
     /// The G2 clock, fed by `follow_session` (the only one to judge with it) and read for
     /// heartbeats: one rule for both ([`SessionClock`]).
     clock: Mutex<SessionClock>,
@@ -71,15 +69,6 @@ impl ZkSession {
 
     pub fn session_id(&self) -> i64 {
         self.zk.session_id()
-    }
-
-    /// How long a release waits before it deletes: nothing normally; while the gateway drains,
-    /// [`Timing::drain_handoff`], so a holder whose stream the drain ended `UNAVAILABLE` has
-    /// read it (and stopped) before its znode goes and a successor can be granted elsewhere.
-    pub fn release_delay(&self) -> Option<Duration> {
-        self.draining
-            .is_cancelled()
-            .then_some(self.timing.drain_handoff)
     }
 
     /// Whether a heartbeat may be sent to this session's leaders now: the clock's one rule
@@ -224,7 +213,6 @@ pub async fn supervise_slot(
     counter: Arc<RequestCounter>,
     live_queues: Arc<AtomicUsize>,
     slot: watch::Sender<Option<Arc<ZkSession>>>,
-    draining: CancellationToken,
     shutdown: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(100);
@@ -286,7 +274,6 @@ pub async fn supervise_slot(
                 cfg.max_proclaim_bytes_in_flight.max(1),
             )),
             clock: Mutex::new(SessionClock::new(timing, Instant::now())),
-            draining: draining.clone(),
         });
         tracing::info!(
             session = format_args!("{:#x}", session.session_id()),

@@ -56,9 +56,6 @@ pub struct Timing {
     /// An unanswered keepalive ping ends the connection, its streams and their znodes
     /// (default 2T/5 of the requested timeout): dead-client detection.
     pub keepalive_timeout: Duration,
-    /// On drain, how long a holder's znode outlives the `UNAVAILABLE` that ended its stream:
-    /// the client reads the end (and stops) before anyone else can be granted (G1, G7).
-    pub drain_handoff: Duration,
 }
 
 impl Timing {
@@ -93,7 +90,6 @@ impl Timing {
             clamped_tick: stated_tick.filter(|&t| t > negotiated / 2),
             keepalive_interval: cfg.keepalive_interval.unwrap_or(requested / 5),
             keepalive_timeout: cfg.keepalive_timeout.unwrap_or(requested * 2 / 5),
-            drain_handoff: DRAIN_HANDOFF.min(negotiated / 10),
         };
         if let Some(explicit) = cfg.stop_margin {
             let default = timing.margin;
@@ -314,11 +310,6 @@ pub fn library_connection_timeout(configured: Duration, negotiated: Duration) ->
         configured
     }
 }
-
-/// See [`Timing::drain_handoff`]: long enough for a client to read the end of its stream over
-/// any network a gateway fleet spans (clients measured 5–220 ms from SIGTERM to noticing);
-/// short enough that a rolling drain stays quick. Never more than T/10.
-pub const DRAIN_HANDOFF: Duration = Duration::from_millis(500);
 
 fn probe_interval(negotiated: Duration) -> Duration {
     (negotiated / 20).max(Duration::from_millis(10))
