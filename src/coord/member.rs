@@ -439,6 +439,13 @@ async fn create_member(
 /// fails on the link is tried again once the link is back, so a maybe-applied create is never
 /// taken for a failed one while the session lives; a lost session ends the search (the znode,
 /// if it was made, went with it).
+///
+/// Each look starts with a `sync` of the queue: after a fast reconnect the session may sit on
+/// a server that has not yet applied the create (a lagging follower), whose listing would
+/// miss it; we would then create a second znode while the first, ours but unknown to us, heads
+/// the queue for as long as the session lives. A `sync` makes the server catch up with the
+/// quorum first, and ZooKeeper answers one session's requests in order, so the listing after
+/// it includes every create the quorum applied before it.
 async fn find_protected(
     session: &ZkSession,
     queue_path: &str,
@@ -451,6 +458,15 @@ async fn find_protected(
             CoordError::SessionLost(r) => Retry::LostWhileJoining(r).into(),
             e => e,
         })?;
+        match session.zk.sync(queue_path).await {
+            // A missing queue is answered by the listing below.
+            Ok(()) | Err(zkc::Error::NoNode) => {}
+            Err(e) if super::zk::is_transport_failure(&e) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue 'look;
+            }
+            Err(e) => return Err(e.into()),
+        }
         let children = match session.zk.list_children(queue_path).await {
             Ok(c) => c,
             Err(zkc::Error::NoNode) => return Ok(None),
