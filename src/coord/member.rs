@@ -604,12 +604,15 @@ pub(crate) async fn list_members(
         .iter()
         .filter_map(|c| MemberName::parse(c))
         .collect();
-    members.sort_by_key(|m| m.sequence);
+    // Sequence, then name: two children with one sequence number (one of them someone else's)
+    // are listed in the same order everywhere.
+    members.sort_by_key(|m| (m.sequence, m.node_name()));
     Ok(members)
 }
 
 /// Reads the data of `members` of the queue at `path`, in paged multi-reads (G10); members gone
-/// meanwhile are `None`.
+/// meanwhile are `None`, and so is a child that is not ephemeral: named like a member, but no
+/// member's (every member znode is EPHEMERAL_SEQUENTIAL), so never a leader or a holder.
 pub(crate) async fn read_data(
     session: &ZkSession,
     kind: QueueKind,
@@ -626,6 +629,9 @@ pub(crate) async fn read_data(
         .await?;
     Ok(data
         .into_iter()
-        .map(|d| d.map(|(bytes, stat)| (NodeRecord::decode_lossy(&bytes), stat)))
+        .map(|d| {
+            d.filter(|(_, stat)| stat.ephemeral_owner != 0)
+                .map(|(bytes, stat)| (NodeRecord::decode_lossy(&bytes), stat))
+        })
         .collect())
 }
