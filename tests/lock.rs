@@ -503,7 +503,11 @@ async fn a_refused_newcomer_never_holds_by_its_own_permit_count() {
         permits: 5,
         ..Default::default()
     };
-    let path = format!("{}/locks/refused/w-{:032x}-", gw.root, rand::random::<u128>());
+    let path = format!(
+        "{}/locks/refused/w-{:032x}-",
+        gw.root,
+        rand::random::<u128>()
+    );
     let (stat, _) = other
         .create(&path, &record.encode_to_vec(), &ephemeral)
         .await
