@@ -400,6 +400,7 @@ impl Actor {
                 // listing (any change of the link may have hidden a reconnect).
                 r = self.io.link.changed(), if self.link_open => {
                     self.link_open = r.is_ok();
+                    tracing::debug!(queue = %self.path, link = ?*self.io.link.borrow(), "the link changed: the view is unsynced");
                     self.apply(Event::Unsynced).await
                 }
                 // A failed re-listing is tried again (the reconcile below asks for it).
@@ -441,7 +442,15 @@ impl Actor {
         let link_up = matches!(*self.io.link.borrow(), Link::Connected);
         let creating = self.creating.lock().expect("creating set").clone();
         self.state.set_creating(creating);
-        self.apply(Event::Reconcile { link_up }).await
+        let unsynced = self.state.unsynced();
+        if let Step::Stop = self.apply(Event::Reconcile { link_up }).await {
+            return Step::Stop;
+        }
+        if unsynced && !self.state.unsynced() {
+            // That reconcile only re-listed the queue: decide from the fresh view now.
+            return self.apply(Event::Reconcile { link_up }).await;
+        }
+        Step::Continue
     }
 
     /// Whether the link changed since the actor last looked (and marks it seen): whatever

@@ -222,7 +222,9 @@ pub enum Action {
     /// Read the election's head; answer [`Event::HeadRead`].
     ReadHead { sequence: i64, node: String },
     /// List the queue again (after placing its watch again, if a reconnect dropped it);
-    /// answer [`Event::Listed`] or [`Event::ListFailed`].
+    /// answer [`Event::Listed`] or [`Event::ListFailed`]. A listing that ends the unsynced
+    /// state decides nothing by itself: the owner reconciles again right after it (as after
+    /// every event), and that reconcile confirms what the fresh view admits.
     List,
     /// Answer the pending registration.
     Reply(Result<Enlisted, Refusal>),
