@@ -559,12 +559,13 @@ mod tests {
         )
     }
 
-    #[test]
-    /// (members in queue order as mode letter and own permit count, what each is judged)
+    /// Members in queue order (mode letter, own permit count), and what each is judged.
+    type Case = (&'static [(char, u32)], &'static [Judged]);
+
     #[test]
     fn holders_are_judged_by_the_agreed_count() {
         use Judged::*;
-        let cases: &[(&[(char, u32)], &[Judged])] = &[
+        let cases: &[Case] = &[
             // A mutex holder and a refused newcomer asking 5: not a holder.
             (&[('w', 1), ('w', 5)], &[Holds, Stop]),
             // A semaphore of 3 and a refused newcomer asking 1: ahead of the rest, not holding.
