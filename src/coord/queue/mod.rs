@@ -618,9 +618,11 @@ impl Actor {
                             .iter()
                             .zip(data)
                             .map(|((_, n), d)| {
+                                // A child that is not ephemeral is no member (see `state`).
+                                let member = d.filter(|(_, stat)| stat.ephemeral_owner != 0);
                                 (
                                     n.clone(),
-                                    d.map(|(b, _)| NodeRecord::decode_lossy(&b).permits),
+                                    member.map(|(b, _)| NodeRecord::decode_lossy(&b).permits),
                                 )
                             })
                             .collect()

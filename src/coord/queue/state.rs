@@ -35,8 +35,9 @@
 //! The view is keyed by the full node name, in sequence order: a child that reuses a member's
 //! sequence number (someone else's znode with the same ten-digit suffix) can never replace
 //! that member. Children that are not members of our naming scheme
-//! ([`MemberName::parse`]) are never in the view, and a head whose stat shows it is not
-//! ephemeral (so not a member's) is ignored for as long as it exists.
+//! ([`MemberName::parse`]) are never in the view, and a child whose stat shows it is not
+//! ephemeral (so no member's) — an election's head when it is read, a lock member ahead of a
+//! newcomer when its permits are read — is ignored for as long as it exists.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, SystemTime};
@@ -181,7 +182,7 @@ pub enum Event {
     /// Every event received before the [`Action::Settle`] has been applied.
     Settled,
     /// Answer to [`Action::ReadPermits`]: each member's permits by node name, in its order
-    /// (`None`: gone meanwhile).
+    /// (`None`: gone meanwhile, or not a member at all — not ephemeral).
     PermitsRead(Result<Vec<(String, Option<u32>)>, zkc::Error>),
     Unregister(String),
     /// Bring the holders up to date; `link_up` says whether the session's link is connected
@@ -448,9 +449,26 @@ impl QueueState {
                 out.push(Action::Reply(Err(Refusal::Zk(e))));
             }
             Event::PermitsRead(Ok(read)) => {
+                let mut missing = Vec::new();
                 if let Recipe::Lock { permits } = &mut self.recipe {
-                    // Missing: deleted meanwhile; its deletion event follows.
-                    permits.extend(read.into_iter().filter_map(|(s, p)| Some((s, p?.max(1)))));
+                    for (node, p) in read {
+                        match p {
+                            Some(p) => {
+                                permits.insert(node, p.max(1));
+                            }
+                            None => missing.push(node),
+                        }
+                    }
+                }
+                // Missing: deleted meanwhile (its deletion event follows and finds nothing), or
+                // a child named like a member that is not ephemeral, so no member's: out of the
+                // view either way, and ignored while a child of that name exists.
+                for node in missing {
+                    let key = self.members.keys().find(|(_, n)| *n == node).cloned();
+                    if let Some((sequence, node)) = key {
+                        self.ignored.insert(node.clone());
+                        self.forget(sequence, &node, &mut out);
+                    }
                 }
                 self.finish_registration(&mut out);
             }
@@ -1583,6 +1601,28 @@ mod tests {
             "w-not-ours-0000000001".into(),
         ])));
         assert_eq!(s.members(), 2, "only members of our naming scheme");
+    }
+
+    #[test]
+    fn a_lock_member_that_is_not_ephemeral_is_ignored() {
+        // A persistent znode named like a writer heads a lock: its permits read says "no
+        // member", so it neither blocks nor counts ahead.
+        let mut s = state(QueueKind::Lock, &[('w', 1), ('w', 2)]);
+        assert!(matches!(
+            s.apply(Event::Register(created('w', 2, 1, Some(20))))
+                .as_slice(),
+            [Action::ReadPermits(_)]
+        ));
+        let out = s.apply(Event::PermitsRead(Ok(vec![(node('w', 1), None)])));
+        assert!(matches!(
+            out.as_slice(),
+            [Action::Reply(Ok(Enlisted {
+                ahead: 0,
+                holds: true
+            }))]
+        ));
+        s.apply(Event::Listed(Some(vec![node('w', 1), node('w', 2)])));
+        assert_eq!(s.members(), 1, "still ignored after a listing");
     }
 
     #[test]
