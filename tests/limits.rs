@@ -41,6 +41,8 @@ async fn try_join(
 
 #[tokio::test]
 async fn holder_streams_per_connection_and_per_gateway() {
+    // The rejection counters are the process's: a test counting them runs alone.
+    let _serial = serial().lock().await;
     let zk = shared_zk();
     let gw = Gateway::start_with(
         &zk,
@@ -125,6 +127,8 @@ async fn holder_streams_per_connection_and_per_gateway() {
 
 #[tokio::test]
 async fn observe_streams_per_connection_and_queues_per_gateway() {
+    // The rejection counters are the process's: a test counting them runs alone.
+    let _serial = serial().lock().await;
     let zk = shared_zk();
     let gw = Gateway::start_with(
         &zk,
@@ -188,6 +192,8 @@ async fn observe_streams_per_connection_and_queues_per_gateway() {
 
 #[tokio::test]
 async fn a_silent_holder_stream_times_out_and_never_delays_a_drain() {
+    // The rejection counters are the process's: a test counting them runs alone.
+    let _serial = serial().lock().await;
     let zk = shared_zk();
     let gw = Gateway::start_with(
         &zk,
