@@ -889,6 +889,66 @@ async fn short_zookeeper_partition_suspends_then_resumes_same_leader() {
     drop((g1, g2));
 }
 
+/// A waiter on g1 whose gateway misses the hand-over: g1's ZooKeeper link is blackholed, the
+/// leader on g2 resigns meanwhile (its deletion event is lost with g1's connection, which is
+/// then reset), and the link comes back on a new connection of the same session. g1's view of
+/// the queue is unsynced from the suspension on: the waiter is elected only after a re-listing
+/// with the link up — after `resumed`, never between `suspended` and `resumed` — and promptly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_elected_only_after_its_gateway_relists_on_reconnect() {
+    let _serial = support::serial().lock().await;
+    let zk = shared_zk();
+    let mut s = Scenario::new("zk-link-relist", T);
+    let e = "relist";
+    let zk_addr = zk
+        .parse()
+        .expect("a standalone connect string is one address");
+    let cut = LinkCutter::start(zk_addr).await.unwrap();
+    let g1 = s.gateway("g1", &cut.addr().to_string()).await;
+    let g2 = s.gateway("g2", &zk).await;
+    let a = s.join(&g2.url(), "g2", e, "a").await;
+    a.wait_granted(STEP).await.expect("a elected");
+    let w = s.join(&g1.url(), "g1 (zk via cut)", e, "w").await;
+    w.wait_for(None, STEP, |e| matches!(e, Ev::Queued { .. }))
+        .await
+        .expect("w queued");
+
+    let t = s.fault("blackhole g1's ZooKeeper link");
+    cut.blackhole();
+    w.wait_for(Some(t), T, |e| matches!(e, Ev::Suspended { .. }))
+        .await
+        .unwrap_or_else(|| panic!("w suspended; w saw {:?}", events_after(&w, t)));
+    s.fault("a resigns on g2 while g1 is cut off");
+    a.resign().await;
+    // Once g1's library has given up on the connection, reset it: the deletion event queued
+    // on it is gone, so only a re-listing can tell g1 that w heads the queue.
+    tokio::time::sleep(T / 3).await;
+    cut.drop_all();
+    tokio::time::sleep_until((t + T / 2).into()).await;
+    let h = s.fault("heal g1's ZooKeeper link");
+    cut.pass();
+    let (tg, _) = w.wait_granted(T).await.unwrap_or_else(|| {
+        panic!(
+            "w elected after the heal; w saw {:?}; g1's log:\n{}",
+            events_after(&w, t),
+            g1.log_tail(60)
+        )
+    });
+    s.say(&format!("w elected {:?} after the heal", tg - h));
+    let (tr, _) = w
+        .log()
+        .first(|e| matches!(e, Ev::Resumed))
+        .unwrap_or_else(|| panic!("w resumed; w saw {:?}", events_after(&w, t)));
+    assert!(
+        tr <= tg,
+        "w elected before resumed: {:?}",
+        events_after(&w, t)
+    );
+    s.expect_leader(e, h, Duration::from_secs(2), "g1's ZooKeeper link healed");
+    s.finish(vec![a, w], &zk, Duration::from_secs(2)).await;
+    drop((g1, g2));
+}
+
 /// A gateway cut off from ZooKeeper for longer than the session timeout: its leader is
 /// suspended, then ABORTED before the session can expire; the successor on the other gateway
 /// is elected after expiry; once healed, the gateway serves again on a new session.

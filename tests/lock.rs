@@ -534,6 +534,48 @@ async fn permit_mismatch_is_refused_without_a_znode() {
     no_members_left(&zk, &gw).await;
 }
 
+/// A refused newcomer's znode lives until its gateway deletes it; meanwhile `Holders` and
+/// `Validate` judge it by the queue's agreed count, not its own: a mutex's newcomer asking for
+/// 5 permits is neither listed nor valid (it was, judged by its own 5). Its znode is made by
+/// hand here (as if its refusal's delete had not run yet), so the window is not a race.
+#[tokio::test]
+async fn a_refused_newcomer_never_holds_by_its_own_permit_count() {
+    use zkgate::coord::record::NodeRecord;
+    use zookeeper_client as zkc;
+    let (zk, gw, mut c, _shared) = setup().await;
+    let mut a = Acquisition::open(&mut c, acquire_msg("refused", "a")).await;
+    let a_token = a.acquired().await.fencing_token;
+
+    let other = zk_client(&zk).await;
+    let ephemeral = zkc::CreateMode::EphemeralSequential.with_acls(zkc::Acls::anyone_all());
+    let record = NodeRecord {
+        participant: "x".into(),
+        permits: 5,
+        ..Default::default()
+    };
+    let path = format!(
+        "{}/locks/refused/w-{:032x}-",
+        gw.root,
+        rand::random::<u128>()
+    );
+    let (stat, _) = other
+        .create(&path, &record.encode_to_vec(), &ephemeral)
+        .await
+        .expect("create the newcomer's znode");
+
+    let h = holders(&mut c, "refused").await;
+    let owners: Vec<&str> = h.holders.iter().map(|h| h.owner.as_str()).collect();
+    assert_eq!(owners, vec!["a"], "only the mutex's holder");
+    assert!(validate(&mut c, "refused", a_token).await);
+    assert!(
+        !validate(&mut c, "refused", stat.czxid as u64).await,
+        "a refused count never validates"
+    );
+    drop(other);
+    a.release().await;
+    no_members_left(&zk, &gw).await;
+}
+
 #[tokio::test]
 async fn bad_input_is_invalid_argument_and_leaves_nothing() {
     let (zk, gw, mut c, _shared) = setup().await;

@@ -448,6 +448,13 @@ async fn create_member(
 /// fails on the link is tried again once the link is back, so a maybe-applied create is never
 /// taken for a failed one while the session lives; a lost session ends the search (the znode,
 /// if it was made, went with it).
+///
+/// Each look starts with a `sync` of the queue: after a fast reconnect the session may sit on
+/// a server that has not yet applied the create (a lagging follower), whose listing would
+/// miss it; we would then create a second znode while the first, ours but unknown to us, heads
+/// the queue for as long as the session lives. A `sync` makes the server catch up with the
+/// quorum first, and ZooKeeper answers one session's requests in order, so the listing after
+/// it includes every create the quorum applied before it.
 async fn find_protected(
     session: &ZkSession,
     queue_path: &str,
@@ -460,6 +467,15 @@ async fn find_protected(
             CoordError::SessionLost(r) => Retry::LostWhileJoining(r).into(),
             e => e,
         })?;
+        match session.zk.sync(queue_path).await {
+            // A missing queue is answered by the listing below.
+            Ok(()) | Err(zkc::Error::NoNode) => {}
+            Err(e) if super::zk::is_transport_failure(&e) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue 'look;
+            }
+            Err(e) => return Err(e.into()),
+        }
         let children = match session.zk.list_children(queue_path).await {
             Ok(c) => c,
             Err(zkc::Error::NoNode) => return Ok(None),
@@ -593,12 +609,15 @@ pub(crate) async fn list_members(
         .iter()
         .filter_map(|c| MemberName::parse(c))
         .collect();
-    members.sort_by_key(|m| m.sequence);
+    // Sequence, then name: two children with one sequence number (one of them someone else's)
+    // are listed in the same order everywhere.
+    members.sort_by_key(|m| (m.sequence, m.node_name()));
     Ok(members)
 }
 
 /// Reads the data of `members` of the queue at `path`, in paged multi-reads (G10); members gone
-/// meanwhile are `None`.
+/// meanwhile are `None`, and so is a child that is not ephemeral: named like a member, but no
+/// member's (every member znode is EPHEMERAL_SEQUENTIAL), so never a leader or a holder.
 pub(crate) async fn read_data(
     session: &ZkSession,
     kind: QueueKind,
@@ -615,6 +634,9 @@ pub(crate) async fn read_data(
         .await?;
     Ok(data
         .into_iter()
-        .map(|d| d.map(|(bytes, stat)| (NodeRecord::decode_lossy(&bytes), stat)))
+        .map(|d| {
+            d.filter(|(_, stat)| stat.ephemeral_owner != 0)
+                .map(|(bytes, stat)| (NodeRecord::decode_lossy(&bytes), stat))
+        })
         .collect())
 }
