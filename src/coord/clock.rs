@@ -96,6 +96,14 @@ impl SessionClock {
             return Verdict::Lost(reason);
         }
         match (self.deadline, self.target(now)) {
+            // Resuming needs an answer fresh enough to last: one sent in the younger half of
+            // the staleness window. An answer to a probe sent before a pause (ZooKeeper
+            // frozen, then thawed) would otherwise resume the streams only to suspend them
+            // again a few hundred milliseconds later, before the next probe could be
+            // answered — and every flap costs a holder its hold.
+            (Some(_), None)
+                if now.saturating_duration_since(self.last_answered)
+                    >= self.timing.probe_stale_after() / 2 => {}
             (_, None) => self.deadline = None,
             (None, Some(d)) => self.deadline = Some(d),
             (Some(old), Some(d)) => self.deadline = Some(old.min(d)),
@@ -330,6 +338,17 @@ mod tests {
                     (3000, Suspended(1750), true),
                     (4749, Suspended(1), true),
                     (4750, Lost, false),
+                ],
+            ),
+            (
+                "an answer to a probe sent before a pause does not resume: a fresher one does",
+                vec![(2100, Answered(900)), (2200, Answered(2150))],
+                vec![2000, 2100, 2199, 2200],
+                vec![
+                    (2000, Suspended(4000), true),
+                    (2100, Suspended(3900), true),
+                    (2199, Suspended(3801), true),
+                    (2200, Connected, true),
                 ],
             ),
             (

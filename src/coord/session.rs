@@ -413,6 +413,12 @@ async fn follow_session(
                     // are not.
                     Ok(()) | Err(zkc::Error::NoNode | zkc::Error::NoAuth) => {
                         session.with_clock(|c| c.answered(sent));
+                        // An answer that was long in coming (ZooKeeper was frozen or slow):
+                        // ask again at once rather than at the next tick, so fresh evidence
+                        // follows before this answer goes stale.
+                        if !disconnected && sent.elapsed() > timing.probe_interval() {
+                            probe = Some((Instant::now(), Box::pin(zk.liveness_probe())));
+                        }
                     }
                     Err(e) => tracing::debug!(error = %e, "liveness probe failed"),
                 }
