@@ -439,6 +439,13 @@ async fn create_member(
 /// fails on the link is tried again once the link is back, so a maybe-applied create is never
 /// taken for a failed one while the session lives; a lost session ends the search (the znode,
 /// if it was made, went with it).
+///
+/// Each look starts with a `sync`: after a reconnect the session may be on a follower that
+/// has not applied the create yet (ZooKeeper only promises a server as new as what the client
+/// has *seen*, and the lost reply was never seen), and a listing there would miss it — the
+/// znode would then head the queue for as long as the session lives. The queue simulation
+/// (`queue::sim`, `a_search_without_sync_leaves_an_orphan_and_the_simulation_finds_it`) finds
+/// that schedule without the `sync`.
 async fn find_protected(
     session: &ZkSession,
     queue_path: &str,
@@ -451,6 +458,14 @@ async fn find_protected(
             CoordError::SessionLost(r) => Retry::LostWhileJoining(r).into(),
             e => e,
         })?;
+        match session.zk.probe().await {
+            Ok(()) => {}
+            Err(e) if super::zk::is_transport_failure(&e) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue 'look;
+            }
+            Err(e) => return Err(e.into()),
+        }
         let children = match session.zk.list_children(queue_path).await {
             Ok(c) => c,
             Err(zkc::Error::NoNode) => return Ok(None),

@@ -375,7 +375,8 @@ impl Member {
 /// prevent): see the tests at the bottom.
 #[derive(Debug, Clone, Copy)]
 struct Model {
-    /// `find_protected` syncs before listing (issue 19 item 4).
+    /// `find_protected` syncs before listing, as `member.rs` does since this simulation found
+    /// the orphan a listing of a lagging follower leaves (issue 19 item 4).
     sync_before_search: bool,
     /// A member's link follower looks at the link as it is when the member registers, so a
     /// suspension that began during the join is reported before a grant (`LinkFollower::new`;
