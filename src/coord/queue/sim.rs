@@ -1724,9 +1724,9 @@ impl Sim {
                 out.push((Step::Deliver(si), 6));
             }
             if let Some(v) = s.server {
-                if !s.requests.is_empty()
-                    && !(self.servers[v].cut && s.requests[0].1.needs_quorum())
-                {
+                // A cut server answers reads only.
+                let blocked = |r: &Req| self.servers[v].cut && r.needs_quorum();
+                if s.requests.front().is_some_and(|(_, r)| !blocked(r)) {
                     out.push((Step::Process(si), 6));
                 }
             }
