@@ -38,8 +38,13 @@
 //! healed and every message delivered ("quiesce"); then **liveness**: every member the rule
 //! admits at the leader is a live client that holds (no orphan heads a queue, no core waits
 //! forever), and an election's observers on every connected gateway see its head; then
-//! every client leaves, the model quiesces again and **no member znode remains**, every
-//! actor and member task is idle and every request answered.
+//! every client leaves, the model quiesces again and **no member znode remains**, and every
+//! actor and member task is idle.
+//!
+//! [`Model`] holds the few choices that stand for fixes elsewhere (a `sync` before the search
+//! for a lost create, a link follower that looks at the link as it is) and a stricter G2
+//! check at the core (no grant signalled unless the link is `Connected`), each with a test
+//! that shows the simulation finding what the choice prevents.
 //!
 //! # Why a seeded loop and not proptest
 //! A schedule is a sequence of choices among the steps enabled *in the current state*;
