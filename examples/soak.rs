@@ -33,8 +33,10 @@
 //! (skipped where another fault on the same election overlapped), and the znodes left once
 //! every client has gone; and each in-stream request sent during a frozen ZooKeeper is checked:
 //! a leader's stream never silent past its silence limit, `suspended` followed by `resumed` or
-//! the end within `stop_within`, a resign/release ended within T + 3 s. Exit status 1 on any
-//! safety or in-stream violation or leftover znode.
+//! the end within `stop_within`, a resign/release ended within T + 3 s; and liveness as
+//! strictly as safety: a candidate waiting through a vacancy longer than 2 T + 6 s (longer than
+//! any fault and its recovery) is a stall. Exit status 1 on any safety or in-stream violation,
+//! stall or leftover znode.
 
 use zkgate_testkit as support;
 
@@ -436,6 +438,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
             zk: zk_via.join(","),
             root: root.clone(),
             session_timeout: t,
+            zk_tick_time: Some(support::procgw::HARNESS_TICK),
             extra: vec!["--zk-sessions".into(), args.zk_sessions.to_string()],
             env,
         };
@@ -556,6 +559,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
     tokio::time::sleep(t * 2).await;
     let injected: Vec<Injected> = world.injected.lock().unwrap().clone();
     // Check before the clients leave (their departure is no fault).
+    let faults_over = Instant::now();
     let logs = world.logs();
     let report = checker::check(&logs, capacity, epoch);
     world.stop.cancel();
@@ -678,6 +682,31 @@ async fn soak(args: Args) -> std::process::ExitCode {
             checker::ms(*s, epoch)
         );
     }
+    // Liveness as strictly as safety: a queue whose candidates wait through a vacancy longer
+    // than any fault and its recovery can explain has stalled.
+    let stall_bound = t * 2 + Duration::from_secs(6);
+    let stalled: Vec<String> = elections
+        .iter()
+        .flat_map(|e| {
+            checker::stalls(&logs, &report, e, stall_bound, faults_over)
+                .into_iter()
+                .map(move |(a, b, who)| {
+                    format!(
+                        "{e}: nobody held from {} to {} ({:?}) while {who} waited",
+                        checker::ms(a, epoch),
+                        checker::ms(b, epoch),
+                        b - a
+                    )
+                })
+        })
+        .collect();
+    println!(
+        "stalls (a candidate waiting through a vacancy over {stall_bound:?}): {}",
+        stalled.len()
+    );
+    for v in &stalled {
+        println!("  STALL {v}");
+    }
     println!("recoveries over their bound: {}", slow.len());
     for v in &slow {
         println!("  SLOW {v}");
@@ -727,7 +756,11 @@ async fn soak(args: Args) -> std::process::ExitCode {
         }
     }
     zk.shutdown().await;
-    if report.violations.is_empty() && instream.violations.is_empty() && znodes.is_ok() {
+    if report.violations.is_empty()
+        && instream.violations.is_empty()
+        && znodes.is_ok()
+        && stalled.is_empty()
+    {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::FAILURE

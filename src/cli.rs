@@ -20,14 +20,18 @@ use crate::config::{
     ClientArgs, DevArgs, ElectArgs, LeaseArgs, LockArgs, NameArgs, Output, ValidateArgs,
 };
 use crate::coord::{CoordConfig, Coordinator};
-use crate::held_command::{exit_code, spawn_error_code, HeldCommand};
+use crate::held_command::{
+    exit_code, spawn_error_code, stop_grace, HeldCommand, HoldLeft, StopCause, FENCING_TOKEN_ENV,
+    LEASE_ENV,
+};
 use crate::localzk::{LocalZk, LocalZkOptions};
 use crate::server::{self, ServeConfig};
 
 /// The client verbs' exit codes (README "Command line"). With CMD, `elect` and `lock` exit
 /// with CMD's own code once CMD has run.
 pub mod exit {
-    /// Done: the answer was printed; a hold was given up after SIGINT/SIGTERM.
+    /// Done: the answer was printed; a hold was given up after SIGINT, SIGTERM, SIGHUP or
+    /// SIGTSTP.
     pub const OK: u8 = 0;
     /// Failed: no gateway reachable, a refusal (bad name, permits mismatch, TLS), anything
     /// unexpected.
@@ -471,6 +475,20 @@ impl Hold {
         }
     }
 
+    fn lease(&self) -> &str {
+        match self {
+            Hold::Leadership(l) => l.lease(),
+            Hold::Lock(l) => l.lease(),
+        }
+    }
+
+    fn heard_until(&self) -> Option<tokio::time::Instant> {
+        match self {
+            Hold::Leadership(l) => l.heard_until(),
+            Hold::Lock(l) => l.heard_until(),
+        }
+    }
+
     fn end_status(&self) -> Option<tonic::Status> {
         match self {
             Hold::Leadership(l) => l.end_status(),
@@ -518,7 +536,11 @@ impl Target {
     }
 }
 
-/// SIGINT and SIGTERM to the verb, registered once so that none is missed between two waits.
+/// SIGINT, SIGTERM, SIGHUP and SIGTSTP to the verb, registered once so that none is missed
+/// between two waits. All four mean "stop CMD, give the hold up, exit": SIGHUP is a closed
+/// terminal or SSH session, and a verb stopped by Ctrl-Z could not watch its hold (its keeper
+/// would kill CMD when the hold's validity runs out, but the hold would stay with nobody
+/// working).
 struct Interrupts {
     int: tokio::sync::mpsc::UnboundedReceiver<i32>,
 }
@@ -530,6 +552,8 @@ impl Interrupts {
         for (kind, signo) in [
             (SignalKind::interrupt(), libc::SIGINT),
             (SignalKind::terminate(), libc::SIGTERM),
+            (SignalKind::hangup(), libc::SIGHUP),
+            (SignalKind::from_raw(libc::SIGTSTP), libc::SIGTSTP),
         ] {
             let mut s = signal(kind).expect("signal handler");
             let tx = tx.clone();
@@ -717,19 +741,90 @@ async fn supervise(sup: Supervision, client: Client, target: Target) -> u8 {
     }
 }
 
-/// Stops CMD and reports how it ended.
-async fn stop_command(cmd: HeldCommand, grace: Duration) -> u8 {
-    match cmd.stop(grace).await {
-        Ok(status) => {
-            let code = exit_code(&status);
-            eprintln!("zkgate: command stopped (exit code {code})");
-            code
-        }
-        Err(e) => {
-            eprintln!("zkgate: stopping the command: {e}");
-            1
-        }
+/// How often the verb renews CMD's deadline with its keeper while the hold is valid.
+const RENEW_EVERY: Duration = Duration::from_millis(100);
+
+/// CMD's deadline without a `silence_limit` from the gateway (none to derive one from): the
+/// verb's renewals keep CMD going, a frozen verb stops it after this long.
+const NO_WATCHDOG_LEASE: Duration = Duration::from_secs(1);
+
+/// Until when CMD may run unless renewed: when the hold's silence watchdog would fire.
+fn keeper_deadline(hold: &Hold) -> tokio::time::Instant {
+    hold.heard_until()
+        .unwrap_or_else(|| tokio::time::Instant::now() + NO_WATCHDOG_LEASE)
+}
+
+/// A `suspended` heard on this stream: when, and its `stop_within`.
+type SuspendedAt = Option<(tokio::time::Instant, Option<Duration>)>;
+
+/// What is left of the hold's validity now ([`stop_grace`]'s input).
+fn hold_left(hold: &Hold, suspended: SuspendedAt) -> HoldLeft {
+    let now = tokio::time::Instant::now();
+    HoldLeft {
+        heard: hold.heard_until().map(|t| t.saturating_duration_since(now)),
+        stop_within: suspended
+            .and_then(|(at, d)| d.map(|d| (at + d).saturating_duration_since(now))),
     }
+}
+
+/// Stops CMD for `cause` and returns CMD's exit code once its group and every descendant are
+/// gone. Meanwhile it keeps reading the stream: a loss or the stream's end cuts the grace
+/// ([`stop_grace`]), and while the hold is still valid (`lost` false) CMD's deadline is
+/// renewed. A second signal kills at once.
+async fn stop_command(
+    cmd: &mut HeldCommand,
+    hold: &mut Hold,
+    sup: &Supervision,
+    interrupts: &mut Interrupts,
+    cause: StopCause,
+    mut suspended: SuspendedAt,
+) -> u8 {
+    let mut lost = matches!(cause, StopCause::Lost(_) | StopCause::StreamEnded);
+    let grace = stop_grace(sup.kill_grace, cause, hold_left(hold, suspended));
+    cmd.stop(grace).await;
+    let mut stream_open = true;
+    let mut renew = tokio::time::interval(RENEW_EVERY);
+    let status = loop {
+        tokio::select! {
+            biased;
+            status = cmd.gone() => break status,
+            _ = interrupts.recv() => cmd.stop(Duration::ZERO).await,
+            event = hold.next_event(), if stream_open => {
+                let cause = match event {
+                    None => {
+                        stream_open = false;
+                        Some(StopCause::StreamEnded)
+                    }
+                    Some(HoldEvent::Suspended { stop_within }) => {
+                        suspended = Some((tokio::time::Instant::now(), stop_within));
+                        None
+                    }
+                    Some(HoldEvent::Lost(reason)) => {
+                        if !lost {
+                            sup.lost(reason, true);
+                        }
+                        Some(StopCause::Lost(reason))
+                    }
+                    Some(_) => None,
+                };
+                if let Some(cause) = cause {
+                    lost = true;
+                    // The keeper only ever brings the SIGKILL closer.
+                    cmd.stop(stop_grace(sup.kill_grace, cause, hold_left(hold, suspended))).await;
+                }
+            }
+            _ = renew.tick(), if !lost => cmd.renew(keeper_deadline(hold)).await,
+        }
+    };
+    let code = exit_code(&status);
+    if cmd.expired() {
+        eprintln!("zkgate: the command's deadline passed (was the verb stopped?): killed");
+    }
+    if cause != StopCause::Exited {
+        // (After CMD exited by itself, that line was printed already.)
+        eprintln!("zkgate: command stopped (exit code {code}); all its processes are gone");
+    }
+    code
 }
 
 /// One stream: run CMD while the hold is granted; see [`ElectArgs`] for the rules. The client
@@ -737,25 +832,43 @@ async fn stop_command(cmd: HeldCommand, grace: Duration) -> u8 {
 async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrupts) -> Round {
     let mut cmd: Option<HeldCommand> = None;
     let mut granted = false;
-    let mut grace = sup.kill_grace;
+    let mut suspended: SuspendedAt = None;
+    let mut renew = tokio::time::interval(RENEW_EVERY);
     let endpoint = hold.endpoint();
     let reason = loop {
         tokio::select! {
             biased;
             signo = interrupts.recv() => {
-                let code = match cmd.take() {
-                    Some(c) => stop_command(c, grace).await,
+                let code = match cmd.as_mut() {
+                    Some(c) => {
+                        stop_command(c, &mut hold, sup, interrupts, StopCause::Interrupted, suspended)
+                            .await
+                    }
                     None => sup.interrupted_code(signo),
                 };
                 hold.give_up().await;
                 sup.released();
                 return Round::Exit(code);
             }
-            status = async { cmd.as_mut().expect("guarded").wait().await }, if cmd.is_some() => {
-                let code = status.map_or(1, |s| exit_code(&s));
-                eprintln!("zkgate: command exited with code {code}; giving up {}", sup.what);
+            status = async { cmd.as_mut().expect("guarded").exited().await }, if cmd.is_some() => {
+                if cmd.as_ref().is_some_and(HeldCommand::expired) {
+                    // The keeper killed CMD at the watchdog's deadline (this verb was too slow
+                    // to renew it): the hold is as good as lost by silence.
+                    break LossReason::Silence;
+                }
+                let code = exit_code(&status);
+                eprintln!(
+                    "zkgate: command exited with code {code}; stopping what it left running, then giving up {}",
+                    sup.what
+                );
+                let c = cmd.as_mut().expect("guarded");
+                stop_command(c, &mut hold, sup, interrupts, StopCause::Exited, suspended).await;
                 hold.give_up().await;
                 return Round::Exit(code);
+            }
+            _ = renew.tick(), if cmd.is_some() => {
+                let until = keeper_deadline(&hold);
+                cmd.as_mut().expect("guarded").renew(until).await;
             }
             event = hold.next_event() => match event {
                 // The client's task reports `Lost` before it stops; this is only a safety net.
@@ -766,6 +879,8 @@ async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrup
                 }
                 Some(HoldEvent::Granted(g)) => {
                     granted = true;
+                    // A suspension heard while queued says nothing about this hold's time.
+                    suspended = None;
                     let line = match &g.leader {
                         Some(l) => format!("elected: {}", show(l)),
                         None => format!(
@@ -775,7 +890,11 @@ async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrup
                     };
                     sup.granted(&line, g.fencing_token, &endpoint);
                     if !sup.command.is_empty() {
-                        match HeldCommand::spawn(&sup.command, g.fencing_token) {
+                        let env = [
+                            (FENCING_TOKEN_ENV, g.fencing_token.to_string()),
+                            (LEASE_ENV, hold.lease().to_owned()),
+                        ];
+                        match HeldCommand::spawn(&sup.command, &env, keeper_deadline(&hold)).await {
                             Ok(c) => cmd = Some(c),
                             Err(e) => {
                                 eprintln!("zkgate: cannot run {:?}: {e}", sup.command);
@@ -787,9 +906,7 @@ async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrup
                 }
                 Some(HoldEvent::Suspended { stop_within }) => {
                     sup.say("suspended: the gateway lost ZooKeeper");
-                    if let Some(d) = stop_within {
-                        grace = grace.min(d);
-                    }
+                    suspended = Some((tokio::time::Instant::now(), stop_within));
                 }
                 Some(HoldEvent::Resumed) => sup.say("resumed"),
                 Some(HoldEvent::Proclaimed(l)) => sup.say(&format!("proclaimed: {}", show(&l))),
@@ -814,9 +931,17 @@ async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrup
         }
     }
     sup.lost(reason, granted);
-    // CMD first: nobody else may take over while it still runs on our behalf.
-    if let Some(c) = cmd.take() {
-        stop_command(c, grace).await;
+    // CMD first, all of it: nobody else may take over while any of it still runs on our behalf.
+    if let Some(c) = cmd.as_mut() {
+        stop_command(
+            c,
+            &mut hold,
+            sup,
+            interrupts,
+            StopCause::Lost(reason),
+            suspended,
+        )
+        .await;
     }
     hold.give_up().await;
     Round::Lost { reason, endpoint }

@@ -112,7 +112,9 @@ pub struct ServeArgs {
     )]
     pub silence_limit: Option<Duration>,
     /// The ZooKeeper ensemble's tickTime: the G2 deadline allows half a tick for the ensemble's
-    /// leader to hear of a session held by a follower [default: 2s, ZooKeeper's default]
+    /// leader to hear of a session held by a follower [default: half the granted session
+    /// timeout, the largest tick such a server can run with; state it to get longer
+    /// `stop_within`]
     #[arg(long, env = "ZKGATE_ZK_TICK_TIME", value_parser = humantime::parse_duration)]
     #[serde(
         default,
@@ -456,8 +458,10 @@ pub struct ValidateArgs {
 /// How `elect -- CMD` and `lock -- CMD` stop CMD and what they do after losing the hold.
 #[derive(Debug, Args, Clone)]
 pub struct CommandArgs {
-    /// After SIGTERM to CMD's process group, wait this long for CMD to exit before SIGKILL.
-    /// On `suspended` the wait is also cut to the gateway's `stop_within`.
+    /// After SIGTERM to CMD's process group (and descendants), wait at most this long before
+    /// SIGKILL. Cut to the time until anyone else can be granted the hold: on `suspended` what
+    /// is left of `stop_within`, after silence about 0, after the stream's end 0 (SIGKILL at
+    /// once)
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub kill_grace: Duration,
     /// After losing the hold (and stopping CMD), campaign again [default: on for `elect`,
@@ -487,11 +491,13 @@ impl CommandArgs {
 ///
 /// With CMD, leadership and CMD go together (Curator's LeaderSelector): CMD starts when this
 /// candidate is elected, with ZKGATE_FENCING_TOKEN in its environment, in a process group of its
-/// own. On `suspended`, on the stream's end, or after `silence_limit` without any message, CMD
-/// is stopped (SIGTERM to its process group, SIGKILL after --kill-grace), the candidacy is given
-/// up, and the verb campaigns again (unless --no-requeue). A queued standby waits as long as it
-/// takes. When CMD exits by itself the candidacy is given up and the verb exits with CMD's exit
-/// code (128+N if a signal N killed it); SIGINT/SIGTERM to the verb stop CMD the same way.
+/// own, behind a keeper process that kills it should the verb die or freeze. On `suspended`, on
+/// the stream's end, or after `silence_limit` without any message, CMD is stopped (its process
+/// group and every descendant: SIGTERM, SIGKILL after the grace), the candidacy is given up
+/// once all are gone, and the verb campaigns again (unless --no-requeue). A queued standby
+/// waits as long as it takes. When CMD exits by itself what it left is stopped, the candidacy
+/// given up and the verb exits with CMD's exit code (128+N if a signal N killed it);
+/// SIGINT/SIGTERM/SIGHUP/SIGTSTP to the verb stop CMD the same way.
 #[derive(Debug, Args, Clone)]
 #[command(after_long_help = ELECT_HELP)]
 pub struct ElectArgs {
@@ -515,16 +521,23 @@ pub struct ElectArgs {
 const ELECT_HELP: &str = "\
 With -- CMD…, CMD runs exactly while this candidate leads:
   - elected: CMD starts in its own process group, with ZKGATE_FENCING_TOKEN set to the
-    leader's fencing token.
+    leader's fencing token and ZKGATE_LEASE to the candidacy's lease.
   - suspended (the gateway lost ZooKeeper), the stream ends, or nothing is heard for
-    silence_limit: CMD's process group gets SIGTERM, then SIGKILL after --kill-grace (on
-    suspended at most stop_within); then the candidacy is given up, and the verb campaigns
-    again, on the next endpoint if the gateway failed or went silent (the default; --no-requeue
-    exits 3 instead).
-  - CMD exits: the candidacy is given up and the verb exits with CMD's exit code (128+N when
-    signal N killed it).
-  - SIGINT/SIGTERM to the verb: CMD is stopped as above, the candidacy given up, and the verb
-    exits with CMD's exit code (128+N if CMD was not running).
+    silence_limit: CMD is stopped, then the candidacy is given up, and the verb campaigns
+    again, on the next endpoint if the gateway failed or went silent (the default;
+    --no-requeue exits 3 instead).
+  - CMD exits: what it left running is stopped, the candidacy given up, and the verb exits
+    with CMD's exit code (128+N when signal N killed it).
+  - SIGINT, SIGTERM, SIGHUP or SIGTSTP to the verb: CMD is stopped, the candidacy given up,
+    and the verb exits with CMD's exit code (128+N if CMD was not running). A second signal
+    kills CMD at once.
+  - The verb dies (SIGKILL, a crash) or is frozen (SIGSTOP) past the hold's validity: a
+    keeper process (zkgate __keeper) kills CMD and everything it started.
+Stopping CMD: SIGTERM to its process group and every descendant (those that left the group
+too), SIGKILL after the grace, and the hold is given up only once all are gone. The grace is
+--kill-grace at most, cut to the time until anyone else can be granted: on suspended what is
+left of stop_within; after silence about 0; after the stream's end (a drain, a crash, a
+resign by lease elsewhere) 0, SIGKILL at once.
 A queued standby waits for as long as it takes.
 Without CMD the verb prints its events and holds until SIGINT/SIGTERM, then resigns and exits
 0; after a loss it campaigns again (--no-requeue: exit 3). --output json prints exactly the
@@ -566,15 +579,22 @@ pub struct LockArgs {
 const LOCK_HELP: &str = "\
 CMD runs exactly while the lock is held:
   - acquired: CMD starts in its own process group, with ZKGATE_FENCING_TOKEN set to the
-    hold's fencing token.
+    hold's fencing token and ZKGATE_LEASE to its lease.
   - suspended (the gateway lost ZooKeeper), the stream ends, or nothing is heard for
-    silence_limit: CMD's process group gets SIGTERM, then SIGKILL after --kill-grace (on
-    suspended at most stop_within); then the lock is released, and the verb exits 3 (with
+    silence_limit: CMD is stopped, then the lock is released, and the verb exits 3 (with
     --requeue it waits for the lock again and reruns CMD).
-  - CMD exits: the lock is released and the verb exits with CMD's exit code (128+N when
-    signal N killed it).
-  - SIGINT/SIGTERM to the verb: CMD is stopped as above, the lock released, and the verb
-    exits with CMD's exit code (128+N if CMD was not running).
+  - CMD exits: what it left running is stopped, the lock released, and the verb exits with
+    CMD's exit code (128+N when signal N killed it).
+  - SIGINT, SIGTERM, SIGHUP or SIGTSTP to the verb: CMD is stopped, the lock released, and
+    the verb exits with CMD's exit code (128+N if CMD was not running). A second signal kills
+    CMD at once.
+  - The verb dies (SIGKILL, a crash) or is frozen (SIGSTOP) past the hold's validity: a
+    keeper process (zkgate __keeper) kills CMD and everything it started.
+Stopping CMD: SIGTERM to its process group and every descendant (those that left the group
+too), SIGKILL after the grace, and the lock is released only once all are gone. The grace is
+--kill-grace at most, cut to the time until anyone else can be granted: on suspended what is
+left of stop_within; after silence about 0; after the stream's end (a drain, a lapsed --ttl,
+a release by lease elsewhere) 0, SIGKILL at once.
 Waiting for the lock takes as long as it takes, unless --timeout (exit 6 when it passes; 0
 tries once). Without CMD the lock is held until SIGINT/SIGTERM, then released (exit 0).";
 

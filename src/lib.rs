@@ -39,6 +39,7 @@ pub mod coord;
 pub mod grpc_metrics;
 pub mod held_command;
 pub mod http;
+pub mod keeper;
 pub mod localzk;
 pub mod logging;
 pub mod metrics;

@@ -6,8 +6,22 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches};
 use tokio::net::TcpListener;
 use zkgate::config::{Cli, Command};
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // `zkgate __keeper …`: the keeper of a verb's CMD (see `zkgate::keeper`), before any
+    // runtime or thread exists: it reaps every child of the process, and must be small.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().is_some_and(|a| a == zkgate::keeper::ARG) {
+        let rest: Vec<_> = args.collect();
+        return ExitCode::from(u8::try_from(zkgate::keeper::main(&rest)).unwrap_or(1));
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime")
+        .block_on(run())
+}
+
+async fn run() -> ExitCode {
     // The matches, not just the parsed `Cli`: `serve` merges its file under what clap says
     // came from flags or the environment.
     let matches = Cli::command().get_matches();

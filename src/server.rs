@@ -21,7 +21,8 @@ use crate::proto::lock_server::LockServer;
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub coord: CoordConfig,
-    /// Upper bound for each drain phase at shutdown.
+    /// Upper bound for each drain phase at shutdown, beyond the silence limit that revoked
+    /// holders get (see [`Coordinator::drain`]).
     pub drain_grace: Duration,
     /// Distinct election/lock names with their own metric label.
     pub name_label_cap: usize,
@@ -67,8 +68,11 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
 }
 
-/// Runs the gateway until `shutdown` resolves, then drains (G7): health goes NOT_SERVING,
-/// streams end `UNAVAILABLE`, their znodes are deleted, the ZooKeeper session closes.
+/// Runs the gateway until `shutdown` resolves, then drains (G7, G3c): health goes NOT_SERVING,
+/// holders are revoked (`suspended` first, their znodes deleted once they end their streams or
+/// their silence limit passed), other streams end `UNAVAILABLE` and their znodes go, the
+/// ZooKeeper session closes, and connections still owing bytes to clients that do not read are
+/// cut a second later.
 ///
 /// # Errors
 /// Refuses settings that break G3b; transport errors.
@@ -131,6 +135,8 @@ pub async fn run_with(
     }
     let drain_coord = coord.clone();
     let grace = cfg.drain_grace;
+    let drained = Arc::new(tokio::sync::Notify::new());
+    let drained_tx = drained.clone();
     let signal = async move {
         shutdown.await;
         tracing::info!("draining: ending streams, releasing znodes, closing the ZooKeeper session");
@@ -146,10 +152,11 @@ pub async fn run_with(
                 .await;
         }
         drain_coord.drain(grace).await;
+        drained_tx.notify_one();
     };
     let local = listener.local_addr().ok();
     tracing::info!(grpc = ?local, zk = %cfg.coord.zk, root = %cfg.coord.root, "zkgate serving");
-    builder
+    let serve = builder
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -158,10 +165,28 @@ pub async fn run_with(
             admission.clone(),
         )))
         .add_service(LockServer::new(LockApi::new(coord.clone(), admission)))
-        .serve_with_incoming_shutdown(incoming(listener), signal)
-        .await?;
+        .serve_with_incoming_shutdown(incoming(listener), signal);
+    // After the drain every stream has ended on our side, but HTTP/2 still owes a client that
+    // stopped reading the bytes its flow-control window has no room for, and graceful shutdown
+    // would wait for them forever (G3c: a client that stops reading never delays a drain past
+    // its bound). Readers get their ends within milliseconds; the rest are cut.
+    tokio::select! {
+        r = serve => r?,
+        () = async {
+            drained.notified().await;
+            tokio::time::sleep(CONNECTIONS_AFTER_DRAIN).await;
+        } => {
+            tracing::warn!(
+                after = ?CONNECTIONS_AFTER_DRAIN,
+                "client connections still open after the drain (a client that does not read its stream); closing them"
+            );
+        }
+    }
     Ok(())
 }
+
+/// How long connections may take to deliver the ends of their streams once the drain is done.
+const CONNECTIONS_AFTER_DRAIN: Duration = Duration::from_secs(1);
 
 /// Accepted connections with `TCP_NODELAY`: the builder's `tcp_nodelay` only applies to
 /// listeners tonic binds itself, and without it small stream messages (`elected`) wait ~40 ms

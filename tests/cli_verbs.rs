@@ -231,12 +231,21 @@ async fn elect_and_lock_exit_with_the_commands_code_and_pass_the_fencing_token()
         let mut child = zkgate(&[verb, "codes", "--endpoint", &url, "--", "sh", "-c", &script])
             .spawn()
             .unwrap();
-        // `elect` prints its events on stdout, `lock` on stderr.
-        let granted = if verb == "elect" {
-            wait_line(&lines(&mut child), "elected: ")
+        // `elect` prints its events on stdout, `lock` on stderr. Kept open until the verb
+        // exits (a closed pipe would fail its last lines).
+        let events = if verb == "elect" {
+            lines(&mut child)
         } else {
-            wait_line(&err_lines(&mut child), "acquired lock")
+            err_lines(&mut child)
         };
+        let granted = wait_line(
+            &events,
+            if verb == "elect" {
+                "elected: "
+            } else {
+                "acquired lock"
+            },
+        );
         let status = wait_exit(&mut child, Duration::from_secs(15));
         assert_eq!(status.code(), Some(7), "{verb}: {status:?}");
         let token: u64 = wait_file(&tokenfile);
@@ -535,8 +544,10 @@ async fn elect_and_lock_without_cmd_are_the_json_conformance_agent() {
     }
 }
 
-/// A drained gateway: the agent with `--once` reports `lost` `unavailable` and exits 3; the
-/// requeueing one, given two endpoints, is elected again on the second gateway.
+/// A drained gateway: the agent with `--once` reports `lost` and exits 3; the requeueing one,
+/// given two endpoints, is elected again on the second gateway. Both held, so the drain's first
+/// sign is the `suspended` that revokes their holds (G3c; before, it was the `UNAVAILABLE`
+/// end, reported as `unavailable`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_json_agent_reports_loss_and_fails_over_to_the_next_endpoint() {
     let zk = shared_zk();
@@ -568,7 +579,7 @@ async fn the_json_agent_reports_loss_and_fails_over_to_the_next_endpoint() {
     assert_eq!(first["endpoint"], url1.as_str(), "{first}");
 
     gw1.stop().await;
-    let lost = serde_json::json!({"event": "lost", "reason": "unavailable"});
+    let lost = serde_json::json!({"event": "lost", "reason": "suspended"});
     assert_eq!(json_line(&once_out), lost);
     assert_eq!(
         wait_exit(&mut once.0, Duration::from_secs(15)).code(),

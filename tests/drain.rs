@@ -4,16 +4,31 @@
 use std::time::{Duration, Instant};
 
 use tonic::Code;
+use zkgate::proto::campaign_response::Event;
 use zkgate_testkit::*;
 
+/// The silence limit of a gateway whose session timeout is `t` (the gateway's own rule).
+fn silence_limit(t: Duration) -> Duration {
+    let mut cfg = zkgate::coord::CoordConfig::new("unused");
+    cfg.session_timeout = t;
+    zkgate::coord::timing::Timing::requested(&cfg).silence_limit
+}
+
+/// A drain ends waiters and observers `UNAVAILABLE` at once; a leader is told `suspended` first
+/// (G3c) with its silence limit as `stop_within`, and one that keeps its stream open ends
+/// `UNAVAILABLE` once that limit has passed since the last message sent to it. Every znode is
+/// then gone at once, long before a 5 s session could have expired.
+///
+/// (Before G3c the leader ended `UNAVAILABLE` at once and its znode went 500 ms later,
+/// whether it had read that or not.)
 #[tokio::test]
 async fn drain_ends_streams_unavailable_and_removes_znodes_at_once() {
     let zk = shared_zk();
-    // A long session timeout: if the znodes vanished only by expiry, this test would notice.
+    let t = Duration::from_secs(5);
     let gw = Gateway::start_with(
         &zk,
         GatewayOpts {
-            session_timeout: Duration::from_secs(5),
+            session_timeout: t,
             ..Default::default()
         },
     )
@@ -31,7 +46,19 @@ async fn drain_ends_streams_unavailable_and_removes_znodes_at_once() {
     let started = Instant::now();
     gw.stop().await;
     let took = started.elapsed();
-    assert!(took < Duration::from_secs(3), "drain took {took:?}");
+    // The leader never ends its stream: the drain waits its silence limit, and no more.
+    assert!(
+        took >= silence_limit(t) && took < silence_limit(t) + Duration::from_secs(3),
+        "drain took {took:?} (silence limit {:?})",
+        silence_limit(t)
+    );
+    match leader.next().await {
+        Ok(Some(Event::Suspended(s))) => assert_eq!(
+            s.stop_within,
+            Some(prost_types::Duration::try_from(silence_limit(t)).unwrap())
+        ),
+        other => panic!("a drained leader hears suspended first, got {other:?}"),
+    }
     for cand in [&mut leader, &mut waiter] {
         let e = cand.next().await.unwrap_err();
         assert_eq!(e.code(), Code::Unavailable, "{e:?}");
@@ -44,6 +71,57 @@ async fn drain_ends_streams_unavailable_and_removes_znodes_at_once() {
     assert_eq!(e.code(), Code::Unavailable);
     // Gone now, well before a 5 s session could have expired.
     wait_no_members(&zkc, &root, Duration::from_millis(500)).await;
+}
+
+/// G3c with a live holder: a leader that ends its stream when it hears `suspended` (as the
+/// client helpers do) is replaced through another gateway at once, not a silence limit later,
+/// and the drain does not wait for that limit either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drained_leader_that_ends_its_stream_is_replaced_at_once() {
+    let zk = shared_zk();
+    // A long silence limit (3.5 s), so "at once" and "after the limit" are far apart.
+    let t = Duration::from_secs(10);
+    let opts = |root: Option<String>| GatewayOpts {
+        session_timeout: t,
+        root,
+        ..Default::default()
+    };
+    let g1 = Gateway::start_with(&zk, opts(None)).await;
+    let g2 = Gateway::start_with(&zk, opts(Some(g1.root.clone()))).await;
+    let mut c1 = g1.client().await;
+    let mut c2 = g2.client().await;
+    let mut leader = Campaign::join(&mut c1, "live-drain", "a", b"").await;
+    leader.elected().await;
+    let mut successor = Campaign::join(&mut c2, "live-drain", "b", b"").await;
+
+    let started = Instant::now();
+    let stopping = tokio::spawn(g1.stop());
+    match leader.next().await {
+        Ok(Some(Event::Suspended(_))) => {}
+        other => panic!("a drained leader hears suspended first, got {other:?}"),
+    }
+    let told = Instant::now();
+    // The leader stops and ends its stream (cancel), as a client helper does.
+    drop(leader);
+    successor.elected().await;
+    let replaced = told.elapsed();
+    stopping.await.unwrap();
+    let drained = started.elapsed();
+    eprintln!(
+        "successor elected {replaced:?} after the leader heard suspended; drain took {drained:?} (silence limit {:?})",
+        silence_limit(t)
+    );
+    assert!(
+        replaced < silence_limit(t),
+        "successor elected only {replaced:?} after the leader ended its stream"
+    );
+    assert!(drained < silence_limit(t), "drain took {drained:?}");
+    successor
+        .send(zkgate::proto::campaign_request::Request::Resign(
+            zkgate::proto::ResignCandidacy {},
+        ))
+        .await;
+    successor.expect_end(None).await;
 }
 
 /// On drain every name health answers for turns NOT_SERVING — the zkgate services too, not

@@ -41,6 +41,10 @@ async fn try_join(
 
 #[tokio::test]
 async fn holder_streams_per_connection_and_per_gateway() {
+    // One at a time: each counts rejections in the process-wide metrics, which the others'
+    // refusals would add to (a `holder_streams_per_gateway` refusal of the drain test was
+    // counted by the per-gateway test when both ran at once).
+    let _serial = serial().lock().await;
     let zk = shared_zk();
     let gw = Gateway::start_with(
         &zk,
@@ -125,6 +129,10 @@ async fn holder_streams_per_connection_and_per_gateway() {
 
 #[tokio::test]
 async fn observe_streams_per_connection_and_queues_per_gateway() {
+    // One at a time: each counts rejections in the process-wide metrics, which the others'
+    // refusals would add to (a `holder_streams_per_gateway` refusal of the drain test was
+    // counted by the per-gateway test when both ran at once).
+    let _serial = serial().lock().await;
     let zk = shared_zk();
     let gw = Gateway::start_with(
         &zk,
@@ -188,6 +196,10 @@ async fn observe_streams_per_connection_and_queues_per_gateway() {
 
 #[tokio::test]
 async fn a_silent_holder_stream_times_out_and_never_delays_a_drain() {
+    // One at a time: each counts rejections in the process-wide metrics, which the others'
+    // refusals would add to (a `holder_streams_per_gateway` refusal of the drain test was
+    // counted by the per-gateway test when both ran at once).
+    let _serial = serial().lock().await;
     let zk = shared_zk();
     let gw = Gateway::start_with(
         &zk,

@@ -294,16 +294,34 @@ async fn ttl_expires_without_keep_alive_and_survives_with_it() {
         ..acquire_msg("ttl", owner)
     };
 
-    // No keep-alive: the lock is released after ttl and the stream ends ABORTED.
+    // No keep-alive: after ttl the holder is told `suspended{stop_within: silence limit}`
+    // first (G3c); one that keeps its stream open keeps the znode for that limit after the
+    // last message sent to it, then the stream ends ABORTED and the waiter takes over. (Before
+    // G3c the znode went at the lapse and the holder heard ABORTED afterwards.)
     let mut a = Acquisition::open(&mut c, with_ttl("a")).await;
-    a.acquired().await;
+    let silence_limit = a.acquired().await.silence_limit.unwrap();
+    let silence_limit = Duration::try_from(silence_limit).unwrap();
     let mut b = Acquisition::open(&mut c, with_ttl("b")).await;
     let started = Instant::now();
+    match a.next_any().await {
+        Ok(Some(LEvent::Suspended(s))) => {
+            assert_eq!(
+                Duration::try_from(s.stop_within.unwrap()).unwrap(),
+                silence_limit
+            )
+        }
+        other => panic!("a lapsed ttl is told as suspended first, got {other:?}"),
+    }
+    let told = started.elapsed();
+    assert!(told >= ttl - Duration::from_millis(50), "{told:?}");
     let s = a.expect_end(Some(Code::Aborted)).await.unwrap();
     assert!(s.message().contains("lease expired"), "{s:?}");
     let held = started.elapsed();
-    assert!(held >= ttl - Duration::from_millis(50), "{held:?}");
-    assert!(held < ttl + Duration::from_secs(2), "{held:?}");
+    assert!(held >= told + silence_limit, "{held:?}");
+    assert!(
+        held < ttl + silence_limit + Duration::from_secs(2),
+        "{held:?}"
+    );
     // The waiter takes over.
     let tb = b.acquired().await.fencing_token;
 
@@ -317,6 +335,38 @@ async fn ttl_expires_without_keep_alive_and_survives_with_it() {
     let h = holders(&mut c, "ttl").await;
     assert_eq!(h.holders.len(), 1);
     assert_eq!(h.holders[0].owner, "b");
+    b.release().await;
+    no_members_left(&zk, &gw).await;
+}
+
+/// G3c with a live holder: a ttl holder that ends its stream when it hears `suspended` (as the
+/// client helpers do) is replaced at once, not a silence limit later.
+#[tokio::test]
+async fn lapsed_ttl_holder_that_ends_its_stream_is_replaced_at_once() {
+    let (zk, gw, mut c, _shared) = setup().await;
+    let ttl = Duration::from_millis(300);
+    let mut a = Acquisition::open(
+        &mut c,
+        pb::AcquireLock {
+            ttl: dur(ttl),
+            ..acquire_msg("ttl-live", "a")
+        },
+    )
+    .await;
+    let silence_limit = Duration::try_from(a.acquired().await.silence_limit.unwrap()).unwrap();
+    let mut b = Acquisition::open(&mut c, acquire_msg("ttl-live", "b")).await;
+    match a.next_any().await {
+        Ok(Some(LEvent::Suspended(_))) => {}
+        other => panic!("a lapsed ttl is told as suspended first, got {other:?}"),
+    }
+    let told = Instant::now();
+    drop(a);
+    b.acquired().await;
+    let replaced = told.elapsed();
+    assert!(
+        replaced < silence_limit,
+        "b acquired {replaced:?} after a ended its stream (silence limit {silence_limit:?})"
+    );
     b.release().await;
     no_members_left(&zk, &gw).await;
 }
@@ -481,6 +531,48 @@ async fn permit_mismatch_is_refused_without_a_znode() {
     let mut m = Acquisition::open(&mut c, with(1, "m")).await;
     m.acquired().await;
     m.release().await;
+    no_members_left(&zk, &gw).await;
+}
+
+/// A refused newcomer's znode lives until its gateway deletes it; meanwhile `Holders` and
+/// `Validate` judge it by the queue's agreed count, not its own: a mutex's newcomer asking for
+/// 5 permits is neither listed nor valid (it was, judged by its own 5). Its znode is made by
+/// hand here (as if its refusal's delete had not run yet), so the window is not a race.
+#[tokio::test]
+async fn a_refused_newcomer_never_holds_by_its_own_permit_count() {
+    use zkgate::coord::record::NodeRecord;
+    use zookeeper_client as zkc;
+    let (zk, gw, mut c, _shared) = setup().await;
+    let mut a = Acquisition::open(&mut c, acquire_msg("refused", "a")).await;
+    let a_token = a.acquired().await.fencing_token;
+
+    let other = zk_client(&zk).await;
+    let ephemeral = zkc::CreateMode::EphemeralSequential.with_acls(zkc::Acls::anyone_all());
+    let record = NodeRecord {
+        participant: "x".into(),
+        permits: 5,
+        ..Default::default()
+    };
+    let path = format!(
+        "{}/locks/refused/w-{:032x}-",
+        gw.root,
+        rand::random::<u128>()
+    );
+    let (stat, _) = other
+        .create(&path, &record.encode_to_vec(), &ephemeral)
+        .await
+        .expect("create the newcomer's znode");
+
+    let h = holders(&mut c, "refused").await;
+    let owners: Vec<&str> = h.holders.iter().map(|h| h.owner.as_str()).collect();
+    assert_eq!(owners, vec!["a"], "only the mutex's holder");
+    assert!(validate(&mut c, "refused", a_token).await);
+    assert!(
+        !validate(&mut c, "refused", stat.czxid as u64).await,
+        "a refused count never validates"
+    );
+    drop(other);
+    a.release().await;
     no_members_left(&zk, &gw).await;
 }
 

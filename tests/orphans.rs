@@ -66,6 +66,34 @@ async fn failed_reads_after_a_lost_create_reply_look_again() {
     wait_no_members(&zkc, &gw.root, Duration::from_secs(5)).await;
 }
 
+/// The search for a maybe-applied create starts with a `sync` of the queue, so a session that
+/// reconnected to a lagging follower cannot miss its own create and make a second znode; a
+/// `sync` lost to the link is tried again like every other read of the search.
+#[tokio::test]
+async fn the_search_after_a_lost_create_reply_syncs_first() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = gw.client().await;
+    let zkc = zk_client(&zk).await;
+    let mut first = Campaign::join(&mut c, "lost-sync", "first", b"").await;
+    first.elected().await;
+
+    let zkg = gw.coord.session().unwrap().zk.clone();
+    zkg.lose_next_create_reply();
+    zkg.fail_next_unsent("sync", 2);
+    let a = Campaign::join(&mut c, "lost-sync", "a", b"").await;
+    assert_eq!(a.position, 1);
+    assert_eq!(
+        zkg.unsent_failures_left("sync"),
+        0,
+        "the search synced (and synced again after each failed sync)"
+    );
+    let members = member_znodes(&zkc, &gw.root).await;
+    assert_eq!(members.len(), 2, "first's and a's, no orphan: {members:?}");
+    drop((first, a));
+    wait_no_members(&zkc, &gw.root, Duration::from_secs(5)).await;
+}
+
 /// A resign (in-stream) or a stream's end whose deletes keep failing on the link for longer
 /// than the session timeout, while the session itself lives on: the delete is retried until
 /// the znode is gone, so the waiter behind is elected and nothing is left. (Giving up after

@@ -183,10 +183,11 @@ async fn locks_permits_try_lock_ttl_and_release_by_lease() {
     wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
 }
 
-/// Two gateways on one root; the client lists both. Draining the first ends its streams
-/// `UNAVAILABLE`: the one-shot campaign reports `unavailable`, `run_while_leader` campaigns
-/// again on the second gateway and leads there with a larger token, and `observe` follows
-/// without ever delivering a smaller token.
+/// Two gateways on one root; the client lists both. Draining the first revokes its leader
+/// (G3c: `suspended` first, so the one-shot campaign reports `suspended` — before G3c the
+/// drain's first sign was the `UNAVAILABLE` end, reported as `unavailable`) and ends its other
+/// streams `UNAVAILABLE`: `run_while_leader` campaigns again on the second gateway and leads
+/// there with a larger token, and `observe` follows without ever delivering a smaller token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_from_a_drained_gateway_to_a_second_one() {
     let zk = shared_zk();
@@ -236,7 +237,7 @@ async fn failover_from_a_drained_gateway_to_a_second_one() {
     gw1.stop().await;
     assert_eq!(
         tokio::time::timeout(STEP, lost).await.unwrap(),
-        LossReason::Unavailable
+        LossReason::Suspended
     );
     let (token, endpoint) = tokio::time::timeout(Duration::from_secs(20), rx.recv())
         .await

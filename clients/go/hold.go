@@ -101,6 +101,9 @@ type stream struct {
 	released bool
 	leaving  bool
 	endErr   error // nil for OK
+	// A `suspended` heard while queued and not followed by `resumed`: carried into a later
+	// grant, which is then lost at once (see CONFORMANCE.md).
+	suspendedQueued bool
 }
 
 // openStream opens a holder stream on endpoint i; open makes the RPC (sending the first
@@ -201,7 +204,16 @@ func (s *stream) handle(ev event) bool {
 			s.lease = ev.lease
 		}
 		closeOnce(s.granted)
+		if s.suspendedQueued {
+			// Granted while its gateway's link is still suspended: the hold is uncertain
+			// from its first moment, so it is lost as it is granted.
+			s.loseLocked(LossSuspended, fmt.Sprintf("%s granted the hold while its ZooKeeper connection was suspended (no resumed since)", s.endpoint))
+			s.cancel()
+			return false
+		}
 		return true
+	case evResumed:
+		s.suspendedQueued = false
 	case evProclaimed:
 		if ev.leader != nil {
 			s.leader = ev.leader
@@ -210,6 +222,8 @@ func (s *stream) handle(ev event) bool {
 		if isClosed(s.granted) {
 			s.loseLocked(LossSuspended, fmt.Sprintf("%s lost its ZooKeeper connection (a successor may be granted after %v)", s.endpoint, ev.stopWithin))
 			s.cancel()
+		} else {
+			s.suspendedQueued = true
 		}
 	}
 	return false

@@ -89,6 +89,20 @@ func TestSuspendedLosesOnlyAGrantedHold(t *testing.T) {
 	}
 }
 
+// A suspension heard while queued and not resumed is carried into the grant: the hold is
+// granted (its token known) and lost at once with reason suspended.
+func TestAGrantWhileSuspendedIsLostAtOnce(t *testing.T) {
+	s, r := scripted(t)
+	r.events <- event{kind: evQueued, lease: "L", position: 1}
+	r.events <- event{kind: evSuspended, stopWithin: time.Second}
+	r.events <- granted(0)
+	waitDone(t, s.done)
+	waitDone(t, s.ended)
+	if !isClosed(s.granted) || s.reason() != LossSuspended || s.fencingToken() != 7 {
+		t.Fatalf("granted %v reason %q token %d", isClosed(s.granted), s.reason(), s.fencingToken())
+	}
+}
+
 func TestStreamEndsReadByStatus(t *testing.T) {
 	for _, tc := range []struct {
 		end  error

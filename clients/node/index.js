@@ -306,6 +306,8 @@ export class HolderStream extends EventEmitter {
     this._backoff = new Backoff();
     this._retryTimer = null;
     this._closing = false;
+    /** A `suspended` heard while queued and not followed by `resumed` (carried into a grant). */
+    this._suspendedQueued = false;
     this._done = false;
     this._status = null;
     this._readEnded = false;
@@ -523,11 +525,14 @@ export class HolderStream extends EventEmitter {
             { cancel: true, announce, loss: Loss.SUSPENDED },
           );
         } else {
+          // Carried into a later grant until `resumed` (CONFORMANCE.md).
+          this._suspendedQueued = true;
           announce();
         }
         break;
       }
       case 'resumed':
+        this._suspendedQueued = false;
         this._emitEvent('resumed', {});
         break;
       case 'heartbeat':
@@ -543,6 +548,15 @@ export class HolderStream extends EventEmitter {
           // Synchronously, so that it comes before any loss this stream reports.
           if (this._grantHook) userCode(() => this._grantHook(this));
           this._emitEvent(response.event, { ...grant.fields, silenceLimitMs: this.silenceLimitMs });
+          if (this._suspendedQueued) {
+            // Granted while the gateway's link is still suspended (no `resumed` since the
+            // `suspended` heard while queued): uncertain from its first moment, so it is lost
+            // as it is granted, in the same step.
+            this._lose(
+              'suspended: the gateway granted the hold while its ZooKeeper connection was suspended (no resumed since)',
+              { cancel: true, loss: Loss.SUSPENDED },
+            );
+          }
         }
         break;
       }

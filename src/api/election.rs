@@ -2,13 +2,12 @@
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
 use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step};
 use super::limits::Admission;
+use super::outbox::{self, Outbox, TrySend};
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
 use crate::coord::link::LossReason;
 use crate::coord::member::Member;
@@ -62,6 +61,16 @@ impl HolderStream for CampaignStream {
         event(Event::Heartbeat(pb::Heartbeat {}))
     }
 
+    fn suspended(stop_within: std::time::Duration) -> pb::CampaignResponse {
+        event(Event::Suspended(pb::Suspended {
+            stop_within: Some(convert::duration(stop_within)),
+        }))
+    }
+
+    fn is_leave(request: &pb::CampaignRequest) -> bool {
+        matches!(request.request, Some(CampaignMsg::Resign(_)))
+    }
+
     fn member(&self) -> &Member {
         self.candidacy.member()
     }
@@ -79,11 +88,7 @@ impl HolderStream for CampaignStream {
             CandidacyEvent::Proclaimed(l) => Step::Send(event(Event::Proclaimed(pb::Proclaimed {
                 leader: Some(convert::leader(l)),
             }))),
-            CandidacyEvent::Suspended { stop_within } => {
-                Step::Send(event(Event::Suspended(pb::Suspended {
-                    stop_within: Some(convert::duration(stop_within)),
-                })))
-            }
+            CandidacyEvent::Suspended { stop_within } => Step::Send(Self::suspended(stop_within)),
             CandidacyEvent::Resumed => Step::Send(event(Event::Resumed(pb::Resumed {}))),
             CandidacyEvent::Ended(CandidacyEnd::Resigned) => Step::Done,
             CandidacyEvent::Ended(CandidacyEnd::Lost(reason)) => {
@@ -206,26 +211,45 @@ impl Election for ElectionApi {
         let election = convert::queue_name(request.into_inner().election, "election")?;
         let mut observation = self.coord.observe(&election).await?;
         let draining = self.coord.draining();
-        let (tx, rx) = mpsc::channel(16);
+        let (out, responses) = Outbox::new();
+        // Every send inside the `select!`: an observer that stops reading never holds up the
+        // drain, the queue or the session (G3c). It just stops getting states: the channel
+        // keeps the oldest unsent one, and a reader that comes back gets the newest next.
         tokio::spawn(async move {
             let _permit = permit;
+            let mut unsent: Option<pb::ObserveResponse> = None;
             loop {
-                let out = tokio::select! {
+                let msg = tokio::select! {
                     biased;
-                    _ = draining.cancelled() => Err(Status::from(CoordError::SessionLost(LossReason::Draining))),
-                    _ = tx.closed() => return,
+                    _ = draining.cancelled() => {
+                        out.end(Status::from(CoordError::SessionLost(LossReason::Draining)));
+                        return;
+                    }
+                    _ = out.closed() => return,
+                    permit = out.reserve(), if unsent.is_some() => {
+                        match permit {
+                            Ok(p) => outbox::send(p, unsent.take().expect("guarded")),
+                            Err(()) => return,
+                        }
+                        continue;
+                    }
                     next = observation.next() => match next {
-                        Ok(leader) => Ok(pb::ObserveResponse { leader: leader.map(convert::leader) }),
-                        Err(e) => Err(Status::from(e)),
+                        Ok(leader) => pb::ObserveResponse { leader: leader.map(convert::leader) },
+                        Err(e) => {
+                            out.end(Status::from(e));
+                            return;
+                        }
                     },
                 };
-                let end = out.is_err();
-                if tx.send(out).await.is_err() || end {
-                    return;
+                match out.try_send(msg) {
+                    TrySend::Sent => {}
+                    // Newer than what waits: it replaces it (states, not a log).
+                    TrySend::Full(m) => unsent = Some(m),
+                    TrySend::Closed => return,
                 }
             }
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(responses)))
     }
 
     async fn candidates(

@@ -5,7 +5,25 @@
 //! while the client holds, but only on a current view of the ZooKeeper link; the stream ends
 //! `UNAVAILABLE` on drain, with the holder's status when the candidacy or hold is lost, `OK`
 //! after an in-stream resign/release; a half-close keeps the hold; a cancelled or broken
-//! inbound side is release. Keeping that loop in one place keeps the two services from
+//! inbound side is release.
+//!
+//! # Nobody is replaced before they can know (G3c)
+//! A hold the gateway ends without the holder's own word — a drain, a lock's ttl lapsing — is
+//! first *revoked* ([`Step::Revoke`]): the holder hears `suspended{stop_within}` on a stream
+//! that stays open, heartbeats stop, and the znode stays until the holder ends its stream
+//! (cancel, half-close or an in-stream resign/release: the client helpers do that on
+//! `suspended`, so a live holder is handed off at once) or until `silence_limit` has passed
+//! since the last message the gateway actually sent it ([`Outbox::last_sent`]): by then a holder
+//! that could not hear has stopped by its own watchdog. Only then is the znode deleted and the
+//! stream ended (`UNAVAILABLE` for a drain, `ABORTED` for a lapsed ttl). The rule itself is
+//! [`revocation`], a pure core with table tests. Waiters hold nothing: on drain they end at
+//! once.
+//!
+//! # A client that stops reading holds nothing up
+//! Every send happens inside the loop's `select!` ([`Outbox`]): while a message waits for room
+//! the loop still follows the drain, the client's cancellation, a resign in flight and a
+//! revocation's deadline, and the final status never waits. So a stalled stream is bounded like
+//! any other: a drain ends it `silence_limit` after its last sent message at the latest. Keeping that loop in one place keeps the two services from
 //! drifting apart in exactly the rules the fault suite checks. Each service supplies only what
 //! differs: how its events and requests map to messages ([`HolderStream`]).
 
@@ -15,13 +33,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::limits::{self, Admission};
+use super::outbox::{self, Outbox, TrySend};
 use crate::coord::member::Member;
 use crate::coord::{CoordError, Coordinator};
 
@@ -54,13 +71,13 @@ where
     )
     .await?;
     let holder = open(first).await?;
-    let (tx, rx) = mpsc::channel::<Outbound<_>>(16);
+    let (out, responses) = Outbox::new();
     let draining = coord.draining();
     tokio::spawn(async move {
         let _permit = permit;
-        drive(holder, inbound, tx, draining).await;
+        drive(holder, inbound, out, draining).await;
     });
-    Ok(Response::new(Box::pin(ReceiverStream::new(rx).map(|m| *m))))
+    Ok(Response::new(Box::pin(responses)))
 }
 
 /// What the loop does next, as decided by one service's event or request.
@@ -75,9 +92,13 @@ pub(super) enum Step<T> {
     Fail(CoordError),
     /// The client asked to resign/release in-stream: give up, then end (OK, or the error).
     Leave,
-    /// Give up, then end with this error (a lock's wait or ttl ran out: the znode is gone
-    /// before the client hears it).
+    /// Give up, then end with this error (a lock's wait ran out: the znode is gone before the
+    /// client hears it; a waiter holds nothing another could be granted).
     Expire(CoordError),
+    /// End a hold without the holder's word (a drain, a lapsed ttl): tell it `suspended`, wait
+    /// for its stream's end or its silence bound, give up, then end with this error (G3c). A
+    /// member that does not hold takes this as [`Step::Expire`].
+    Revoke(CoordError),
     /// The hold ended by itself (resigned or released by lease elsewhere): end OK.
     Done,
     /// A ZooKeeper request made for an in-stream message (a proclaim): the loop keeps serving
@@ -85,11 +106,6 @@ pub(super) enum Step<T> {
     /// is done (so requests stay in order), then takes its step.
     Pending(BoxFuture<Step<T>>),
 }
-
-/// What a holder stream's task hands to the response stream. Boxed: a channel allocates its
-/// slots in blocks of 32, and `Result<_, Status>` is large, so unboxed each open stream would
-/// carry several KiB of mostly empty slots (`examples/scale_bench.rs`).
-pub(super) type Outbound<T> = Box<Result<T, Status>>;
 
 /// A resign/release in flight, and the error to end with once it is done (`None`: OK).
 type Leaving = (BoxFuture<Result<(), CoordError>>, Option<CoordError>);
@@ -108,6 +124,12 @@ pub(super) trait HolderStream: Send + Sized + 'static {
 
     fn heartbeat() -> Self::Response;
 
+    /// `suspended{stop_within}`.
+    fn suspended(stop_within: Duration) -> Self::Response;
+
+    /// Whether an in-stream request is the client's own resign/release.
+    fn is_leave(request: &Self::Request) -> bool;
+
     /// The member behind the hold.
     fn member(&self) -> &Member;
 
@@ -124,6 +146,11 @@ pub(super) trait HolderStream: Send + Sized + 'static {
         self.member().may_heartbeat()
     }
 
+    /// The G2 deadline while the session's link is suspended (see [`Member::link_deadline`]).
+    fn link_deadline(&self) -> Option<Instant> {
+        self.member().link_deadline()
+    }
+
     /// The next event of the candidacy or hold, as a step. Must be cancellation safe: it sits
     /// in a `select!` with the inbound side.
     async fn next_event(&mut self) -> Step<Self::Response>;
@@ -138,61 +165,141 @@ pub(super) trait HolderStream: Send + Sized + 'static {
     fn begin_leave(&mut self) -> BoxFuture<Result<(), CoordError>>;
 }
 
+/// The arithmetic of a revoked hold (G3c), kept pure so its table tests need no stream.
+pub(super) mod revocation {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    /// What `suspended{stop_within}` tells a revoked holder: its silence limit — the znode
+    /// stays at least that long after this very message — or less when the session's link is
+    /// already suspended and its G2 deadline comes sooner.
+    pub(crate) fn stop_within(
+        silence_limit: Duration,
+        now: Instant,
+        link_deadline: Option<Instant>,
+    ) -> Duration {
+        match link_deadline {
+            Some(d) => silence_limit.min(d.saturating_duration_since(now)),
+            None => silence_limit,
+        }
+    }
+
+    /// When a revoked holder's znode may go if it does not end its stream first:
+    /// `silence_limit` after the last message the gateway actually sent it, when its own
+    /// watchdog has fired even if it heard nothing since.
+    pub(crate) fn due(silence_limit: Duration, last_sent: Instant) -> Instant {
+        last_sent + silence_limit
+    }
+}
+
 /// Drives one holder stream until it ends. The holder lives in this task: when the task ends
 /// for any reason the holder is dropped and its znode deleted (G3).
 ///
 /// Nothing in the loop waits on ZooKeeper inline: an in-stream request's ZooKeeper work
 /// (`pending`) and a resign/release (`leaving`) are futures polled beside the holder's events,
-/// so `suspended`, heartbeats and the `ABORTED` deadline are never held up by them (G2).
+/// so `suspended`, heartbeats and the `ABORTED` deadline are never held up by them (G2). Nor
+/// does it wait on the client: a message the channel has no room for waits in `unsent`,
+/// sent from inside the `select!` (see the module docs).
 async fn drive<H: HolderStream>(
     mut holder: H,
     mut inbound: Streaming<H::Request>,
-    tx: mpsc::Sender<Outbound<H::Response>>,
+    out: Outbox<H::Response>,
     draining: CancellationToken,
 ) {
-    if tx.send(Box::new(Ok(holder.queued()))).await.is_err() {
+    if !matches!(out.try_send(holder.queued()), TrySend::Sent) {
         return;
     }
-    let period = (holder.silence_limit() / 3).max(Duration::from_millis(50));
+    let silence_limit = holder.silence_limit();
+    let period = (silence_limit / 3).max(Duration::from_millis(50));
     let mut heartbeat = tokio::time::interval(period);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut inbound_open = true;
     let mut pending: Option<BoxFuture<Step<H::Response>>> = None;
     let mut leaving: Option<Leaving> = None;
+    // A message waiting for room (the client reads slower than we send).
+    let mut unsent: Option<H::Response> = None;
+    // Revoked (G3c): from then on nothing is sent but the end, and `revoked` holds the error to
+    // end with once the holder ended its stream or its silence bound passed.
+    let mut revoking = false;
+    let mut revoked: Option<CoordError> = None;
     loop {
+        let due = (revoking && leaving.is_none())
+            .then(|| revocation::due(silence_limit, out.last_sent()));
         let step = tokio::select! {
             biased;
-            _ = draining.cancelled() => Step::Fail(CoordError::Draining),
-            _ = tx.closed() => return,
+            _ = draining.cancelled(), if !revoking => {
+                if holder.holds() && leaving.is_none() {
+                    Step::Revoke(CoordError::Draining)
+                } else {
+                    Step::Fail(CoordError::Draining)
+                }
+            }
+            _ = out.closed() => return,
             done = async { leaving.as_mut().expect("guarded").0.as_mut().await }, if leaving.is_some() => {
                 let (_, then) = leaving.take().expect("guarded");
                 match (done, then) {
-                    (_, Some(e)) => {
-                        let _ = tx.send(Box::new(Err(Status::from(e)))).await;
-                    }
+                    (_, Some(e)) | (Err(e), None) => out.end(Status::from(e)),
                     (Ok(()), None) => {}
-                    (Err(e), None) => {
-                        let _ = tx.send(Box::new(Err(Status::from(e)))).await;
-                    }
                 }
                 return;
             }
-            step = holder.next_event() => step,
-            step = async { pending.as_mut().expect("guarded").as_mut().await }, if pending.is_some() => {
+            permit = out.reserve(), if unsent.is_some() => {
+                match permit {
+                    Ok(p) => outbox::send(p, unsent.take().expect("guarded")),
+                    Err(()) => return,
+                }
+                continue;
+            }
+            _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                // A message buffered earlier may have gone out meanwhile: judge afresh.
+                if revocation::due(silence_limit, out.last_sent()) <= Instant::now() {
+                    let then = revoked.take();
+                    tracing::info!(
+                        silent_for = ?out.last_sent().elapsed(),
+                        "revoked holder did not end its stream within its silence limit; releasing"
+                    );
+                    leaving = Some((holder.begin_leave(), then));
+                }
+                continue;
+            }
+            step = holder.next_event(), if unsent.is_none() || revoking => {
+                if revoking {
+                    // Only the end of the member still matters; nothing else is sent.
+                    match step {
+                        s @ (Step::Fail(_) | Step::Done) => s,
+                        _ => Step::Quiet,
+                    }
+                } else {
+                    step
+                }
+            }
+            step = async { pending.as_mut().expect("guarded").as_mut().await }, if pending.is_some() && unsent.is_none() => {
                 pending = None;
                 step
             }
-            msg = inbound.message(), if inbound_open && pending.is_none() && leaving.is_none() => match msg {
+            msg = inbound.message(), if inbound_open && pending.is_none() && leaving.is_none() && (unsent.is_none() || revoking) => match msg {
+                Ok(Some(request)) if revoking => {
+                    if H::is_leave(&request) {
+                        Step::Leave
+                    } else {
+                        Step::Quiet
+                    }
+                }
                 Ok(Some(request)) => holder.on_request(request),
-                // Half-close (grpcurl -d does this): the hold stays.
+                // Half-close (grpcurl -d does this): the hold stays — unless it is being
+                // revoked, when it is the holder's word that it has stopped.
                 Ok(None) => {
                     inbound_open = false;
+                    if revoking {
+                        leaving = Some((holder.begin_leave(), revoked.take()));
+                    }
                     Step::Quiet
                 }
                 // Cancelled or broken: stream loss is release.
                 Err(_) => return,
             },
-            _ = heartbeat.tick(), if holder.holds() => {
+            _ = heartbeat.tick(), if holder.holds() && !revoking && unsent.is_none() => {
                 // No heartbeat on a stale view of the link (after a freeze the timer fires
                 // before the session supervisor has judged the link).
                 if holder.may_heartbeat() {
@@ -202,14 +309,17 @@ async fn drive<H: HolderStream>(
                 }
             }
         };
-        let out = match step {
-            Step::Send(msg) => Ok(msg),
+        let msg = match step {
+            Step::Send(msg) => msg,
             Step::Granted(msg) => {
                 heartbeat.reset();
-                Ok(msg)
+                msg
             }
             Step::Quiet => continue,
-            Step::Fail(e) => Err(Status::from(e)),
+            Step::Fail(e) => {
+                out.end(Status::from(e));
+                return;
+            }
             Step::Pending(fut) => {
                 pending = Some(fut);
                 continue;
@@ -220,18 +330,80 @@ async fn drive<H: HolderStream>(
                 }
                 continue;
             }
-            // A lock's wait or ttl ran out: the znode goes before the client hears it.
+            // A lock's wait ran out: the znode goes before the client hears it.
             Step::Expire(e) => {
                 if leaving.is_none() {
                     leaving = Some((holder.begin_leave(), Some(e)));
                 }
                 continue;
             }
+            Step::Revoke(e) if !holder.holds() || leaving.is_some() => {
+                out.end(Status::from(e));
+                return;
+            }
+            Step::Revoke(e) => {
+                let stop_within =
+                    revocation::stop_within(silence_limit, Instant::now(), holder.link_deadline());
+                tracing::info!(
+                    reason = %e, ?stop_within,
+                    "revoking a hold: the holder is told first; its znode goes when it ends its stream or its silence limit has passed"
+                );
+                revoking = true;
+                revoked = Some(e);
+                pending = None;
+                // Unsent because the client does not read: it would not read this either.
+                unsent = None;
+                H::suspended(stop_within)
+            }
             Step::Done => return,
         };
-        let end = out.is_err();
-        if tx.send(Box::new(out)).await.is_err() || end {
-            return;
+        match out.try_send(msg) {
+            TrySend::Sent => {}
+            TrySend::Full(m) if !revoking => unsent = Some(m),
+            TrySend::Full(_) => {}
+            TrySend::Closed => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::revocation;
+
+    #[test]
+    fn a_revoked_holder_is_told_its_silence_limit_or_what_is_left_of_the_link() {
+        let now = Instant::now();
+        let s = Duration::from_millis(1400);
+        let ms = Duration::from_millis;
+        // (link deadline, told)
+        let table = [
+            (None, s),
+            (Some(now + ms(5000)), s),
+            (Some(now + ms(900)), ms(900)),
+            (Some(now), Duration::ZERO),
+            (now.checked_sub(ms(10)), Duration::ZERO),
+        ];
+        for (deadline, told) in table {
+            assert_eq!(
+                revocation::stop_within(s, now, deadline),
+                told,
+                "{deadline:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_revoked_znode_goes_a_silence_limit_after_the_last_message_sent() {
+        let sent = Instant::now();
+        let s = Duration::from_millis(1400);
+        assert_eq!(revocation::due(s, sent), sent + s);
+        // A later send (the `suspended` itself, or a buffered message a slow reader took)
+        // moves it on.
+        let later = sent + Duration::from_millis(300);
+        assert_eq!(revocation::due(s, later), later + s);
     }
 }

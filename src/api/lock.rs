@@ -96,6 +96,16 @@ impl HolderStream for AcquireStream {
         event(Event::Heartbeat(pb::Heartbeat {}))
     }
 
+    fn suspended(stop_within: std::time::Duration) -> pb::AcquireResponse {
+        event(Event::Suspended(pb::Suspended {
+            stop_within: Some(convert::duration(stop_within)),
+        }))
+    }
+
+    fn is_leave(request: &pb::AcquireRequest) -> bool {
+        matches!(request.request, Some(AcquireMsg::Release(_)))
+    }
+
     fn member(&self) -> &Member {
         self.hold.member()
     }
@@ -111,17 +121,14 @@ impl HolderStream for AcquireStream {
                 fencing_token: a.fencing_token.0,
                 silence_limit: Some(convert::duration(self.hold.member().silence_limit())),
             }))),
-            LockEvent::Suspended { stop_within } => {
-                Step::Send(event(Event::Suspended(pb::Suspended {
-                    stop_within: Some(convert::duration(stop_within)),
-                })))
-            }
+            LockEvent::Suspended { stop_within } => Step::Send(Self::suspended(stop_within)),
             LockEvent::Resumed => Step::Send(event(Event::Resumed(pb::Resumed {}))),
             LockEvent::WaitExpired(wait) => Step::Expire(CoordError::WaitExpired {
                 lock: self.hold.name().clone(),
                 wait,
             }),
-            LockEvent::LeaseExpired(ttl) => Step::Expire(CoordError::LeaseExpired {
+            // Told first, deleted later (G3c).
+            LockEvent::LeaseExpired(ttl) => Step::Revoke(CoordError::LeaseExpired {
                 lock: self.hold.name().clone(),
                 ttl,
             }),

@@ -16,6 +16,11 @@
 //! agree; once a name is idle, the next contender may choose a new count. READ needs a
 //! single-permit name: a read-write lock has one writer at a time.
 //!
+//! `Holders` and `Validate` judge every member by the queue's *agreed* count — its head's,
+//! which every accepted member behind it matched ([`AgreedScan`]) — never by a member's own: a
+//! refused newcomer whose znode is not deleted yet would otherwise be listed as a holder (and
+//! validate) with a larger count than the queue's.
+//!
 //! # Waiting and leases
 //! `wait_timeout` and `ttl` are enforced by the gateway that hosts the stream, on its monotonic
 //! clock; see [`AcquireSpec`] for how precisely.
@@ -75,11 +80,15 @@ impl LockMode {
 ///   A request that holds the moment it is queued is never timed out (so zero is a try-lock
 ///   that succeeds exactly when the lock is free in the gateway's view).
 /// - `ttl` counts from `acquired` and restarts with every `keep_alive{}` the gateway receives
-///   (keep-alives before `acquired` are accepted and change nothing). The lock is held at least
-///   `ttl` after the last keep-alive arrived and is released no later than `ttl` plus one timer
-///   tick (~1 ms) plus one ZooKeeper delete round trip after it (retried through connection
-///   losses; if the session is lost instead, the znode goes with it). The stream then ends
-///   `ABORTED`. A client should send keep-alives well within `ttl` (say every `ttl / 3`).
+///   (keep-alives before `acquired` are accepted, change nothing, and are never acknowledged:
+///   a holder counts its ttl from its own sends). When `ttl` passes without one, the hold is
+///   *revoked*, never simply deleted (G3c): the holder hears `suspended{stop_within}` at once
+///   (`stop_within` = its silence limit), heartbeats stop, and the znode is deleted when the
+///   holder ends its stream (cancel, half-close, `release{}`) or `silence_limit` after the last
+///   message the gateway sent it, whichever comes first — so a holder cut off from the gateway
+///   has stopped by its own watchdog before anyone else can acquire. The stream then ends
+///   `ABORTED` (keep-alives arriving during the revocation change nothing). A client should
+///   send keep-alives well within `ttl` (say every `ttl / 3`).
 #[derive(Debug, Clone)]
 pub struct AcquireSpec {
     pub name: QueueName,
@@ -148,7 +157,9 @@ pub enum LockEvent {
     Resumed,
     /// `wait_timeout` passed before `acquired`: [`LockHold::release`], then `DEADLINE_EXCEEDED`.
     WaitExpired(Duration),
-    /// No keep-alive within `ttl` while held: [`LockHold::release`], then `ABORTED`.
+    /// No keep-alive within `ttl` while held: the stream revokes the hold (G3c: `suspended`
+    /// first, the znode deleted once the holder ended its stream or its silence limit passed
+    /// since the last message sent to it), then `ABORTED`. Reported once.
     LeaseExpired(Duration),
     Ended(LockEnd),
 }
@@ -288,8 +299,10 @@ impl LockHold {
                         (Some(held), Some(ttl), _) => {
                             tracing::info!(
                                 lock = %self.name(), owner = %self.owner, fencing_token = held.fencing_token.0,
-                                ?ttl, "lock lease expired: no keep_alive within ttl; releasing"
+                                ?ttl, "lock lease expired: no keep_alive within ttl; revoking"
                             );
+                            // Said once: the stream revokes the hold from here (G3c).
+                            self.ttl_deadline = None;
                             LockEvent::LeaseExpired(ttl)
                         }
                         (_, _, wait) => LockEvent::WaitExpired(wait.unwrap_or_default()),
@@ -371,6 +384,49 @@ pub struct LockHolders {
     pub next_after: Option<i64>,
 }
 
+/// Who holds a lock queue as read by `Holders`/`Validate`, member by member in queue order:
+/// the rule of [`HolderScan`](super::queue::HolderScan), with the permit count the queue agreed
+/// on (its first member's) for everyone. A member recording another count was refused (or is
+/// being refused: its znode is deleted before its stream is answered) and never holds; it is
+/// still counted ahead of the members behind it, as every gateway's own view does, so this
+/// never lists a member its gateway would not confirm.
+///
+/// The head itself is taken as agreed. It can be a refused member only in the moment between
+/// its predecessor's deletion and its own; then the accepted members behind it (those that
+/// matched it) are judged by the count they agreed to, and the others are not listed.
+#[derive(Debug, Default)]
+pub struct AgreedScan {
+    scan: super::queue::HolderScan,
+    agreed: Option<u32>,
+}
+
+/// What [`AgreedScan::judge`] says of one member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judged {
+    Holds,
+    /// Its count is not the queue's: not a holder (and not waiting), yet ahead of later ones.
+    Refused,
+    /// Not admitted: neither it nor anyone after it holds.
+    Stop,
+}
+
+impl AgreedScan {
+    /// Judges the next member present, of `mode`, that recorded `permits`.
+    pub fn judge(&mut self, mode: MemberMode, permits: u32) -> Judged {
+        let own = permits.max(1);
+        let agreed = *self.agreed.get_or_insert(own);
+        if !self.scan.admits(mode, agreed) {
+            return Judged::Stop;
+        }
+        self.scan.push(mode);
+        if own == agreed {
+            Judged::Holds
+        } else {
+            Judged::Refused
+        }
+    }
+}
+
 /// The most members whose data one step of a Holders scan reads.
 const HOLDERS_READ_CHUNK: usize = 1024;
 
@@ -396,7 +452,7 @@ impl Coordinator {
         let members = list_members(session, &path).await?;
         let mut present = members.len();
         let mut holders = Vec::new();
-        let mut scan = super::queue::HolderScan::default();
+        let mut scan = AgreedScan::default();
         let mut at = 0;
         let mut chunk_len = 16;
         'scan: while at < members.len() {
@@ -408,10 +464,14 @@ impl Coordinator {
                     present -= 1;
                     continue;
                 };
-                if !scan.admits(member.mode, record.permits) {
-                    break 'scan;
+                match scan.judge(member.mode, record.permits) {
+                    Judged::Stop => break 'scan,
+                    Judged::Refused => {
+                        present -= 1;
+                        continue;
+                    }
+                    Judged::Holds => {}
                 }
-                scan.push(member.mode);
                 // Admitted by the rule means holding: its gateway confirms it without a write.
                 holders.push(MemberInfo {
                     sequence: member.sequence,
@@ -505,6 +565,43 @@ mod tests {
             None,
             ttl,
         )
+    }
+
+    /// Members in queue order (mode letter, own permit count), and what each is judged.
+    type Case = (&'static [(char, u32)], &'static [Judged]);
+
+    #[test]
+    fn holders_are_judged_by_the_agreed_count() {
+        use Judged::*;
+        let cases: &[Case] = &[
+            // A mutex holder and a refused newcomer asking 5: not a holder.
+            (&[('w', 1), ('w', 5)], &[Holds, Stop]),
+            // A semaphore of 3 and a refused newcomer asking 1: ahead of the rest, not holding.
+            (
+                &[('w', 3), ('w', 1), ('w', 3), ('w', 3)],
+                &[Holds, Refused, Holds, Stop],
+            ),
+            (&[('w', 2), ('w', 2), ('w', 9)], &[Holds, Holds, Stop]),
+            // 0 is a mutex, as everywhere.
+            (&[('w', 0), ('w', 1), ('w', 1)], &[Holds, Stop, Stop]),
+            // Readers share a one-permit name; a reader asking more is refused.
+            (&[('r', 1), ('r', 2), ('r', 1)], &[Holds, Refused, Holds]),
+        ];
+        for (members, expected) in cases {
+            let mut scan = AgreedScan::default();
+            let mut judged = Vec::new();
+            for &(m, permits) in *members {
+                let mode = MemberMode::from_letter(m).unwrap();
+                let j = scan.judge(mode, permits);
+                judged.push(j);
+                if j == Stop {
+                    // Monotone: nobody later holds.
+                    break;
+                }
+            }
+            let want: Vec<Judged> = expected.iter().copied().take(judged.len()).collect();
+            assert_eq!(judged, want, "{members:?}");
+        }
     }
 
     #[test]

@@ -241,6 +241,15 @@ impl Member {
         self.cleanup.session.may_heartbeat()
     }
 
+    /// While the session's link is suspended, the G2 deadline by which this member's stream
+    /// ends `ABORTED` unless the session is back; `None` otherwise.
+    pub fn link_deadline(&self) -> Option<tokio::time::Instant> {
+        match *self.cleanup.session.link().borrow() {
+            super::link::Link::Suspended { deadline } => Some(deadline),
+            _ => None,
+        }
+    }
+
     /// Whether it held by its queue's view the moment it joined.
     pub(crate) fn held_at_join(&self) -> bool {
         self.enlisted.holds
@@ -440,12 +449,14 @@ async fn create_member(
 /// taken for a failed one while the session lives; a lost session ends the search (the znode,
 /// if it was made, went with it).
 ///
-/// Each look starts with a `sync`: after a reconnect the session may be on a follower that
-/// has not applied the create yet (ZooKeeper only promises a server as new as what the client
-/// has *seen*, and the lost reply was never seen), and a listing there would miss it — the
-/// znode would then head the queue for as long as the session lives. The queue simulation
-/// (`queue::sim`, `a_search_without_sync_leaves_an_orphan_and_the_simulation_finds_it`) finds
-/// that schedule without the `sync`.
+/// Each look starts with a `sync` of the queue: after a fast reconnect the session may sit on
+/// a server that has not yet applied the create (a lagging follower), whose listing would
+/// miss it; we would then create a second znode while the first, ours but unknown to us, heads
+/// the queue for as long as the session lives. A `sync` makes the server catch up with the
+/// quorum first, and ZooKeeper answers one session's requests in order, so the listing after
+/// it includes every create the quorum applied before it. The queue simulation (`queue::sim`,
+/// `a_search_without_sync_leaves_an_orphan_and_the_simulation_finds_it`) finds that schedule
+/// without the `sync`.
 async fn find_protected(
     session: &ZkSession,
     queue_path: &str,
@@ -458,8 +469,9 @@ async fn find_protected(
             CoordError::SessionLost(r) => Retry::LostWhileJoining(r).into(),
             e => e,
         })?;
-        match session.zk.probe().await {
-            Ok(()) => {}
+        match session.zk.sync(queue_path).await {
+            // A missing queue is answered by the listing below.
+            Ok(()) | Err(zkc::Error::NoNode) => {}
             Err(e) if super::zk::is_transport_failure(&e) => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue 'look;
@@ -503,11 +515,7 @@ fn release_in_background(
     path: String,
 ) -> tokio::task::JoinHandle<Result<bool, CoordError>> {
     let s = session.clone();
-    let delay = session.release_delay();
     session.releases.spawn(async move {
-        if let Some(d) = delay {
-            tokio::time::sleep(d).await;
-        }
         let r = s.delete_until_gone(&path).await;
         if let Err(e) = &r {
             tracing::debug!(error = %e, "background release ended without a confirmed delete; the session's end removes the znode");
@@ -603,12 +611,15 @@ pub(crate) async fn list_members(
         .iter()
         .filter_map(|c| MemberName::parse(c))
         .collect();
-    members.sort_by_key(|m| m.sequence);
+    // Sequence, then name: two children with one sequence number (one of them someone else's)
+    // are listed in the same order everywhere.
+    members.sort_by_key(|m| (m.sequence, m.node_name()));
     Ok(members)
 }
 
 /// Reads the data of `members` of the queue at `path`, in paged multi-reads (G10); members gone
-/// meanwhile are `None`.
+/// meanwhile are `None`, and so is a child that is not ephemeral: named like a member, but no
+/// member's (every member znode is EPHEMERAL_SEQUENTIAL), so never a leader or a holder.
 pub(crate) async fn read_data(
     session: &ZkSession,
     kind: QueueKind,
@@ -625,6 +636,9 @@ pub(crate) async fn read_data(
         .await?;
     Ok(data
         .into_iter()
-        .map(|d| d.map(|(bytes, stat)| (NodeRecord::decode_lossy(&bytes), stat)))
+        .map(|d| {
+            d.filter(|(_, stat)| stat.ephemeral_owner != 0)
+                .map(|(bytes, stat)| (NodeRecord::decode_lossy(&bytes), stat))
+        })
         .collect())
 }

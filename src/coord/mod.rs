@@ -12,6 +12,7 @@
 //! - [`error`]: every refusal, named by meaning; [`types`]: validated domain types;
 //!   [`record`]: what a member znode stores; [`zk`], [`paging`]: the ZooKeeper client.
 
+pub mod clock;
 pub mod election;
 pub mod error;
 pub mod link;
@@ -45,8 +46,6 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_QUEUES: usize = 10_000;
 /// Proclaimed bytes (values plus 1 KiB a request) one session may have in flight, by default.
 pub const DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT: usize = 4 * 1024 * 1024;
-/// ZooKeeper's own default `tickTime` (and Debian's `zoo.cfg`): assumed unless configured.
-pub const DEFAULT_ZK_TICK_TIME: Duration = Duration::from_secs(2);
 
 /// Settings of the coordination layer (the `serve` flags that concern ZooKeeper).
 #[derive(Debug, Clone)]
@@ -66,10 +65,12 @@ pub struct CoordConfig {
     pub silence_limit: Option<Duration>,
     /// `user:password` for ZooKeeper digest auth; znodes then get a creator-only ACL (G9).
     pub zk_digest: Option<String>,
-    /// The ensemble's `tickTime` (default [`DEFAULT_ZK_TICK_TIME`]). The ensemble's leader hears
+    /// The ensemble's `tickTime`, if the operator states it (unstated: the largest tick a server
+    /// granting the session's timeout T can run with, T/2). The ensemble's leader hears
     /// of a session held by a follower only through the follower's ping replies, every half
     /// tick, so the G2 deadline allows for that lag (see `timing::Timing::quorum_lag`).
-    /// Overstating it only shortens `stop_within`; understating it weakens G2.
+    /// Overstating it only shortens `stop_within`; understating it weakens G2, which is why
+    /// nothing smaller than the worst case is assumed unless stated.
     pub zk_tick_time: Option<Duration>,
     /// HTTP/2 keepalive ping interval toward clients (default T/5; see [`timing::Timing`]).
     pub keepalive_interval: Option<Duration>,
@@ -143,18 +144,6 @@ impl CoordConfig {
     pub fn root_path(&self) -> &str {
         self.root.trim_end_matches('/')
     }
-
-    /// A fifth of the session timeout: the client notices a dead link fast, which both warns
-    /// leaders early and keeps `stop_within` long (see `session` module docs).
-    pub fn connection_timeout(&self) -> Duration {
-        self.session_timeout / 5
-    }
-
-    /// The tick assumed for a session of timeout `t`: the configured one, but never more than
-    /// `t / 2`, since ZooKeeper grants no session shorter than two ticks.
-    pub fn assumed_tick(&self, t: Duration) -> Duration {
-        self.zk_tick_time.unwrap_or(DEFAULT_ZK_TICK_TIME).min(t / 2)
-    }
 }
 
 /// The gateway's coordination core: the session pool and everything served over it.
@@ -189,7 +178,6 @@ impl Coordinator {
                 counter.clone(),
                 live_queues.clone(),
                 tx,
-                draining.clone(),
                 shutdown.clone(),
             ));
             slots.push(rx);
@@ -309,16 +297,29 @@ impl Coordinator {
         self.streams.token()
     }
 
-    /// Graceful drain (G7): streams end `UNAVAILABLE` and release their znodes, then the
-    /// sessions close. Bounded by `grace`.
+    /// Graceful drain (G7, G3c): waiters and observers end `UNAVAILABLE` at once and their
+    /// znodes go; holders are revoked (told `suspended`, their znodes deleted once they end their
+    /// streams or their silence limit has passed since the last message sent to them, then
+    /// `UNAVAILABLE`); then the sessions close, taking anything left with them.
+    ///
+    /// Every stream ends by itself within its silence limit (plus a delete's round trip), even
+    /// one whose client stopped reading, so the wait for streams is bounded by the silence
+    /// limit plus `grace`, and closing the sessions by `grace`: a session never closes before
+    /// every holder's bound has passed.
     pub async fn drain(&self, grace: Duration) {
         self.draining.cancel();
         self.streams.close();
-        if tokio::time::timeout(grace, self.streams.wait())
+        // The requested timeout's silence limit: no session's (negotiated) limit is longer.
+        let silence_limit = timing::Timing::requested(&self.cfg).silence_limit;
+        if tokio::time::timeout(silence_limit + grace, self.streams.wait())
             .await
             .is_err()
         {
-            tracing::warn!("streams did not finish within the drain grace period");
+            tracing::warn!(
+                ?silence_limit,
+                ?grace,
+                "streams did not finish within the silence limit plus the drain grace period"
+            );
         }
         self.shutdown.cancel();
         let _ = tokio::time::timeout(grace, self.supervisors.wait()).await;

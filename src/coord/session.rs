@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zkc;
 use zookeeper_client::{Acls, SessionState};
 
+use super::clock::{SessionClock, Verdict};
 use super::link::wait_usable;
 use super::link::{Link, LossReason};
 use super::queue::{QueueHandle, QueueRegistry, SessionIo};
@@ -52,11 +53,9 @@ pub struct ZkSession {
     pub(crate) releases: tokio_util::task::TaskTracker,
     /// Room for proclaimed bytes in flight on this session (`max_proclaim_bytes_in_flight`).
     proclaims: Arc<tokio::sync::Semaphore>,
-    /// The gateway is draining: releases wait [`Timing::drain_handoff`] first.
-    draining: CancellationToken,
-    /// Send time of the newest liveness probe ZooKeeper answered (kept by `follow_session`):
-    /// the server heard from this session no earlier than this.
-    last_answered: Mutex<Instant>,
+    /// The G2 clock, fed by `follow_session` (the only one to judge with it) and read for
+    /// heartbeats: one rule for both ([`SessionClock`]).
+    clock: Mutex<SessionClock>,
 }
 
 impl ZkSession {
@@ -72,32 +71,25 @@ impl ZkSession {
         self.zk.session_id()
     }
 
-    /// How long a release waits before it deletes: nothing normally; while the gateway drains,
-    /// [`Timing::drain_handoff`], so a holder whose stream the drain ended `UNAVAILABLE` has
-    /// read it (and stopped) before its znode goes and a successor can be granted elsewhere.
-    pub fn release_delay(&self) -> Option<Duration> {
-        self.draining
-            .is_cancelled()
-            .then_some(self.timing.drain_handoff)
+    /// Whether a heartbeat may be sent to this session's leaders now: the clock's one rule
+    /// ([`SessionClock::may_heartbeat`]) — connected with a quorum-confirmed probe younger than
+    /// [`Timing::probe_stale_after`], or suspended before the deadline with the streams already
+    /// told. After a freeze the timers fire before the supervisor has judged the link, which
+    /// then still reads `Connected` with a stale probe: no heartbeat.
+    pub fn may_heartbeat(&self) -> bool {
+        let told_suspended = match *self.link.borrow() {
+            Link::Connected => false,
+            Link::Suspended { .. } => true,
+            Link::Lost(_) => return false,
+        };
+        self.clock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .may_heartbeat(Instant::now(), told_suspended)
     }
 
-    /// Whether a heartbeat may be sent to this session's leaders now. A heartbeat keeps a
-    /// leader's silence watchdog from firing, so it must rest on a current view of the link:
-    /// connected with a quorum-confirmed probe sent within
-    /// [`Timing::heartbeat_fresh_within`], or suspended (the leader already stopped
-    /// leader-only work and waits for `resumed` or the end; heartbeats keep it from giving up
-    /// a short blip). After a freeze the timers fire before the supervisor has judged the
-    /// link, which then still reads `Connected` with a stale probe: no heartbeat.
-    pub fn may_heartbeat(&self) -> bool {
-        let last = *self.last_answered.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        match *self.link.borrow() {
-            Link::Connected => {
-                now.saturating_duration_since(last) < self.timing.heartbeat_fresh_within()
-            }
-            Link::Suspended { deadline } => now < deadline,
-            Link::Lost(_) => false,
-        }
+    fn with_clock<R>(&self, f: impl FnOnce(&mut SessionClock) -> R) -> R {
+        f(&mut self.clock.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// See [`QueueRegistry::watched_leader`].
@@ -221,17 +213,20 @@ pub async fn supervise_slot(
     counter: Arc<RequestCounter>,
     live_queues: Arc<AtomicUsize>,
     slot: watch::Sender<Option<Arc<ZkSession>>>,
-    draining: CancellationToken,
     shutdown: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(100);
+    // What the next connection asks for: the configured timeout, or the granted one after a
+    // grant too short for the library's connection timeout (see `Timing::needs_reconnect`).
+    let mut ask_next: Option<Duration> = None;
     loop {
         if shutdown.is_cancelled() {
             return;
         }
+        let ask = ask_next.take().unwrap_or(cfg.session_timeout);
         let client = tokio::select! {
             _ = shutdown.cancelled() => return,
-            c = connect(&cfg) => c,
+            c = connect(&cfg, ask) => c,
         };
         let client = match client {
             Ok(c) => c,
@@ -246,7 +241,21 @@ pub async fn supervise_slot(
             }
         };
         backoff = Duration::from_millis(100);
-        let timing = Timing::derive(&cfg, client.session_timeout());
+        let timing = Timing::derive(&cfg, ask, client.session_timeout());
+        if timing.needs_reconnect() {
+            // No stream has used this session yet: closing it costs nothing, and asking again
+            // for what was granted makes the library's connection timeout a fifth of it.
+            tracing::error!(
+                session = format_args!("{:#x}", client.session_id().0),
+                asked = ?ask,
+                granted = ?timing.negotiated,
+                library_connection_timeout = ?timing.connection_timeout,
+                "ZooKeeper granted a shorter session timeout than asked (its maxSessionTimeout): reconnecting asking for the granted timeout, so that every timing bound derives from it (G2); raise the server's maxSessionTimeout or lower --session-timeout to avoid this"
+            );
+            drop(client);
+            ask_next = Some(timing.negotiated);
+            continue;
+        }
         let acls = if cfg.zk_digest.is_some() {
             Acls::creator_all()
         } else {
@@ -264,8 +273,7 @@ pub async fn supervise_slot(
             proclaims: Arc::new(tokio::sync::Semaphore::new(
                 cfg.max_proclaim_bytes_in_flight.max(1),
             )),
-            last_answered: Mutex::new(Instant::now()),
-            draining: draining.clone(),
+            clock: Mutex::new(SessionClock::new(timing, Instant::now())),
         });
         tracing::info!(
             session = format_args!("{:#x}", session.session_id()),
@@ -274,14 +282,11 @@ pub async fn supervise_slot(
             quorum_lag = ?timing.quorum_lag,
             "ZooKeeper session established"
         );
-        if let Some(explicit) = timing.clamped_silence_limit {
+        for clamp in timing.clamps() {
             tracing::error!(
-                configured = ?explicit,
-                in_force = ?timing.silence_limit,
                 requested_timeout = ?cfg.session_timeout,
                 negotiated_timeout = ?timing.negotiated,
-                bound = ?timing.silence_bound(),
-                "ZooKeeper granted a shorter session timeout than requested, too short for the configured silence limit: using the default for the granted timeout instead (G3b); lower --silence-limit or raise the server's maxSessionTimeout"
+                "{clamp} (G2, G3b)"
             );
         }
         let mut connected = m::ZkConnected::default();
@@ -319,10 +324,10 @@ pub async fn supervise_slot(
     }
 }
 
-async fn connect(cfg: &CoordConfig) -> Result<zkc::Client, zkc::Error> {
+async fn connect(cfg: &CoordConfig, ask: Duration) -> Result<zkc::Client, zkc::Error> {
     let mut connector = zkc::Client::connector()
-        .with_session_timeout(cfg.session_timeout)
-        .with_connection_timeout(cfg.connection_timeout());
+        .with_session_timeout(ask)
+        .with_connection_timeout(ask / 5);
     if let Some(digest) = &cfg.zk_digest {
         connector = connector.with_auth("digest", digest.as_bytes());
     }
@@ -369,36 +374,36 @@ async fn follow_session(
     type ProbeFuture =
         std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), zkc::Error>> + Send>>;
     let zk = &session.zk;
-    let stale_after = timing.probe_stale_after();
-    // The session was just established: the server heard us now.
-    let mut last_answered = Instant::now();
-    let mut disconnected_at: Option<Instant> = None;
-    let mut deadline: Option<Instant> = None;
     let mut probe: Option<(Instant, ProbeFuture)> = None;
+    let mut disconnected = false;
+    let mut published = Verdict::Connected;
     let mut tick = tokio::time::interval(timing.probe_interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let wake = session.with_clock(|c| c.next_change(Instant::now()));
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => return LossReason::Draining,
-            _ = async { tokio::time::sleep_until(deadline.expect("guarded")).await }, if deadline.is_some() => {
-                return LossReason::PresumedExpired;
-            }
+            // The clock's verdict changes by time alone (a probe going stale, a deadline).
+            _ = async { tokio::time::sleep_until(wake.expect("guarded")).await }, if wake.is_some() => {}
             s = states.changed() => match s {
                 SessionState::Disconnected => {
-                    disconnected_at.get_or_insert_with(Instant::now);
+                    disconnected = true;
+                    session.with_clock(|c| c.disconnected(Instant::now()));
                     // Replies to a probe sent on the dead connection will never come.
                     probe = None;
                 }
                 SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
-                    disconnected_at = None;
-                    // The same session is back; prove it with a fresh probe before resuming,
-                    // so the resume and the deadline rest on the same evidence.
+                    disconnected = false;
+                    session.with_clock(SessionClock::reconnected);
+                    // The same session is back; a fresh probe proves it to the quorum.
                     let sent = Instant::now();
                     probe = Some((sent, Box::pin(zk.liveness_probe())));
                 }
-                SessionState::Expired => return LossReason::Expired,
-                SessionState::AuthFailed | SessionState::Closed => return LossReason::Closed,
+                SessionState::Expired => session.with_clock(|c| c.end(LossReason::Expired)),
+                SessionState::AuthFailed | SessionState::Closed => {
+                    session.with_clock(|c| c.end(LossReason::Closed));
+                }
             },
             r = async { probe.as_mut().expect("guarded").1.as_mut().await }, if probe.is_some() => {
                 let (sent, _) = probe.take().expect("guarded");
@@ -407,56 +412,54 @@ async fn follow_session(
                     // heard the session. Lost requests, an expired session or a closed client
                     // are not.
                     Ok(()) | Err(zkc::Error::NoNode | zkc::Error::NoAuth) => {
-                        last_answered = last_answered.max(sent);
-                        *session.last_answered.lock().unwrap_or_else(|p| p.into_inner()) = last_answered;
+                        session.with_clock(|c| c.answered(sent));
+                        // An answer that was long in coming (ZooKeeper was frozen or slow):
+                        // ask again at once rather than at the next tick, so fresh evidence
+                        // follows before this answer goes stale.
+                        if !disconnected && sent.elapsed() > timing.probe_interval() {
+                            probe = Some((Instant::now(), Box::pin(zk.liveness_probe())));
+                        }
                     }
                     Err(e) => tracing::debug!(error = %e, "liveness probe failed"),
                 }
             }
             _ = tick.tick() => {
-                if disconnected_at.is_none() && probe.is_none() {
+                if !disconnected && probe.is_none() {
                     probe = Some((Instant::now(), Box::pin(zk.liveness_probe())));
                 }
             }
         }
 
-        // What the evidence says now: healthy, or suspended with a deadline.
+        // What the evidence says now, published when it changes.
         let now = Instant::now();
-        let probe_deadline = timing.quorum_deadline(last_answered);
-        let target = match disconnected_at {
-            Some(at) => Some(timing.abort_deadline(at).min(probe_deadline)),
-            None if now.saturating_duration_since(last_answered) >= stale_after => {
-                Some(probe_deadline)
-            }
-            None => None,
-        };
-        match (deadline, target) {
-            (None, None) => {}
-            (Some(_), None) => {
-                deadline = None;
+        let (verdict, last_answered) = session.with_clock(|c| (c.judge(now), c.last_answered()));
+        if verdict == published {
+            continue;
+        }
+        match verdict {
+            Verdict::Lost(reason) => return reason,
+            Verdict::Connected => {
                 tracing::info!("ZooKeeper session resumed");
                 connected.set(true);
                 link.send_replace(Link::Connected);
             }
-            (None, Some(d)) => {
-                deadline = Some(d);
-                connected.set(false);
-                if disconnected_at.is_some() {
-                    tracing::warn!(stop_within = ?d.saturating_duration_since(now), "ZooKeeper disconnected; streams suspended");
-                } else {
-                    tracing::warn!(
-                        unanswered_for = ?now.saturating_duration_since(last_answered),
-                        stop_within = ?d.saturating_duration_since(now),
-                        "ZooKeeper does not answer although the connection looks up; streams suspended"
-                    );
+            Verdict::Suspended { deadline } => {
+                if published == Verdict::Connected {
+                    connected.set(false);
+                    let stop_within = deadline.saturating_duration_since(now);
+                    if disconnected {
+                        tracing::warn!(?stop_within, "ZooKeeper disconnected; streams suspended");
+                    } else {
+                        tracing::warn!(
+                            unanswered_for = ?now.saturating_duration_since(last_answered),
+                            ?stop_within,
+                            "ZooKeeper does not answer although the connection looks up; streams suspended"
+                        );
+                    }
                 }
-                link.send_replace(Link::Suspended { deadline: d });
+                link.send_replace(Link::Suspended { deadline });
             }
-            (Some(old), Some(d)) if d < old => {
-                deadline = Some(d);
-                link.send_replace(Link::Suspended { deadline: d });
-            }
-            (Some(_), Some(_)) => {}
         }
+        published = verdict;
     }
 }

@@ -1,14 +1,18 @@
-//! The gateway's clock rules: every duration derived from the session timeout T, and the one
-//! check that they keep the guarantees (README "Timing", docs/faults.md "Timing").
+//! The gateway's clock rules: every duration derived from the session timeout T that
+//! ZooKeeper *granted*, and the one check that they keep the guarantees (README "Timing",
+//! docs/faults.md "Timing"). The decisions taken with them at run time (suspend, heartbeat,
+//! abort) live in the pure [`super::clock`].
 //!
 //! | what | default | why |
 //! |---|---|---|
-//! | connection timeout | T/5 (≤ 2T/5, the library's own cap) | a dead link is noticed early, so `stop_within` stays long |
-//! | probe interval | connection timeout / 4 | several quorum probes per connection timeout |
+//! | connection timeout | T/5 (the session is re-requested at the granted T so the library's own value is T/5 of it) | a dead link is noticed early, so `stop_within` stays long |
+//! | probe interval | T/20 | several quorum probes per staleness window |
+//! | probe staleness | T/5 | past it, streams are suspended, and no heartbeat is sent before that (one rule) |
 //! | margin | T/10, ≥ 200 ms | leaders stop this long before the quorum could expire the session |
-//! | quorum lag | tickTime/2 + probe interval | how stale the quorum's view of a follower's session can be (G2) |
+//! | assumed tick | the stated `tickTime`, never above T/2; unstated: T/2 | the largest tick a server granting T can run with |
+//! | quorum lag | tick/2 + probe interval | how stale the quorum's view of a follower's session can be (G2) |
 //! | silence limit | 35% of min(requested, granted) | a leader hearing nothing this long must assume it lost (G3b) |
-//! | keepalive interval / timeout | T/5, 2T/5 | dead clients are found before a silent leader could overlap |
+//! | keepalive interval / timeout | T/5, 2T/5 of the requested T | dead clients are found before a silent leader could overlap |
 
 use std::time::Duration;
 
@@ -17,69 +21,87 @@ use tokio::time::Instant;
 use super::CoordConfig;
 
 /// Every duration derived from the session timeout T (G2, G3b): computed by [`Timing::derive`]
-/// and checked by [`Timing::check`], and nowhere else — the session supervisor, the server's
-/// HTTP/2 keepalive and start-up check, the tests and README "Timing" all read it from here.
+/// and checked by [`Timing::check`], and nowhere else — the session supervisor and its
+/// [`super::clock::SessionClock`], the server's HTTP/2 keepalive and start-up check, the tests
+/// and README "Timing" all read it from here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {
-    /// The session timeout the gateway asked for (`--session-timeout`).
+    /// The session timeout the gateway was configured to ask for (`--session-timeout`).
     pub requested: Duration,
     /// The session timeout ZooKeeper granted (the requested one before a session exists).
     pub negotiated: Duration,
-    /// How long the client library waits for a reply before it declares the link dead.
+    /// How long the client library waits for a reply before it declares the link dead: its
+    /// own rule applied to what this connection asked for (see [`Timing::library_connection_timeout`]).
     pub connection_timeout: Duration,
     /// Subtracted from the server's expiry time to stop leaders safely before it.
     pub margin: Duration,
     /// A leader hearing nothing for this long must assume it lost.
     pub silence_limit: Duration,
+    /// The ensemble tick this timing assumes: the stated one (never above T/2), else T/2.
+    pub tick: Duration,
     /// How much earlier than the send time of the newest quorum-confirmed probe the ensemble's
     /// leader may have last heard of the session (see [`Timing::quorum_lag`]).
     pub quorum_lag: Duration,
     /// An explicit silence limit the negotiated timeout could not honour, if any: the limit in
     /// force is then the default for the negotiated timeout.
     pub clamped_silence_limit: Option<Duration>,
+    /// An explicit stop margin the negotiated timeout could not honour (it left leaders no
+    /// usable `stop_within`), if any: the default margin is in force instead.
+    pub clamped_margin: Option<Duration>,
+    /// A stated `tickTime` above T/2 (no server granting T runs with it), if any: T/2 is
+    /// assumed instead.
+    pub clamped_tick: Option<Duration>,
     /// HTTP/2 keepalive ping interval toward clients (default T/5 of the requested timeout).
     pub keepalive_interval: Duration,
     /// An unanswered keepalive ping ends the connection, its streams and their znodes
     /// (default 2T/5 of the requested timeout): dead-client detection.
     pub keepalive_timeout: Duration,
-    /// On drain, how long a holder's znode outlives the `UNAVAILABLE` that ended its stream:
-    /// the client reads the end (and stops) before anyone else can be granted (G1, G7).
-    pub drain_handoff: Duration,
 }
 
 impl Timing {
-    /// Mirrors `zookeeper-client`'s own rule for its connection timeout (session/mod.rs
-    /// `calc_tick_timeout`): the configured value unless it exceeds 3/5 of the session timeout,
-    /// then 2/5 of it; the client checks it every 1/8 of that.
+    /// The timing of a session granted `negotiated` on a connection that asked for `asked`.
     ///
-    /// An explicit silence limit that the *negotiated* timeout cannot honour (the server may
-    /// grant less than was asked, and the start-up check only saw the request) is clamped to
-    /// the default for the negotiated timeout, and `clamped_silence_limit` says so: refusing
-    /// the session would leave the gateway unusable, keeping the limit would break G3b.
-    pub fn derive(cfg: &CoordConfig, negotiated: Duration) -> Self {
+    /// Everything is derived from the *granted* timeout, never the requested one: the server
+    /// may grant less (`maxSessionTimeout`), and bounds derived from the request would then
+    /// leave a leader no `suspended` before its stream must end. The one value the gateway
+    /// cannot re-derive after the fact is the client library's connection timeout, fixed when
+    /// the connection asked; [`Timing::needs_reconnect`] says when the session supervisor
+    /// must ask again for the granted timeout so that it is T/5 of it too.
+    ///
+    /// Explicit settings the granted timeout cannot honour are clamped, each recorded in a
+    /// `clamped_*` field so the supervisor says so loudly: refusing the session would leave the
+    /// gateway unusable, keeping the value would break G2 or G3b.
+    pub fn derive(cfg: &CoordConfig, asked: Duration, negotiated: Duration) -> Self {
         let requested = cfg.session_timeout;
-        let configured = cfg.connection_timeout();
-        let connection_timeout = if configured > negotiated * 3 / 5 {
-            negotiated * 2 / 5
-        } else {
-            configured
-        };
-        let margin = cfg
-            .stop_margin
-            .unwrap_or_else(|| default_margin(negotiated));
-        let probe_interval = probe_interval(connection_timeout);
+        let connection_timeout = library_connection_timeout(asked / 5, negotiated);
+        let stated_tick = cfg.zk_tick_time;
+        let tick = stated_tick.unwrap_or(negotiated / 2).min(negotiated / 2);
+        let probe_interval = probe_interval(negotiated);
         let mut timing = Self {
             requested,
             negotiated,
             connection_timeout,
-            margin,
-            silence_limit: default_silence_limit(negotiated, cfg.session_timeout),
-            quorum_lag: cfg.assumed_tick(negotiated) / 2 + probe_interval,
+            margin: default_margin(negotiated),
+            silence_limit: default_silence_limit(negotiated, requested),
+            tick,
+            quorum_lag: tick / 2 + probe_interval,
             clamped_silence_limit: None,
+            clamped_margin: None,
+            clamped_tick: stated_tick.filter(|&t| t > negotiated / 2),
             keepalive_interval: cfg.keepalive_interval.unwrap_or(requested / 5),
             keepalive_timeout: cfg.keepalive_timeout.unwrap_or(requested * 2 / 5),
-            drain_handoff: DRAIN_HANDOFF.min(negotiated / 10),
         };
+        if let Some(explicit) = cfg.stop_margin {
+            let default = timing.margin;
+            timing.margin = explicit;
+            if timing.min_stop_within() < negotiated / 10 {
+                timing.margin = default;
+                timing.clamped_margin = Some(explicit);
+            }
+        }
+        // The default stays under the bound even where the margin's 200 ms floor or a stated
+        // long tick eats into a short T.
+        timing.silence_limit = timing.silence_limit.min(timing.silence_bound() * 9 / 10);
         if let Some(explicit) = cfg.silence_limit {
             if explicit < timing.silence_bound() {
                 timing.silence_limit = explicit;
@@ -90,17 +112,32 @@ impl Timing {
         timing
     }
 
-    /// How often the session supervisor sends its liveness probe: a quarter of the connection
-    /// timeout, so several probes fit in the time the library itself gives a silent link.
-    pub fn probe_interval(&self) -> Duration {
-        probe_interval(self.connection_timeout)
+    /// The timing of the *requested* session timeout, as known before any session: what the
+    /// start-up check and the server's keepalive use.
+    pub fn requested(cfg: &CoordConfig) -> Self {
+        Self::derive(cfg, cfg.session_timeout, cfg.session_timeout)
     }
 
-    /// A connected session whose newest quorum-confirmed probe was sent this long ago is
-    /// treated as disconnected: the library's own rule (nothing received for the connection
-    /// timeout), applied to answers instead of bytes, plus one probe interval.
+    /// Whether the connection that produced this timing must be replaced by one asking for the
+    /// granted timeout: the library fixed its connection timeout from what was asked, and it is
+    /// longer than T/5 of what was granted, so it would notice a dead link too late to give
+    /// leaders a usable `stop_within` (the 4 s granted of 10 s asked case: no `suspended` at
+    /// all, only `ABORTED`).
+    pub fn needs_reconnect(&self) -> bool {
+        self.connection_timeout > self.negotiated / 5
+    }
+
+    /// How often the session supervisor sends its liveness probe: T/20, four per staleness
+    /// window.
+    pub fn probe_interval(&self) -> Duration {
+        probe_interval(self.negotiated)
+    }
+
+    /// A connected session whose newest quorum-confirmed probe was sent this long ago (T/5)
+    /// is suspended, and no heartbeat is sent on its evidence: one threshold for both, so a
+    /// slow ZooKeeper turns into `suspended` before it can turn into a leader's silence.
     pub fn probe_stale_after(&self) -> Duration {
-        self.connection_timeout + self.probe_interval()
+        self.negotiated / 5
     }
 
     /// The G2 deadline of a session whose newest quorum-confirmed probe was sent at `sent`.
@@ -120,8 +157,8 @@ impl Timing {
 
     /// The latest safe moment for streams of a session that disconnected at `at`, by the
     /// library's view alone (the last byte from the server it was connected to). Never later
-    /// than [`Timing::quorum_deadline`] of the same evidence; the supervisor takes the
-    /// earlier of the two.
+    /// than [`Timing::quorum_deadline`] of the same evidence; the clock takes the earlier of
+    /// the two.
     pub fn abort_deadline(&self, at: Instant) -> Instant {
         let last_contact = at
             .checked_sub(self.connection_timeout * 9 / 8)
@@ -129,24 +166,57 @@ impl Timing {
         self.quorum_deadline(last_contact)
     }
 
-    /// A connected session vouches for its leaders with a heartbeat only while its newest
-    /// quorum-confirmed probe was sent less than this long ago (two probe intervals): tighter
-    /// than [`Timing::probe_stale_after`], so the silence limit keeps room under the
-    /// session timeout even when `tickTime` is half of it. A probe answered late only delays
-    /// a heartbeat; past `probe_stale_after` the streams are suspended, and suspended leaders
-    /// get heartbeats again (they have already stopped leader-only work).
-    pub fn heartbeat_fresh_within(&self) -> Duration {
-        self.connection_timeout / 2
+    /// The shortest `stop_within` a leader can be handed at the moment of suspension: the
+    /// library's disconnect (checked against the last contact it dates 9/8 connection timeout
+    /// back) or a probe going stale, whichever leaves less. G2 promises a usable one.
+    pub fn min_stop_within(&self) -> Duration {
+        let after_stale = self
+            .negotiated
+            .saturating_sub(self.quorum_lag)
+            .saturating_sub(self.margin)
+            .saturating_sub(self.probe_stale_after());
+        let after_disconnect = self
+            .negotiated
+            .saturating_sub(self.quorum_lag)
+            .saturating_sub(self.margin)
+            .saturating_sub(self.connection_timeout * 9 / 8);
+        after_stale.min(after_disconnect)
     }
 
     /// An explicit silence limit must stay below this (G3b): a frozen gateway's last heartbeat
-    /// goes out less than `heartbeat_fresh_within` after its newest confirmed probe was sent,
-    /// and its leaders must have stopped before the quorum could expire the session.
+    /// goes out less than [`Timing::probe_stale_after`] after its newest confirmed probe was
+    /// sent, and its leaders must have stopped before the quorum could expire the session.
     pub fn silence_bound(&self) -> Duration {
         self.negotiated
-            .saturating_sub(self.heartbeat_fresh_within())
+            .saturating_sub(self.probe_stale_after())
             .saturating_sub(self.quorum_lag)
             .saturating_sub(self.margin)
+    }
+
+    /// Every setting the granted timeout made this timing override, as sentences for the log.
+    pub fn clamps(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(explicit) = self.clamped_silence_limit {
+            out.push(format!(
+                "--silence-limit {explicit:?} does not fit the granted session timeout {:?} (it must stay below {:?}): using {:?}",
+                self.negotiated,
+                self.silence_bound(),
+                self.silence_limit
+            ));
+        }
+        if let Some(explicit) = self.clamped_margin {
+            out.push(format!(
+                "--stop-margin {explicit:?} leaves leaders no usable stop_within under the granted session timeout {:?}: using {:?}",
+                self.negotiated, self.margin
+            ));
+        }
+        if let Some(stated) = self.clamped_tick {
+            out.push(format!(
+                "--zk-tick-time {stated:?} is above half the granted session timeout {:?} (no server granting it runs with such a tick): assuming {:?}",
+                self.negotiated, self.tick
+            ));
+        }
+        out
     }
 }
 
@@ -155,7 +225,7 @@ impl Timing {
 pub enum TimingError {
     #[error("silence limit must be positive")]
     ZeroSilenceLimit,
-    #[error("silence limit {silence:?} must be shorter than session timeout {t:?} minus the heartbeat freshness {fresh:?}, the quorum lag {lag:?} (tickTime {tick:?} / 2 + probe interval) and the margin {margin:?} (= {bound:?})")]
+    #[error("silence limit {silence:?} must be shorter than session timeout {t:?} minus the probe staleness {fresh:?}, the quorum lag {lag:?} (tickTime {tick:?} / 2 + probe interval) and the margin {margin:?} (= {bound:?})")]
     SilenceOverSessionBound {
         silence: Duration,
         t: Duration,
@@ -170,19 +240,21 @@ pub enum TimingError {
         silence: Duration,
         keepalive: Duration,
     },
+    #[error("stop margin {margin:?} leaves leaders only {stop_within:?} between `suspended` and the end of their stream under session timeout {t:?}; lower it")]
+    MarginLeavesNoStopWithin {
+        margin: Duration,
+        stop_within: Duration,
+        t: Duration,
+    },
 }
 
 impl Timing {
-    /// The timing of the *requested* session timeout, as known before any session: what the
-    /// start-up check and the server's keepalive use.
-    pub fn requested(cfg: &CoordConfig) -> Self {
-        Self::derive(cfg, cfg.session_timeout)
-    }
-
-    /// G3b, checked once at start-up: a leader must stop (silence limit) before the gateway
-    /// could delete its znode for a dead connection (keepalive timeout), and before the quorum
-    /// could expire a frozen gateway's session ([`Timing::silence_bound`]; a shorter negotiated
-    /// timeout is handled when the session is established, see `clamped_silence_limit`).
+    /// G2 and G3b, checked once at start-up against the *requested* timeout: a leader must
+    /// stop (silence limit) before the gateway could delete its znode for a dead connection
+    /// (keepalive timeout), and before the quorum could expire a frozen gateway's session
+    /// ([`Timing::silence_bound`]); a suspended leader must get a usable `stop_within`. A
+    /// shorter granted timeout is handled when the session is established (see
+    /// [`Timing::derive`]: re-derived, explicit values clamped loudly).
     ///
     /// # Errors
     /// The rule broken, with the settings that break it.
@@ -191,14 +263,23 @@ impl Timing {
         if silence.is_zero() {
             return Err(TimingError::ZeroSilenceLimit);
         }
+        if let Some(margin) = self.clamped_margin {
+            let mut unclamped = *self;
+            unclamped.margin = margin;
+            return Err(TimingError::MarginLeavesNoStopWithin {
+                margin,
+                stop_within: unclamped.min_stop_within(),
+                t: self.requested,
+            });
+        }
         let bound = self.silence_bound();
         if silence >= bound {
             return Err(TimingError::SilenceOverSessionBound {
                 silence,
                 t: self.requested,
-                fresh: self.heartbeat_fresh_within(),
+                fresh: self.probe_stale_after(),
                 lag: self.quorum_lag,
-                tick: cfg.assumed_tick(self.requested),
+                tick: self.tick,
                 margin: self.margin,
                 bound,
             });
@@ -219,13 +300,19 @@ impl Timing {
     }
 }
 
-/// See [`Timing::drain_handoff`]: long enough for a client to read the end of its stream over
-/// any network a gateway fleet spans (clients measured 5–220 ms from SIGTERM to noticing);
-/// short enough that a rolling drain stays quick. Never more than T/10.
-pub const DRAIN_HANDOFF: Duration = Duration::from_millis(500);
+/// `zookeeper-client`'s own rule for its connection timeout (session/mod.rs
+/// `calc_tick_timeout`): the configured value unless it exceeds 3/5 of the session timeout,
+/// then 2/5 of it; the client checks it every 1/8 of that.
+pub fn library_connection_timeout(configured: Duration, negotiated: Duration) -> Duration {
+    if configured > negotiated * 3 / 5 {
+        negotiated * 2 / 5
+    } else {
+        configured
+    }
+}
 
-fn probe_interval(connection_timeout: Duration) -> Duration {
-    (connection_timeout / 4).max(Duration::from_millis(10))
+fn probe_interval(negotiated: Duration) -> Duration {
+    (negotiated / 20).max(Duration::from_millis(10))
 }
 
 /// Safety margin before the server's expiry: a tenth of the session timeout, at least 200 ms.
@@ -233,9 +320,10 @@ pub fn default_margin(session_timeout: Duration) -> Duration {
     (session_timeout / 10).max(Duration::from_millis(200))
 }
 
-/// 35% of the smaller of the requested and negotiated timeouts: below the G2 abort point
-/// (≥ 0.65 T after the last contact with our connection timeout of T/5 and margin T/10) and
-/// below the default dead-client keepalive timeout (0.4 T of the requested timeout).
+/// 35% of the smaller of the requested and negotiated timeouts: below the silence bound
+/// (0.4 T with the defaults and an unstated tick: T − T/5 staleness − (T/4 + T/20) quorum lag
+/// − T/10 margin) and below the default dead-client keepalive timeout (0.4 T of the requested
+/// timeout).
 pub fn default_silence_limit(negotiated: Duration, requested: Duration) -> Duration {
     negotiated.min(requested) * 35 / 100
 }

@@ -322,7 +322,10 @@ impl MemberName {
         format!("{}-{}-", mode.letter(), id.hex())
     }
 
-    /// Parses a child name; `None` for anything that is not one of ours.
+    /// Parses a child name; `None` for anything that is not one of ours: a mode letter, a
+    /// 32-digit hex protected id and the sequence exactly as ZooKeeper writes it (ten digits,
+    /// so the name is the one [`MemberName::node_name`] gives back). A child with a longer or
+    /// padded suffix cannot pose as the member whose sequence number it spells.
     pub fn parse(name: &str) -> Option<Self> {
         let mut parts = name.splitn(3, '-');
         let mode = parts.next()?;
@@ -339,11 +342,12 @@ impl MemberName {
         if seq.len() < 10 || !seq.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        Some(Self {
+        let member = Self {
             mode,
             id: id.to_owned(),
             sequence: seq.parse().ok()?,
-        })
+        };
+        (member.node_name() == name).then_some(member)
     }
 
     pub fn node_name(&self) -> String {
@@ -599,6 +603,14 @@ mod tests {
         assert!(MemberName::parse("c-zz-0000000001").is_none());
         assert!(MemberName::parse("x-00000000000000000000000000000000-0000000001").is_none());
         assert!(MemberName::parse("lock-0000000001").is_none());
+        // Only the suffix ZooKeeper writes: not one that spells a member's number otherwise.
+        let prefix = MemberName::prefix(MemberMode::Candidate, &id);
+        for crafted in ["00000000042", "000000000000000042", "+000000042"] {
+            assert!(
+                MemberName::parse(&format!("{prefix}{crafted}")).is_none(),
+                "{crafted}"
+            );
+        }
     }
 
     #[test]

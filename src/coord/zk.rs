@@ -262,6 +262,18 @@ impl Zk {
             .or_default() += times;
     }
 
+    /// Test seam: how many of the failures armed by [`Zk::fail_next_unsent`] for `op` are
+    /// still waiting for a request (0 once every one was used).
+    #[doc(hidden)]
+    pub fn unsent_failures_left(&self, op: &'static str) -> u32 {
+        self.fail_unsent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(op)
+            .copied()
+            .unwrap_or(0)
+    }
+
     fn take_failure(&self, op: &'static str) -> bool {
         if op == "delete" && env_failpoints().fail_delete.fire() {
             tracing::warn!("failpoint: delete failed unsent");

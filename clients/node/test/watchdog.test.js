@@ -114,6 +114,29 @@ test('suspended while leading: loss at once, stream cancelled, later events igno
   await c.close();
 });
 
+test('suspended while queued and no resumed: the grant is lost as it is granted', async () => {
+  const election = script('suspend-queued', (call) => {
+    call.write({ queued: { lease: 'L', position: 1 } });
+    call.write({ suspended: { stopWithin: ms(2500) } });
+    call.write({ elected: { leader: LEADER, silenceLimit: ms(5000) } });
+  });
+  const lost = [];
+  const c = gw.campaign(election, 'c', '', { onLost: (r) => lost.push(r) });
+  const types = [];
+  const iteration = (async () => {
+    for await (const ev of c) types.push(ev.type);
+  })();
+  await aborted(c.signal, 5000);
+  assert.equal(c.loss, 'suspended');
+  assert.equal(c.fencingToken, 42n);
+  assert.deepEqual(lost, [c.lostReason]);
+  assert.ok(!c.isLeader);
+  await within(5000, served.get(election).cancelled, 'the server to see the cancellation');
+  await within(5000, iteration, 'the iteration to end');
+  assert.deepEqual(types, ['queued', 'suspended', 'elected', 'lost', 'end']);
+  await c.close();
+});
+
 test('a queued candidate has no watchdog; elected after a silent wait', async () => {
   const election = script('queued', async (call) => {
     call.write({ queued: { lease: 'L', position: 3 } });

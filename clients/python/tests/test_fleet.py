@@ -97,7 +97,8 @@ def test_standby_lock_holds_again_and_run_while_holding_returns(addr):
 
 
 def test_standby_requeues_on_the_next_gateway_when_one_drains(fleet, election):
-    """g2 is drained (SIGTERM): the holder reports `unavailable` and both it and the waiter go on
+    """g2 is drained (SIGTERM): the holder reports `suspended` (a drain revokes holds with
+    `suspended` first, G3c) and both it and the waiter go on
     through g1; observe follows without going back in fencing tokens. Kills g2: run last."""
     pid2 = int(os.environ["ZKGATE_PID2"])
     g2_first = [fleet[1], fleet[0]]
@@ -134,7 +135,7 @@ def test_standby_requeues_on_the_next_gateway_when_one_drains(fleet, election):
             assert granted.wait_for(
                 lambda: len([e for e in events if e[1] == "granted"]) == 2, STEP
             ), events
-        assert ("x", "lost", "unavailable", fleet[1]) in events
+        assert ("x", "lost", "suspended", fleet[1]) in events
         second = [e for e in events if e[1] == "granted"][1]
         assert second[3] == fleet[0], "requeued through g1"
         assert second[2] > events[0][2], "a later grant has a larger token"

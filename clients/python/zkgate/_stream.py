@@ -102,6 +102,9 @@ class HolderStream:
         self._loss_hook = loss_hook
         self._grant_hook = grant_hook
         self._closing = False
+        # A ``suspended`` heard while queued and not followed by ``resumed``: carried into a
+        # later grant, which is then lost as it is granted (CONFORMANCE.md).
+        self._suspended_queued = False
         self._done = threading.Event()
         self._state = threading.Condition()
         self._fleet, self._own_fleet = fleet_for(target)
@@ -284,10 +287,24 @@ class HolderStream:
                 if not self.lost.is_set():
                     self._granted.set()
                     granted = True
+            elif kind == "suspended" and not self._granted.is_set():
+                self._suspended_queued = True
+            elif kind == "resumed":
+                self._suspended_queued = False
             self._state.notify_all()
         if granted and self._grant_hook is not None:
             # On this (the reading) thread, so that it comes before any loss this stream reports.
             self._grant_hook(self)
+        if granted and self._suspended_queued:
+            # Granted while the gateway's link is still suspended: uncertain from its first
+            # moment, so it is lost as it is granted.
+            self._lose(
+                "suspended: the gateway granted the hold while its ZooKeeper connection was "
+                "suspended (no resumed since)",
+                SUSPENDED,
+            )
+            self._call.cancel()
+            return
         if kind == "suspended" and self._holding:
             stop = seconds(response.suspended.stop_within)
             self._lose(

@@ -128,6 +128,8 @@ class _HolderStream:
         self._loss_hook = loss_hook
         self._grant_hook = grant_hook
         self._closing = False
+        # A ``suspended`` heard while queued, not yet followed by ``resumed`` (CONFORMANCE.md).
+        self._suspended_queued = False
         self._done = asyncio.Event()
         self._changed = asyncio.Condition()
         self._fleet, self._own_fleet = _fleet(target)
@@ -298,6 +300,20 @@ class _HolderStream:
                 self._granted.set()
                 if self._grant_hook is not None:  # before any loss this stream reports
                     self._grant_hook(self)
+                if self._suspended_queued:
+                    # Granted while the gateway's link is still suspended: lost as it is
+                    # granted (no await in between, so no task sees it held).
+                    await self._lose(
+                        "suspended: the gateway granted the hold while its ZooKeeper "
+                        "connection was suspended (no resumed since)",
+                        SUSPENDED,
+                    )
+                    self._call.cancel()
+                    return
+        elif kind == "suspended" and not self._granted.is_set():
+            self._suspended_queued = True
+        elif kind == "resumed":
+            self._suspended_queued = False
         await self._notify()
         if kind == "suspended" and self._holding:
             stop = seconds(response.suspended.stop_within)

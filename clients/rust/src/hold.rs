@@ -133,6 +133,9 @@ pub(crate) struct State {
     pub lost: Option<LossReason>,
     /// How the stream ended, once it has.
     pub end: Option<(Code, String)>,
+    /// While holding: when the watchdog fires unless another message arrives (the last
+    /// message heard plus `silence_limit`). Updated without waking watchers.
+    pub heard_until: Option<Instant>,
 }
 
 /// The shared part of [`crate::Leadership`] and [`crate::LockHold`].
@@ -319,6 +322,11 @@ async fn drive(mut d: Drive) {
     let mut watchdog: Option<(Duration, Instant)> = None;
     let mut holding = false;
     let mut lost = false;
+    // A `suspended` heard while queued and not followed by `resumed`: carried into a later
+    // grant, which is then lost as it is granted (clients/CONFORMANCE.md).
+    let mut suspended_queued = false;
+    // Such a grant, recorded together with its loss.
+    let mut granted_lost: Option<Grant> = None;
     let mut keep_alive = d.keep_alive.take().map(|(every, send)| {
         let every = every.max(Duration::from_millis(1));
         (
@@ -356,24 +364,39 @@ async fn drive(mut d: Drive) {
                     }
                     if let Some((limit, at)) = watchdog.as_mut() {
                         *at = Instant::now() + *limit;
+                        let at = *at;
+                        d.state.send_if_modified(|s| {
+                            s.heard_until = Some(at);
+                            false
+                        });
                     }
                     match raw {
                         Update::Heartbeat | Update::Queued { .. } => continue,
+                        Update::Granted(g) if suspended_queued => {
+                            holding = true;
+                            granted_lost = Some(g);
+                            LossReason::Suspended
+                        }
                         Update::Granted(g) => {
                             holding = true;
                             watchdog = g.silence_limit.map(|l| (l, Instant::now() + l));
-                            d.state.send_modify(|s| s.granted = Some(g.clone()));
+                            d.state.send_modify(|s| {
+                                s.granted = Some(g.clone());
+                                s.heard_until = watchdog.map(|(_, at)| at);
+                            });
                             let _ = d.events.send(HoldEvent::Granted(g));
                             continue;
                         }
                         Update::Suspended { stop_within } => {
                             let _ = d.events.send(HoldEvent::Suspended { stop_within });
                             if !holding {
+                                suspended_queued = true;
                                 continue;
                             }
                             LossReason::Suspended
                         }
                         Update::Resumed => {
+                            suspended_queued = false;
                             let _ = d.events.send(HoldEvent::Resumed);
                             continue;
                         }
@@ -402,7 +425,16 @@ async fn drive(mut d: Drive) {
         lost = true;
         watchdog = None;
         d.lost.cancel();
-        d.state.send_modify(|s| s.lost = Some(reason));
+        let grant = granted_lost.take();
+        d.state.send_modify(|s| {
+            if let Some(g) = &grant {
+                s.granted = Some(g.clone());
+            }
+            s.lost = Some(reason);
+        });
+        if let Some(g) = grant {
+            let _ = d.events.send(HoldEvent::Granted(g));
+        }
         let _ = d.events.send(HoldEvent::Lost(reason));
         let ended = d.state.borrow().end.is_some();
         if ended || !d.keep_after_loss {
@@ -479,6 +511,51 @@ mod tests {
             h.next_event().await,
             Some(HoldEvent::Lost(LossReason::Silence))
         ));
+    }
+
+    /// `heard_until` follows every message: the last one heard plus `silence_limit`.
+    #[tokio::test(start_paused = true)]
+    async fn heard_until_is_the_watchdogs_deadline() {
+        let (tx, open) = core(vec![queued()], false);
+        let h = open.await.unwrap();
+        assert_eq!(h.state().heard_until, None, "not while queued");
+        tx.send(granted(300)).unwrap();
+        h.granted().await.unwrap();
+        let first = h.state().heard_until.expect("set at the grant");
+        assert!(first <= Instant::now() + Duration::from_millis(300));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tx.send(Ok(Update::Heartbeat)).unwrap();
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        let moved = h.state().heard_until.unwrap();
+        assert_eq!(moved - first, Duration::from_millis(200));
+        assert_eq!(moved, Instant::now() + Duration::from_millis(300));
+    }
+
+    #[tokio::test]
+    async fn a_grant_after_a_suspension_heard_while_queued_is_lost_at_once() {
+        let (tx, open) = core(vec![queued()], false);
+        let mut h = open.await.unwrap();
+        tx.send(Ok(Update::Suspended { stop_within: None }))
+            .unwrap();
+        tx.send(granted(10_000)).unwrap();
+        assert_eq!(h.lost().await, LossReason::Suspended);
+        assert!(matches!(
+            h.granted().await,
+            Err(Error::Lost(LossReason::Suspended))
+        ));
+        assert_eq!(h.state().granted.map(|g| g.fencing_token), Some(7));
+        let mut seen = Vec::new();
+        while let Some(ev) = h.next_event().await {
+            seen.push(match ev {
+                HoldEvent::Queued { .. } => "queued",
+                HoldEvent::Suspended { .. } => "suspended",
+                HoldEvent::Granted(_) => "granted",
+                HoldEvent::Lost(LossReason::Suspended) => "lost",
+                other => panic!("{other:?}"),
+            });
+        }
+        assert_eq!(seen, ["queued", "suspended", "granted", "lost"]);
     }
 
     #[tokio::test]

@@ -763,6 +763,15 @@ macro_rules! hold_api {
                 self.core.state().granted.and_then(|g| g.silence_limit)
             }
 
+            /// While holding: the moment the silence watchdog declares the hold lost unless
+            /// another message arrives first (the last message heard plus `silence_limit`).
+            /// Work that must never outlive the hold can be given this as its deadline (the
+            /// CLI's command keeper is). `None` before the grant or without a `silence_limit`;
+            /// after a loss it stays the last value.
+            pub fn heard_until(&self) -> Option<tokio::time::Instant> {
+                self.core.state().heard_until
+            }
+
             #[doc = concat!("Resolves with the reason when the ", $what, " is lost (queued or holding); never after it is given up. A `'static` future: select on it beside hold-only work.")]
             pub fn lost(&self) -> impl Future<Output = LossReason> + Send + 'static {
                 self.core.lost()

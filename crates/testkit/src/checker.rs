@@ -500,6 +500,49 @@ pub fn vacancies(report: &Report, resource: &str) -> Vec<(Instant, Option<Instan
     out
 }
 
+/// Liveness, checked as strictly as safety: stretches in which nobody held `resource` while
+/// one candidate waited (queued, neither granted nor ended) the whole time, for longer than
+/// `bound`. A queue must never stall while its head's stream is gone; every fault the soak
+/// injects is over, and its successor granted, well within `bound`. Returns (from, to,
+/// waiting stream) per stall; an open vacancy counts until `until`.
+pub fn stalls(
+    logs: &[StreamLog],
+    report: &Report,
+    resource: &str,
+    bound: Duration,
+    until: Instant,
+) -> Vec<(Instant, Instant, String)> {
+    let waits: Vec<(Instant, Instant, String)> = logs
+        .iter()
+        .filter(|l| l.resource == resource)
+        .filter_map(|l| {
+            let (queued, _) = l.first(|e| matches!(e, Ev::Queued { .. }))?;
+            let done = l
+                .first(|e| matches!(e, Ev::Granted { .. }) || e.is_end())
+                .map_or(until, |(t, _)| t);
+            Some((queued, done, format!("{}#{} via {}", l.client, l.id, l.via)))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (from, to) in vacancies(report, resource) {
+        let to = to.unwrap_or(until);
+        // The longest single wait inside this vacancy.
+        let longest = waits
+            .iter()
+            .filter_map(|(q, d, who)| {
+                let (a, b) = (from.max(*q), to.min(*d));
+                (b > a).then_some((a, b, who))
+            })
+            .max_by_key(|(a, b, _)| *b - *a);
+        if let Some((a, b, who)) = longest {
+            if b - a > bound {
+                out.push((a, b, who.clone()));
+            }
+        }
+    }
+    out
+}
+
 /// A readable timeline of every stream, for failure messages.
 pub fn timeline(logs: &[StreamLog], epoch: Instant) -> String {
     let mut out = String::new();
@@ -630,6 +673,33 @@ mod tests {
         let r = check(&[a, b], |_| 1, epoch);
         assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
         assert_eq!(r.violations[0].kind, "fencing");
+    }
+
+    #[test]
+    fn a_waiter_left_waiting_through_a_vacancy_is_a_stall() {
+        let epoch = Instant::now();
+        let q = Ev::Queued { position: 0 };
+        // a holds 10..100; b waits from 20 and is granted only at 5100: a stall of 5 s.
+        let a = log(
+            1,
+            vec![(0, q.clone()), (10, granted(1)), (100, end())],
+            epoch,
+        );
+        let b = log(2, vec![(20, q.clone()), (5100, granted(2))], epoch);
+        // c waits from 6000 with nobody holding after b is killed at 6100, until 6500.
+        let mut b2 = b.clone();
+        b2.events
+            .push((epoch + Duration::from_millis(6100), Ev::Killed));
+        let c = log(3, vec![(6000, q)], epoch);
+        let logs = [a, b2, c];
+        let r = check(&logs, |_| 1, epoch);
+        let until = epoch + Duration::from_millis(6500);
+        let found = stalls(&logs, &r, "e", Duration::from_secs(1), until);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, epoch + Duration::from_millis(100));
+        assert_eq!(found[0].1, epoch + Duration::from_millis(5100));
+        // With a bound longer than the wait, nothing.
+        assert!(stalls(&logs, &r, "e", Duration::from_secs(6), until).is_empty());
     }
 
     #[test]

@@ -18,6 +18,19 @@ pub type PeerCutters = Arc<HashMap<PeerLink, LinkCutter>>;
 /// # Panics
 /// If the ensemble does not start.
 pub async fn ensemble_with_peer_cutters(sync_limit: u32) -> (LocalZk, PeerCutters) {
+    ensemble_with_peer_cutters_and(LocalZkOptions {
+        sync_limit,
+        ..Default::default()
+    })
+    .await
+}
+
+/// [`ensemble_with_peer_cutters`] with other server options (a real-world `tickTime`, a
+/// `maxSessionTimeout` below what gateways ask for, …); `peer_route` is set here.
+///
+/// # Panics
+/// If the ensemble does not start.
+pub async fn ensemble_with_peer_cutters_and(opts: LocalZkOptions) -> (LocalZk, PeerCutters) {
     let unused: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
     let mut cutters = HashMap::new();
     for from in 0..3 {
@@ -38,9 +51,8 @@ pub async fn ensemble_with_peer_cutters(sync_limit: u32) -> (LocalZk, PeerCutter
     let zk = LocalZk::start_ensemble(
         3,
         LocalZkOptions {
-            sync_limit,
             peer_route: Some(peer_route),
-            ..Default::default()
+            ..opts
         },
     )
     .await

@@ -26,6 +26,9 @@ pub struct GatewaySpec {
     pub zk: String,
     pub root: String,
     pub session_timeout: Duration,
+    /// `--zk-tick-time`: the harness's tick (250 ms) by default; `None` leaves it unstated,
+    /// as an operator who does not know it would (the gateway then assumes T/2).
+    pub zk_tick_time: Option<Duration>,
     /// Extra flags.
     pub extra: Vec<String>,
     /// Extra environment (e.g. the `ZKGATE_FAILPOINT_*` test seams of `src/coord/zk.rs`),
@@ -41,11 +44,16 @@ impl GatewaySpec {
             zk: zk.into(),
             root: root.into(),
             session_timeout,
+            zk_tick_time: Some(HARNESS_TICK),
             extra: Vec::new(),
             env: Vec::new(),
         }
     }
 }
+
+/// The tick every ZooKeeper of the suite runs with unless a test says otherwise
+/// (`LocalZkOptions::default`).
+pub const HARNESS_TICK: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProcState {
@@ -88,8 +96,10 @@ impl GatewayProc {
         cmd.args(args);
         cmd.args(["--log-json", "--zk", &spec.zk, "--root", &spec.root]);
         cmd.args(["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"]);
-        // Every ZooKeeper of the suite runs with the harness's tick (LocalZkOptions::default).
-        cmd.args(["--zk-tick-time", "250ms"]);
+        if let Some(tick) = spec.zk_tick_time {
+            cmd.arg("--zk-tick-time")
+                .arg(format!("{}ms", tick.as_millis()));
+        }
         cmd.arg("--session-timeout")
             .arg(format!("{}ms", spec.session_timeout.as_millis()));
         cmd.args(&spec.extra);
@@ -185,7 +195,7 @@ impl GatewayProc {
         }
     }
 
-    async fn wait_logged(&self, what: &str, within: Duration) -> Result<(), String> {
+    pub async fn wait_logged(&self, what: &str, within: Duration) -> Result<(), String> {
         let deadline = Instant::now() + within;
         while !std::fs::read_to_string(&self.log)
             .unwrap_or_default()

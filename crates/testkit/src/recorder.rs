@@ -165,16 +165,28 @@ impl StreamClient {
         permits: u32,
         via: &str,
     ) -> Result<Self, String> {
-        let channel = connect(url).await?;
-        let open = AcquireStream::acquire(
-            channel.clone(),
+        Self::acquire_with(
+            url,
             pb::AcquireLock {
                 name: lock.into(),
                 owner: name.into(),
                 permits,
                 ..Default::default()
             },
-        );
+            via,
+        )
+        .await
+    }
+
+    /// [`StreamClient::acquire`] with any `acquire{…}` (a ttl, a wait timeout, a mode).
+    ///
+    /// # Errors
+    /// As [`StreamClient::acquire`].
+    pub async fn acquire_with(url: &str, a: pb::AcquireLock, via: &str) -> Result<Self, String> {
+        let (lock, name) = (a.name.clone(), a.owner.clone());
+        let (lock, name) = (lock.as_str(), name.as_str());
+        let channel = connect(url).await?;
+        let open = AcquireStream::acquire(channel.clone(), a);
         let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let log = new_log(id, name, lock, via);
         let (tx, responses) = tokio::time::timeout(Duration::from_secs(10), open)
@@ -283,6 +295,39 @@ impl StreamClient {
         self.log
             .send_modify(|l| l.events.push((Instant::now(), Ev::Resigning)));
         self.requests.as_ref().is_some_and(Requests::try_leave)
+    }
+
+    /// Sends `keep_alive{}` on an Acquire stream every `period` from a task of its own, until
+    /// the task is aborted or the request side closes (`None` on a Campaign stream).
+    pub fn keep_alive_every(&self, period: Duration) -> Option<JoinHandle<()>> {
+        let Some(Requests::Acquire(tx)) = &self.requests else {
+            return None;
+        };
+        let tx = tx.clone();
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            loop {
+                tick.tick().await;
+                if tx
+                    .send(LockReq::KeepAlive(pb::KeepAlive {}).into())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }))
+    }
+
+    /// Sends `keep_alive{}` on an Acquire stream without waiting (false if the request side is
+    /// full or closed, or this is a Campaign stream).
+    pub fn try_keep_alive(&self) -> bool {
+        match &self.requests {
+            Some(Requests::Acquire(tx)) => tx
+                .try_send(LockReq::KeepAlive(pb::KeepAlive {}).into())
+                .is_ok(),
+            _ => false,
+        }
     }
 
     /// Sends `proclaim{value}` on a Campaign stream without waiting (false if the request side

@@ -6,7 +6,10 @@
 //! many candidates or observers it has (G4), and only the successor's stream is woken.
 //!
 //! After a reconnect the actor re-lists the queue before trusting its view again, because
-//! persistent watches miss events while disconnected (ZOOKEEPER-4698).
+//! persistent watches miss events while disconnected (ZOOKEEPER-4698). Any change of the
+//! session's link — seen on the link itself, or as the watch's reconnect event, whichever comes
+//! first — makes the view unsynced ([`state`]: nothing is confirmed or answered until a
+//! listing succeeds); a failed listing is retried every [`RELIST_RETRY`] while the link is up.
 //!
 //! Every decision — who holds, when a member is confirmed, what observers see — is made by the
 //! pure [`QueueState`] (see [`state`] for the rules); the actor here only turns ZooKeeper's
@@ -36,6 +39,9 @@ use super::zk::Zk;
 use super::{CoordError, Limit};
 use state::{Action, Due, Event, MemberData, Ownership};
 pub use state::{Created, Enlisted, HolderScan, MemberSignal, QueueState, QueueView, Refusal};
+
+/// How soon a failed re-listing of an unsynced queue is tried again (while the link is up).
+pub const RELIST_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What an actor needs of its session: the client, whose session owns the members it
 /// confirms, and the link, which says when confirmations may run.
@@ -96,6 +102,10 @@ impl QueueHandle {
         path: String,
         slot: QueueSlot,
     ) -> Result<Arc<Self>, zkc::Error> {
+        let mut io = io;
+        // Link changes from now on are the actor's to notice: the listing below postdates the
+        // ones before.
+        io.link.borrow_and_update();
         let (watcher, listing) = io.zk.watch_and_list(&path).await;
         let watcher = watcher?;
         let listing = absent_as_none(listing)?;
@@ -111,6 +121,7 @@ impl QueueHandle {
             path: path.clone(),
             watcher,
             watching: true,
+            rewatch: false,
             signals: HashMap::new(),
             pending: None,
             view_tx,
@@ -357,6 +368,8 @@ struct Actor {
     path: String,
     watcher: zkc::PersistentWatcher,
     watching: bool,
+    /// A reconnect may have dropped the watch: it is placed again before the next listing.
+    rewatch: bool,
     /// Local members' channels, by node name.
     signals: HashMap<String, mpsc::UnboundedSender<MemberSignal>>,
     /// The registration being decided.
@@ -385,12 +398,17 @@ impl Actor {
             let step = tokio::select! {
                 ev = self.watcher.changed(), if self.watching => self.on_event(ev).await,
                 // A suspended link that comes back without a reconnect (a stale probe answered
-                // again) triggers no event: confirmations that waited for it run now.
+                // again) triggers no event: confirmations that waited for it run now, after a
+                // listing (any change of the link may have hidden a reconnect).
                 r = self.io.link.changed(), if self.link_open => {
                     self.link_open = r.is_ok();
-                    Step::Continue
+                    tracing::debug!(queue = %self.path, link = ?*self.io.link.borrow(), "the link changed: the view is unsynced");
+                    self.apply(Event::Unsynced).await
                 }
-                cmd = self.cmd_rx.recv() => match cmd {
+                // A failed re-listing is tried again (the reconcile below asks for it).
+                () = tokio::time::sleep(RELIST_RETRY), if self.state.unsynced() => Step::Continue,
+                // One registration at a time: one that waits for a listing holds the rest.
+                cmd = self.cmd_rx.recv(), if self.pending.is_none() => match cmd {
                     None => Step::Stop,
                     Some(cmd) => {
                         // Apply every event already received first: our own znode's creation
@@ -418,10 +436,40 @@ impl Actor {
     /// quorum keeps answering reads for a while, so a read while suspended proves nothing
     /// (G2); the link's return re-runs the reconcile.
     async fn reconcile(&mut self) -> Step {
+        if self.link_moved() {
+            if let Step::Stop = self.apply(Event::Unsynced).await {
+                return Step::Stop;
+            }
+        }
         let link_up = matches!(*self.io.link.borrow(), Link::Connected);
         let creating = self.creating.lock().expect("creating set").clone();
         self.state.set_creating(creating);
-        self.apply(Event::Reconcile { link_up }).await
+        let unsynced = self.state.unsynced();
+        if let Step::Stop = self.apply(Event::Reconcile { link_up }).await {
+            return Step::Stop;
+        }
+        if unsynced && !self.state.unsynced() {
+            // That reconcile only re-listed the queue: decide from the fresh view now.
+            return self.apply(Event::Reconcile { link_up }).await;
+        }
+        Step::Continue
+    }
+
+    /// Whether the link changed since the actor last looked (and marks it seen): whatever
+    /// happened meanwhile, a reconnect included, the view may have missed events.
+    fn link_moved(&mut self) -> bool {
+        if !self.link_open {
+            return false;
+        }
+        match self.io.link.has_changed() {
+            Ok(true) => {
+                self.io.link.borrow_and_update();
+                true
+            }
+            Ok(false) => false,
+            // The session is over: the actor stops with its watcher.
+            Err(_) => false,
+        }
     }
 
     async fn drain_events(&mut self) -> Step {
@@ -451,22 +499,11 @@ impl Actor {
                 SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
                     // zookeeper-client 0.11.2 restores watches after a reconnect with
                     // SetWatches, not SetWatches2 (`index = index.max(index)` in
-                    // session/watch.rs), so the server forgets persistent watches: place ours
-                    // again before re-reading. The old watcher is dropped after the new one
-                    // exists, so no RemoveWatches reaches the server.
-                    match self.io.zk.watch_queue(&self.path).await {
-                        Ok(w) => self.watcher = w,
-                        Err(e) => {
-                            tracing::warn!(queue = %self.path, error = %e, "re-placing the queue watch failed")
-                        }
-                    }
-                    match absent_as_none(self.io.zk.list_children(&self.path).await) {
-                        Ok(listing) => Event::Listed(listing),
-                        Err(e) => {
-                            tracing::warn!(queue = %self.path, error = %e, "re-reading the queue after reconnect failed");
-                            return Step::Continue;
-                        }
-                    }
+                    // session/watch.rs), so the server forgets persistent watches: ours is
+                    // placed again before the re-listing (`Action::List`), which the state
+                    // asks for once the link is up.
+                    self.rewatch = true;
+                    Event::Unsynced
                 }
                 SessionState::Disconnected => return Step::Continue,
                 // Terminal: the watcher must not be polled again; streams end via the link.
@@ -502,6 +539,13 @@ impl Actor {
                 reply,
             } => {
                 self.pending = Some((created.member.node_name(), signals, reply));
+                // A link that moved since the last look makes the view unsynced first: the
+                // registration (and its create reply's confirmation) waits for a listing.
+                if self.link_moved() {
+                    if let Step::Stop = self.apply(Event::Unsynced).await {
+                        return Step::Stop;
+                    }
+                }
                 self.apply(Event::Register(created)).await
             }
             Command::Unregister { node } => {
@@ -521,8 +565,7 @@ impl Actor {
         while let Some(event) = queue.pop_front() {
             for action in self.state.apply(event) {
                 match self.perform(action).await {
-                    Ok(Some(answer)) => queue.push_back(answer),
-                    Ok(None) => {}
+                    Ok(answers) => queue.extend(answers),
                     Err(Stopped) => return Step::Stop,
                 }
             }
@@ -532,9 +575,21 @@ impl Actor {
         Step::Continue
     }
 
-    /// Performs one action; a read's answer comes back as the event to apply next.
-    async fn perform(&mut self, action: Action) -> Result<Option<Event>, Stopped> {
+    /// Performs one action; a read's answer comes back as the events to apply next.
+    async fn perform(&mut self, action: Action) -> Result<Vec<Event>, Stopped> {
         match action {
+            Action::CheckOwnership(due) => {
+                let owned = Event::Owned(self.ownership(due).await);
+                // Judged when the answer arrives: a link that moved while the reads were out
+                // (suspended, back, reconnected) makes the view unsynced before the answer is
+                // applied, so it confirms nothing (G2).
+                if self.link_moved() || !matches!(*self.io.link.borrow(), Link::Connected) {
+                    Ok(vec![Event::Unsynced, owned])
+                } else {
+                    Ok(vec![owned])
+                }
+            }
+            Action::List => Ok(vec![self.list().await]),
             Action::CheckPresent(node) => {
                 let present = self
                     .io
@@ -542,12 +597,12 @@ impl Actor {
                     .get_data(&format!("{}/{node}", self.path))
                     .await
                     .is_ok();
-                Ok(Some(Event::Present(present)))
+                Ok(vec![Event::Present(present)])
             }
             // Events that arrived meanwhile (members created before ours among them) must be
             // in the view before it decides anything.
             Action::Settle => match Box::pin(self.drain_events()).await {
-                Step::Continue => Ok(Some(Event::Settled)),
+                Step::Continue => Ok(vec![Event::Settled]),
                 Step::Stop => Err(Stopped),
             },
             Action::ReadPermits(members) => {
@@ -564,14 +619,18 @@ impl Actor {
                         members
                             .iter()
                             .zip(data)
-                            .map(|((s, _), d)| {
-                                (*s, d.map(|(b, _)| NodeRecord::decode_lossy(&b).permits))
+                            .map(|((_, n), d)| {
+                                // A child that is not ephemeral is no member (see `state`).
+                                let member = d.filter(|(_, stat)| stat.ephemeral_owner != 0);
+                                (
+                                    n.clone(),
+                                    member.map(|(b, _)| NodeRecord::decode_lossy(&b).permits),
+                                )
                             })
                             .collect()
                     });
-                Ok(Some(Event::PermitsRead(read)))
+                Ok(vec![Event::PermitsRead(read)])
             }
-            Action::CheckOwnership(due) => Ok(Some(Event::Owned(self.ownership(due).await))),
             Action::ReadHead { sequence, node } => {
                 let read = self
                     .io
@@ -581,11 +640,11 @@ impl Actor {
                     .map(|(data, stat)| {
                         MemberData::from_stat(NodeRecord::decode_lossy(&data), &stat)
                     });
-                Ok(Some(Event::HeadRead {
+                Ok(vec![Event::HeadRead {
                     sequence,
                     node,
                     read,
-                }))
+                }])
             }
             Action::Reply(result) => {
                 if let Some((node, signals, reply)) = self.pending.take() {
@@ -594,7 +653,7 @@ impl Actor {
                     }
                     let _ = reply.send(result);
                 }
-                Ok(None)
+                Ok(vec![])
             }
             Action::Signal(node, signal) => {
                 let gone = matches!(signal, MemberSignal::Gone);
@@ -604,12 +663,32 @@ impl Actor {
                 if gone {
                     self.signals.remove(&node);
                 }
-                Ok(None)
+                Ok(vec![])
             }
             Action::Publish(view) => {
                 self.view_tx.send_replace(view);
-                Ok(None)
+                Ok(vec![])
             }
+        }
+    }
+
+    /// Places the queue's watch again if a reconnect may have dropped it, then lists the
+    /// queue: the listing and the events that follow it leave no gap.
+    async fn list(&mut self) -> Event {
+        if self.rewatch {
+            match self.io.zk.watch_queue(&self.path).await {
+                // The old watcher is dropped after the new one exists, so no RemoveWatches
+                // reaches the server.
+                Ok(w) => {
+                    self.watcher = w;
+                    self.rewatch = false;
+                }
+                Err(e) => return Event::ListFailed(e),
+            }
+        }
+        match absent_as_none(self.io.zk.list_children(&self.path).await) {
+            Ok(listing) => Event::Listed(listing),
+            Err(e) => Event::ListFailed(e),
         }
     }
 

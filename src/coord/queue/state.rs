@@ -21,6 +21,23 @@
 //! acquisition costs ZooKeeper the create and the delete — the raw recipe's two log writes —
 //! and no other gateway hears of the confirmation. Nothing is confirmed while the link is
 //! suspended: a follower cut off from its quorum still answers reads (G2).
+//!
+//! # Never trusted stale
+//! Persistent watches miss events while the session is disconnected, so after any change of
+//! the link (a suspension, a reconnect) the view is *unsynced* ([`Event::Unsynced`]): until a
+//! listing made with the link up succeeds ([`Action::List`]), nothing is confirmed, no
+//! registration is answered and nothing is published. A confirmation is applied only if the
+//! link is still up when its answer arrives (the actor reports a link that moved meanwhile as
+//! [`Event::Unsynced`] before the answer), never on the strength of the link when the read
+//! was sent: an ownership read answered after a suspension must not grant after `suspended`.
+//!
+//! # Members by name
+//! The view is keyed by the full node name, in sequence order: a child that reuses a member's
+//! sequence number (someone else's znode with the same ten-digit suffix) can never replace
+//! that member. Children that are not members of our naming scheme
+//! ([`MemberName::parse`]) are never in the view, and a child whose stat shows it is not
+//! ephemeral (so no member's) — an election's head when it is read, a lock member ahead of a
+//! newcomer when its permits are read — is ignored for as long as it exists.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, SystemTime};
@@ -30,6 +47,14 @@ use zookeeper_client as zkc;
 
 use crate::coord::record::{ms_to_time, NodeRecord};
 use crate::coord::types::{FencingToken, Holder, MemberMode, MemberName, QueueKind, QueueName};
+
+/// Where a member sits in the view: its sequence number, then its full node name (two children
+/// with the same sequence number are two entries, never one replacing the other).
+type Key = (i64, String);
+
+fn key(m: &MemberName) -> Key {
+    (m.sequence, m.node_name())
+}
 
 /// What observers see of a queue.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -115,6 +140,9 @@ pub struct MemberData {
     pub mzxid: i64,
     /// Creation time, ms since the epoch.
     pub ctime: i64,
+    /// Whether the znode is ephemeral (every member is); a persistent child with a member's
+    /// name is not a member and is ignored.
+    pub ephemeral: bool,
 }
 
 impl MemberData {
@@ -124,6 +152,7 @@ impl MemberData {
             czxid: stat.czxid,
             mzxid: stat.mzxid,
             ctime: stat.ctime,
+            ephemeral: stat.ephemeral_owner != 0,
         }
     }
 
@@ -152,8 +181,9 @@ pub enum Event {
     Present(bool),
     /// Every event received before the [`Action::Settle`] has been applied.
     Settled,
-    /// Answer to [`Action::ReadPermits`]: each member's permits (`None`: gone meanwhile).
-    PermitsRead(Result<Vec<(i64, Option<u32>)>, zkc::Error>),
+    /// Answer to [`Action::ReadPermits`]: each member's permits by node name, in its order
+    /// (`None`: gone meanwhile, or not a member at all — not ephemeral).
+    PermitsRead(Result<Vec<(String, Option<u32>)>, zkc::Error>),
     Unregister(String),
     /// Bring the holders up to date; `link_up` says whether the session's link is connected
     /// (nothing is confirmed while it is not).
@@ -168,6 +198,12 @@ pub enum Event {
         node: String,
         read: Result<MemberData, zkc::Error>,
     },
+    /// The link changed (suspended, back, reconnected), or moved while a read was out: the
+    /// view may have missed events. Nothing is confirmed, answered or published until a
+    /// listing succeeds with the link up (see the module docs).
+    Unsynced,
+    /// Answer to [`Action::List`] when it failed; asked again on the next reconcile.
+    ListFailed(zkc::Error),
 }
 
 /// What the state asks the actor to do.
@@ -180,12 +216,17 @@ pub enum Action {
     /// created before the registering one must be in the view before it decides anything.
     Settle,
     /// Read the permit counts of these members (sequence, node); answer
-    /// [`Event::PermitsRead`].
+    /// [`Event::PermitsRead`] by node name.
     ReadPermits(Vec<(i64, String)>),
     /// Prove these local members ours, all at once; answer [`Event::Owned`].
     CheckOwnership(Vec<Due>),
     /// Read the election's head; answer [`Event::HeadRead`].
     ReadHead { sequence: i64, node: String },
+    /// List the queue again (after placing its watch again, if a reconnect dropped it);
+    /// answer [`Event::Listed`] or [`Event::ListFailed`]. A listing that ends the unsynced
+    /// state decides nothing by itself: the owner reconciles again right after it (as after
+    /// every event), and that reconcile confirms what the fresh view admits.
+    List,
     /// Answer the pending registration.
     Reply(Result<Enlisted, Refusal>),
     /// Tell a local member (`Gone` also forgets its channel).
@@ -255,7 +296,7 @@ struct Local {
 /// An election's head, as far as read.
 #[derive(Debug)]
 struct Head {
-    sequence: i64,
+    node: String,
     /// Known data (None until fetched).
     leader: Option<Holder>,
     fetched: bool,
@@ -277,9 +318,9 @@ enum Recipe {
         /// `seen_at`).
         listed: bool,
     },
-    /// Sequence → the permit count that member agreed to, as far as read. A member's permits
+    /// Node name → the permit count that member agreed to, as far as read. A member's permits
     /// never change, so entries stay valid until it leaves.
-    Lock { permits: HashMap<i64, u32> },
+    Lock { permits: HashMap<String, u32> },
 }
 
 /// One queue as one session sees it (see the module docs).
@@ -289,8 +330,8 @@ pub struct QueueState {
     recipe: Recipe,
     /// Whether the queue's znode exists, by the latest listing or event.
     present: bool,
-    /// sequence → member
-    members: BTreeMap<i64, MemberName>,
+    /// (sequence, node name) → member
+    members: BTreeMap<Key, MemberName>,
     /// node name → local member
     local: HashMap<String, Local>,
     /// The registration being decided (one at a time).
@@ -300,6 +341,12 @@ pub struct QueueState {
     published: QueueView,
     /// Protected ids of the members this gateway is creating ([`QueueState::set_creating`]).
     creating: HashSet<String>,
+    /// The view may have missed events since the link last changed ([`Event::Unsynced`]).
+    unsynced: bool,
+    /// A registration that arrived while unsynced, answered after the next listing.
+    waiting_sync: Option<Created>,
+    /// Children named like members whose stat showed they are not (not ephemeral).
+    ignored: HashSet<String>,
 }
 
 impl QueueState {
@@ -324,7 +371,16 @@ impl QueueState {
             link_up: true,
             published: QueueView::default(),
             creating: HashSet::new(),
+            unsynced: false,
+            waiting_sync: None,
+            ignored: HashSet::new(),
         }
+    }
+
+    /// Whether the view waits for a listing ([`Event::Unsynced`]); the actor retries a failed
+    /// one while this is true.
+    pub fn unsynced(&self) -> bool {
+        self.unsynced
     }
 
     /// The protected ids of the members this gateway is creating right now. An election's
@@ -357,15 +413,21 @@ impl QueueState {
             Event::QueueCreated => self.present = true,
             Event::QueueDeleted => self.present = false,
             Event::MemberCreated(m) => {
-                self.members.insert(m.sequence, m);
+                if !self.ignored.contains(&m.node_name()) {
+                    self.members.insert(key(&m), m);
+                }
             }
-            Event::MemberDeleted(m) => self.forget(m.sequence, &m.node_name(), &mut out),
+            Event::MemberDeleted(m) => {
+                let node = m.node_name();
+                self.ignored.remove(&node);
+                self.forget(m.sequence, &node, &mut out)
+            }
             Event::DataChanged(m, zxid) => {
                 if let Recipe::Election {
                     head: Some(head), ..
                 } = &mut self.recipe
                 {
-                    if head.sequence == m.sequence && zxid != head.known_mzxid {
+                    if head.node == m.node_name() && zxid != head.known_mzxid {
                         head.fetched = false;
                     }
                 }
@@ -377,7 +439,7 @@ impl QueueState {
             }
             Event::Present(true) => {
                 if let Some(c) = &self.pending {
-                    self.members.insert(c.member.sequence, c.member.clone());
+                    self.members.insert(key(&c.member), c.member.clone());
                     out.push(Action::Settle);
                 }
             }
@@ -387,9 +449,26 @@ impl QueueState {
                 out.push(Action::Reply(Err(Refusal::Zk(e))));
             }
             Event::PermitsRead(Ok(read)) => {
+                let mut missing = Vec::new();
                 if let Recipe::Lock { permits } = &mut self.recipe {
-                    // Missing: deleted meanwhile; its deletion event follows.
-                    permits.extend(read.into_iter().filter_map(|(s, p)| Some((s, p?.max(1)))));
+                    for (node, p) in read {
+                        match p {
+                            Some(p) => {
+                                permits.insert(node, p.max(1));
+                            }
+                            None => missing.push(node),
+                        }
+                    }
+                }
+                // Missing: deleted meanwhile (its deletion event follows and finds nothing), or
+                // a child named like a member that is not ephemeral, so no member's: out of the
+                // view either way, and ignored while a child of that name exists.
+                for node in missing {
+                    let key = self.members.keys().find(|(_, n)| *n == node).cloned();
+                    if let Some((sequence, node)) = key {
+                        self.ignored.insert(node.clone());
+                        self.forget(sequence, &node, &mut out);
+                    }
                 }
                 self.finish_registration(&mut out);
             }
@@ -406,6 +485,10 @@ impl QueueState {
                 node,
                 read,
             } => self.head_read(sequence, &node, read, &mut out),
+            Event::Unsynced => self.unsynced = true,
+            Event::ListFailed(e) => {
+                tracing::warn!(queue = %self.name, error = %e, "re-listing the queue failed; its view stays unsynced and is listed again");
+            }
         }
         if let Recipe::Election { listed, .. } = &mut self.recipe {
             // The first reconcile is done once it asks for nothing more: heads seen from then
@@ -421,24 +504,27 @@ impl QueueState {
     /// members missing from it are gone.
     fn listed(&mut self, children: Option<Vec<String>>, out: &mut Vec<Action>) {
         self.present = children.is_some();
+        let children = children.unwrap_or_default();
+        self.ignored.retain(|n| children.contains(n));
         self.members = children
-            .unwrap_or_default()
             .iter()
+            .filter(|c| !self.ignored.contains(*c))
             .filter_map(|c| MemberName::parse(c))
-            .map(|m| (m.sequence, m))
+            .map(|m| (key(&m), m))
             .collect();
         let mut gone: Vec<(i64, String)> = self
             .local
             .iter()
-            .filter(|(_, l)| !self.members.contains_key(&l.sequence))
+            .filter(|(n, l)| !self.members.contains_key(&(l.sequence, (*n).clone())))
             .map(|(n, l)| (l.sequence, n.clone()))
             .collect();
         gone.sort();
         for (seq, node) in gone {
             self.forget(seq, &node, out);
         }
+        let names: HashSet<&String> = self.members.keys().map(|(_, n)| n).collect();
         match &mut self.recipe {
-            Recipe::Lock { permits } => permits.retain(|s, _| self.members.contains_key(s)),
+            Recipe::Lock { permits } => permits.retain(|n, _| names.contains(n)),
             Recipe::Election { head, .. } => {
                 if let Some(h) = head.as_mut() {
                     h.fetched = false;
@@ -447,19 +533,24 @@ impl QueueState {
         }
         // `synced` is set by the next publish, once the head has been read: an observer's
         // first message must be the real state, never a vacancy we have not checked.
+        self.unsynced = false;
+        // A registration that waited for this listing is decided now.
+        if let Some(c) = self.waiting_sync.take() {
+            self.register(c, out);
+        }
     }
 
     /// A member's znode is gone: drop it from the view and tell its local stream, if any.
     fn forget(&mut self, sequence: i64, node: &str, out: &mut Vec<Action>) {
-        self.members.remove(&sequence);
+        self.members.remove(&(sequence, node.to_owned()));
         match &mut self.recipe {
             Recipe::Lock { permits } => {
-                permits.remove(&sequence);
+                permits.remove(node);
             }
             Recipe::Election {
                 head, head_gone_at, ..
             } => {
-                if head.as_ref().is_some_and(|h| h.sequence == sequence) {
+                if head.as_ref().is_some_and(|h| h.node == node) {
                     *head_gone_at = Some(Instant::now());
                 }
             }
@@ -470,7 +561,13 @@ impl QueueState {
     }
 
     fn register(&mut self, created: Created, out: &mut Vec<Action>) {
-        let seen = self.members.contains_key(&created.member.sequence);
+        if self.unsynced {
+            // Decided after the next listing: a view that may have missed events must not
+            // place it (nor let its create reply confirm it).
+            self.waiting_sync = Some(created);
+            return;
+        }
+        let seen = self.members.contains_key(&key(&created.member));
         let node = created.member.node_name();
         self.pending = Some(created);
         if seen {
@@ -489,9 +586,9 @@ impl QueueState {
         };
         let unknown: Vec<(i64, String)> = self
             .members
-            .range(..c.member.sequence)
-            .filter(|(s, _)| !permits.contains_key(s))
-            .map(|(s, m)| (*s, m.node_name()))
+            .range(..key(&c.member))
+            .filter(|((_, n), _)| !permits.contains_key(n))
+            .map(|((s, n), _)| (*s, n.clone()))
             .collect();
         if unknown.is_empty() {
             self.finish_registration(out);
@@ -504,28 +601,34 @@ impl QueueState {
     /// to a different permit count: checking every member ahead (not only the head) makes any
     /// two members alive at the same time agree, since the younger one saw the older one.
     fn finish_registration(&mut self, out: &mut Vec<Action>) {
-        let Some(Created {
+        let Some(created) = self.pending.take() else {
+            return;
+        };
+        if self.unsynced {
+            // The link moved while its reads were out: decide it on the next listing.
+            self.waiting_sync = Some(created);
+            return;
+        }
+        let Created {
             member,
             record,
             czxid,
-        }) = self.pending.take()
-        else {
-            return;
-        };
+        } = created;
         let ours = record.permits.max(1);
+        let at = key(&member);
         if let Recipe::Lock { permits } = &mut self.recipe {
             let mismatch = self
                 .members
-                .range(..member.sequence)
-                .find_map(|(s, _)| permits.get(s).copied().filter(|&p| p != ours));
+                .range(..at.clone())
+                .find_map(|((_, n), _)| permits.get(n).copied().filter(|&p| p != ours));
             if let Some(recorded) = mismatch {
                 out.push(Action::Reply(Err(Refusal::PermitMismatch { recorded })));
                 return;
             }
-            permits.insert(member.sequence, ours);
+            permits.insert(at.1.clone(), ours);
         }
-        let ahead = self.members.range(..member.sequence).count() as u32;
-        let holds = self.would_hold(member.sequence, member.mode, ours);
+        let ahead = self.members.range(..at.clone()).count() as u32;
+        let holds = self.would_hold(&at, member.mode, ours);
         self.local.insert(
             member.node_name(),
             Local {
@@ -542,9 +645,9 @@ impl QueueState {
     }
 
     /// Whether the member `sequence` holds by the current view ([`HolderScan`]).
-    fn would_hold(&self, sequence: i64, mode: MemberMode, permits: u32) -> bool {
+    fn would_hold(&self, at: &Key, mode: MemberMode, permits: u32) -> bool {
         let mut scan = HolderScan::default();
-        for m in self.members.range(..sequence).map(|(_, m)| m) {
+        for m in self.members.range(..at.clone()).map(|(_, m)| m) {
             scan.push(m.mode);
             if scan.exhausted(permits) {
                 return false;
@@ -554,6 +657,13 @@ impl QueueState {
     }
 
     fn reconcile(&mut self, out: &mut Vec<Action>) {
+        if self.unsynced {
+            // Nothing is decided from a view that may have missed events; list it first.
+            if self.link_up {
+                out.push(Action::List);
+            }
+            return;
+        }
         match self.recipe {
             Recipe::Election { .. } => self.reconcile_head(out),
             Recipe::Lock { .. } => self.reconcile_holders(out),
@@ -588,11 +698,11 @@ impl QueueState {
             .unwrap_or(1);
         let mut scan = HolderScan::default();
         let mut due = Vec::new();
-        for (&sequence, m) in &self.members {
+        for ((sequence, node), m) in &self.members {
             if waiting == 0 || scan.exhausted(max_permits) {
                 break;
             }
-            let node = m.node_name();
+            let (sequence, node) = (*sequence, node.clone());
             if let Some(local) = self.local.get(&node).filter(|l| !l.confirmed) {
                 waiting -= 1;
                 if scan.admits(local.mode, local.record.permits) {
@@ -614,7 +724,7 @@ impl QueueState {
             .members
             .iter()
             .next()
-            .map(|(&s, m)| (s, m.node_name(), self.creating.contains(&m.id)));
+            .map(|((s, n), m)| (*s, n.clone(), self.creating.contains(&m.id)));
         let Recipe::Election {
             head,
             head_gone_at,
@@ -631,9 +741,9 @@ impl QueueState {
             return;
         };
         let mut vacated = false;
-        if head.as_ref().is_none_or(|h| h.sequence != sequence) {
+        if head.as_ref().is_none_or(|h| h.node != node) {
             *head = Some(Head {
-                sequence,
+                node: node.clone(),
                 leader: None,
                 fetched: false,
                 known_mzxid: 0,
@@ -668,9 +778,16 @@ impl QueueState {
     /// whatever follows it may now hold.
     fn owned(&mut self, checks: Vec<(Due, Ownership)>, out: &mut Vec<Action>) {
         let mut rerun = false;
+        // Judged by the link now, when the answer arrives: a read answered after the link
+        // went stale (the actor reports that as `Unsynced` first) proves nothing, and its
+        // member stays due for the next reconcile (G2).
+        let may_confirm = self.link_up && !self.unsynced;
         for (due, check) in checks {
             let Due { sequence, node, .. } = due;
             match check {
+                Ownership::Ours(_) if !may_confirm => {
+                    tracing::debug!(queue = %self.name, "the link moved while confirming a holder; confirming it again once the view is synced");
+                }
                 Ownership::Ours(czxid) => match self.local.get_mut(&node) {
                     Some(local) => {
                         local.confirmed = true;
@@ -747,6 +864,14 @@ impl QueueState {
         out: &mut Vec<Action>,
     ) {
         let data = match read {
+            Ok(d) if !d.ephemeral => {
+                // Named like a member but not one (a persistent znode with a member's name):
+                // never a leader, ignored while it exists.
+                tracing::warn!(queue = %self.name, node, "a child named like a member is not ephemeral; ignoring it");
+                self.ignored.insert(node.to_owned());
+                self.forget(sequence, node, out);
+                return self.reconcile_head(out);
+            }
             Ok(d) => d,
             Err(zkc::Error::NoNode) => {
                 self.forget(sequence, node, out);
@@ -811,6 +936,7 @@ impl Action {
                 | Action::ReadPermits(_)
                 | Action::CheckOwnership(_)
                 | Action::ReadHead { .. }
+                | Action::List
         )
     }
 }
@@ -861,7 +987,10 @@ mod tests {
         let permits = c.record.permits;
         let mut out = s.apply(Event::Register(c));
         if let [Action::ReadPermits(ahead)] = out.as_slice() {
-            let read = ahead.iter().map(|(q, _)| (*q, Some(permits))).collect();
+            let read = ahead
+                .iter()
+                .map(|(_, n)| (n.clone(), Some(permits)))
+                .collect();
             out = s.apply(Event::PermitsRead(Ok(read)));
         }
         match out.as_slice() {
@@ -879,6 +1008,7 @@ mod tests {
             czxid,
             mzxid,
             ctime: 1,
+            ephemeral: true,
         }
     }
 
@@ -1109,7 +1239,7 @@ mod tests {
             [Action::ReadPermits(m)] => assert_eq!(m, &vec![(2, node('w', 2))]),
             other => panic!("{other:?}"),
         }
-        let out = s.apply(Event::PermitsRead(Ok(vec![(2, Some(3))])));
+        let out = s.apply(Event::PermitsRead(Ok(vec![(node('w', 2), Some(3))])));
         assert!(matches!(
             out.as_slice(),
             [Action::Reply(Err(Refusal::PermitMismatch { recorded: 3 }))]
@@ -1149,7 +1279,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            s.apply(Event::PermitsRead(Ok(vec![(4, Some(1))])))
+            s.apply(Event::PermitsRead(Ok(vec![(node('w', 4), Some(1))])))
                 .as_slice(),
             [Action::Reply(Ok(Enlisted {
                 ahead: 1,
@@ -1323,5 +1453,204 @@ mod tests {
             })]
         ));
         assert!(s.apply(Event::Reconcile { link_up: true }).is_empty());
+    }
+    /// Whether `actions` ask for a listing (and nothing else).
+    fn lists(actions: &[Action]) -> bool {
+        matches!(actions, [Action::List])
+    }
+
+    #[test]
+    fn an_unsynced_view_confirms_nothing_until_a_listing_succeeds() {
+        // (what happens while unsynced, link up?, what the reconcile asks for)
+        let mut s = state(QueueKind::Lock, &[('w', 1), ('w', 2)]);
+        assert!(!enlist(&mut s, created('w', 2, 1, None)).holds);
+        // A reconnect: the view may have missed events (the deletion of member 1 among them).
+        s.apply(Event::Unsynced);
+        assert!(s.unsynced());
+        s.apply(Event::MemberDeleted(member('w', 1)));
+        for (link_up, asks_list) in [(false, false), (true, true)] {
+            let out = s.apply(Event::Reconcile { link_up });
+            assert_eq!(lists(&out), asks_list, "link up: {link_up}");
+            assert!(
+                ownership_asked(&out).is_empty(),
+                "nothing confirmed unsynced"
+            );
+        }
+        // A failed listing leaves it unsynced; the next reconcile lists again.
+        assert!(s
+            .apply(Event::ListFailed(zkc::Error::ConnectionLoss))
+            .is_empty());
+        assert!(s.unsynced());
+        assert!(lists(&s.apply(Event::Reconcile { link_up: true })));
+        // Listed: synced, and the member now at the head is confirmed by a read.
+        assert!(s.apply(Event::Listed(Some(vec![node('w', 2)]))).is_empty());
+        assert!(!s.unsynced());
+        let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        assert_eq!((due.len(), due[0].czxid), (1, None));
+    }
+
+    #[test]
+    fn a_registration_while_unsynced_is_answered_after_the_listing() {
+        let mut s = state(QueueKind::Lock, &[('w', 1)]);
+        s.apply(Event::Unsynced);
+        // Member 1 is gone and 2 is ours, created while the view was stale.
+        assert!(
+            s.apply(Event::Register(created('w', 2, 1, Some(20))))
+                .is_empty(),
+            "not placed in a view that may have missed events"
+        );
+        assert!(lists(&s.apply(Event::Reconcile { link_up: true })));
+        let out = s.apply(Event::Listed(Some(vec![node('w', 2)])));
+        assert!(matches!(
+            out.as_slice(),
+            [Action::Reply(Ok(Enlisted {
+                ahead: 0,
+                holds: true
+            }))]
+        ));
+        let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        assert_eq!(
+            due[0].czxid,
+            Some(20),
+            "its create reply, after the listing"
+        );
+        // The link moving while its permits were read defers it the same way.
+        let mut s = state(QueueKind::Lock, &[('w', 1), ('w', 2)]);
+        assert!(matches!(
+            s.apply(Event::Register(created('w', 2, 1, None)))
+                .as_slice(),
+            [Action::ReadPermits(_)]
+        ));
+        s.apply(Event::Unsynced);
+        assert!(s
+            .apply(Event::PermitsRead(Ok(vec![(node('w', 1), Some(1))])))
+            .is_empty());
+        let out = s.apply(Event::Listed(Some(vec![node('w', 1), node('w', 2)])));
+        assert!(matches!(
+            out.as_slice(),
+            [Action::Reply(Ok(Enlisted {
+                ahead: 1,
+                holds: false
+            }))]
+        ));
+    }
+
+    #[test]
+    fn a_confirmation_answered_after_the_link_moved_is_not_applied() {
+        // Lock and election alike: the answer is judged by the link when it arrives.
+        for kind in [QueueKind::Lock, QueueKind::Election] {
+            let m = if kind == QueueKind::Lock { 'w' } else { 'c' };
+            let mut s = state(kind, &[(m, 1)]);
+            assert!(enlist(&mut s, created(m, 1, 1, None)).holds);
+            let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+            assert_eq!(due.len(), 1, "{kind:?}");
+            // The read was sent with the link up; it answers after a suspension began.
+            s.apply(Event::Unsynced);
+            let out = s.apply(Event::Owned(vec![(due[0].clone(), Ownership::Ours(10))]));
+            assert!(
+                signalled(&out).is_empty(),
+                "{kind:?}: no grant after the link moved"
+            );
+            assert!(published(&out).iter().all(Option::is_none), "{kind:?}");
+            // Once listed again with the link up it is asked and confirmed afresh.
+            assert!(lists(&s.apply(Event::Reconcile { link_up: true })));
+            s.apply(Event::Listed(Some(vec![node(m, 1)])));
+            let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+            let out = s.apply(Event::Owned(vec![(due[0].clone(), Ownership::Ours(10))]));
+            assert!(
+                matches!(
+                    signalled(&out).as_slice(),
+                    [(_, MemberSignal::Holds { .. })]
+                ),
+                "{kind:?}"
+            );
+        }
+        // A suspension reported by a reconcile while the read was out does the same.
+        let mut s = state(QueueKind::Lock, &[('w', 1)]);
+        enlist(&mut s, created('w', 1, 1, None));
+        let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        s.apply(Event::Reconcile { link_up: false });
+        let out = s.apply(Event::Owned(vec![(due[0].clone(), Ownership::Ours(10))]));
+        assert!(signalled(&out).is_empty());
+    }
+
+    #[test]
+    fn a_child_reusing_a_sequence_number_never_replaces_a_member() {
+        // A stranger's znode with our naming scheme and member 1's ten-digit suffix.
+        let crafted = MemberName {
+            mode: mode('w'),
+            id: "f".repeat(32),
+            sequence: 1,
+        };
+        let mut s = state(QueueKind::Lock, &[('w', 1)]);
+        enlist(&mut s, created('w', 1, 1, Some(10)));
+        s.apply(Event::MemberCreated(crafted.clone()));
+        assert_eq!(s.members(), 2, "both kept, neither replaced");
+        // Its deletion leaves the real member (and its grant) alone.
+        assert!(s.apply(Event::MemberDeleted(crafted.clone())).is_empty());
+        assert_eq!(s.members(), 1);
+        let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        assert_eq!(
+            (due[0].node.clone(), due[0].czxid),
+            (node('w', 1), Some(10))
+        );
+        // The same from a listing.
+        s.apply(Event::Listed(Some(vec![
+            node('w', 1),
+            crafted.node_name(),
+            "w-not-ours-0000000001".into(),
+        ])));
+        assert_eq!(s.members(), 2, "only members of our naming scheme");
+    }
+
+    #[test]
+    fn a_lock_member_that_is_not_ephemeral_is_ignored() {
+        // A persistent znode named like a writer heads a lock: its permits read says "no
+        // member", so it neither blocks nor counts ahead.
+        let mut s = state(QueueKind::Lock, &[('w', 1), ('w', 2)]);
+        assert!(matches!(
+            s.apply(Event::Register(created('w', 2, 1, Some(20))))
+                .as_slice(),
+            [Action::ReadPermits(_)]
+        ));
+        let out = s.apply(Event::PermitsRead(Ok(vec![(node('w', 1), None)])));
+        assert!(matches!(
+            out.as_slice(),
+            [Action::Reply(Ok(Enlisted {
+                ahead: 0,
+                holds: true
+            }))]
+        ));
+        s.apply(Event::Listed(Some(vec![node('w', 1), node('w', 2)])));
+        assert_eq!(s.members(), 1, "still ignored after a listing");
+    }
+
+    #[test]
+    fn a_head_that_is_not_ephemeral_is_ignored() {
+        // A persistent znode named like a member heads the election: it is no leader.
+        let mut s = state(QueueKind::Election, &[('c', 1), ('c', 2)]);
+        assert!(matches!(
+            s.apply(Event::Reconcile { link_up: true }).as_slice(),
+            [Action::ReadHead { sequence: 1, .. }]
+        ));
+        let mut fake = data("intruder", 1, 1);
+        fake.ephemeral = false;
+        let out = head_is(&mut s, 1, fake);
+        assert!(matches!(
+            out.as_slice(),
+            [Action::ReadHead { sequence: 2, .. }]
+        ));
+        let out = head_is(&mut s, 2, data("real", 2, 2));
+        assert_eq!(published(&out), vec![Some(2)]);
+        // Ignored for as long as it exists, listings included.
+        s.apply(Event::Listed(Some(vec![node('c', 1), node('c', 2)])));
+        assert_eq!(s.members(), 1);
+        s.apply(Event::MemberDeleted(member('c', 1)));
+        s.apply(Event::Listed(Some(vec![node('c', 1), node('c', 2)])));
+        assert_eq!(
+            s.members(),
+            2,
+            "a new znode of that name is looked at again"
+        );
     }
 }

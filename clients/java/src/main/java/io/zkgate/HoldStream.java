@@ -37,6 +37,8 @@ final class HoldStream {
     private final LinkedBlockingQueue<HoldSpec.Event> events = new LinkedBlockingQueue<>();
     private volatile HoldSpec.Sender sender;
     private volatile boolean releasing;
+    /** A {@code suspended} heard while queued, not yet followed by {@code resumed} (monitor thread only). */
+    private boolean suspendedQueued;
     private volatile boolean queued;
     private volatile String lease;
     private volatile Leadership hold;
@@ -105,6 +107,20 @@ final class HoldStream {
                     case GRANTED -> {
                         Leadership granted = new Leadership(spec, client.endpoints().get(endpoint), ev, this);
                         hold = granted;
+                        if (suspendedQueued && !releasing) {
+                            // Granted while the gateway's link is still suspended (no resumed
+                            // since the suspended heard while queued): uncertain from its
+                            // first moment, so it is lost as it is granted (CONFORMANCE.md).
+                            granted.markLost(LossReason.SUSPENDED);
+                            try {
+                                observer.granted(granted);
+                            } catch (RuntimeException e) {
+                                LOG.log(System.Logger.Level.WARNING, "zkgate: a granted callback failed", e);
+                            }
+                            this.granted.complete(granted);
+                            lose(LossReason.SUSPENDED);
+                            return;
+                        }
                         try {
                             observer.granted(granted);
                         } catch (RuntimeException e) {
@@ -117,7 +133,9 @@ final class HoldStream {
                             lose(LossReason.SUSPENDED);
                             return;
                         }
+                        suspendedQueued = true;
                     }
+                    case RESUMED -> suspendedQueued = false;
                     case END -> {
                         Status s = ev.status();
                         if (hold != null && !releasing) {

@@ -49,6 +49,8 @@ class FakeGatewayTest {
         volatile Duration silenceLimit = Duration.ofSeconds(30);
         volatile Consumer<StreamObserver<ObserveResponse>> observe = o -> { };
         volatile Status leaderAnswer;
+        /** The next campaign hears {@code suspended} between {@code queued} and {@code elected}. */
+        final java.util.concurrent.atomic.AtomicBoolean suspendNextBeforeElected = new java.util.concurrent.atomic.AtomicBoolean();
 
         Fake(String name) throws Exception {
             this.name = name;
@@ -69,6 +71,9 @@ class FakeGatewayTest {
                     if (r.hasJoin()) {
                         out.onNext(CampaignResponse.newBuilder()
                                 .setQueued(Queued.newBuilder().setLease("lease-" + name)).build());
+                        if (suspendNextBeforeElected.getAndSet(false)) {
+                            out.onNext(CampaignResponse.newBuilder().setSuspended(Suspended.getDefaultInstance()).build());
+                        }
                         Leader l = Leader.newBuilder().setElection(r.getJoin().getElection())
                                 .setCandidate(r.getJoin().getCandidate()).setFencingToken(TOKENS.incrementAndGet())
                                 .build();
@@ -148,6 +153,23 @@ class FakeGatewayTest {
             assertEquals(Status.Code.CANCELLED, a.campaignEnds.get(0).getCode());
             await("elected again", WAIT, () -> r.grantCount() == 2);
             assertEquals(a.endpoint(), r.grant(1).endpoint().toString(), "same gateway after suspended");
+        }
+    }
+
+    @Test
+    void aGrantAfterASuspensionHeardWhileQueuedIsLostAtOnce() throws Exception {
+        Fake a = fake("a");
+        a.suspendNextBeforeElected.set(true);
+        Fixture.Recorder r = new Fixture.Recorder("r");
+        try (ZkgateClient client = Fixture.client(a.endpoint());
+                LeaderSelector s = client.leaderSelector("e", "r", r).start()) {
+            // queued, suspended (no resumed), elected: the grant is lost as it is granted…
+            await("lost", WAIT, () -> r.lossCount() == 1);
+            assertEquals(LossReason.SUSPENDED, r.losses.get(0));
+            await("the stream cancelled", WAIT, () -> a.campaignEndCount() == 1);
+            // …and the next campaign, with no suspension, holds.
+            await("elected again", WAIT, () -> r.grantCount() == 2);
+            assertEquals(1, r.lossCount(), "the second grant holds");
         }
     }
 

@@ -1,0 +1,92 @@
+"""The helper's rule for a suspension heard while queued, against a scripted gateway in this
+process (a real gateway never grants while suspended; the rule is defence in depth): a
+``suspended`` with no ``resumed`` before the grant is carried into it, so the hold is lost as it
+is granted, with loss ``suspended``."""
+
+import threading
+from concurrent import futures
+
+import grpc
+
+import zkgate
+from zkgate.v1 import common_pb2 as common
+from zkgate.v1 import election_pb2 as pb
+from zkgate.v1 import election_pb2_grpc as pb_grpc
+
+STEP = 10.0
+
+
+class _Scripted(pb_grpc.ElectionServicer):
+    def __init__(self, resumed: bool):
+        self.resumed = resumed
+        self.cancelled = threading.Event()
+
+    def Campaign(self, request_iterator, context):
+        context.add_callback(self.cancelled.set)
+        first = next(request_iterator)
+        yield pb.CampaignResponse(queued=common.Queued(lease="lease", position=1))
+        yield pb.CampaignResponse(suspended=common.Suspended())
+        if self.resumed:
+            yield pb.CampaignResponse(resumed=common.Resumed())
+        leader = pb.Leader(election=first.join.election, candidate=first.join.candidate, fencing_token=7)
+        yield pb.CampaignResponse(elected=pb.Elected(leader=leader))
+        # Then stays open until the client resigns (the stream ends OK) or cancels.
+        for r in request_iterator:
+            if r.HasField("resign"):
+                return
+
+
+def _serve(servicer):
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_ElectionServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+def test_a_grant_after_a_suspension_heard_while_queued_is_lost_at_once():
+    for resumed in (False, True):
+        servicer = _Scripted(resumed)
+        server, addr = _serve(servicer)
+        try:
+            c = zkgate.Campaign(addr, "e", "a")
+            try:
+                c.elected.wait(STEP)
+                assert c.fencing_token == 7
+                if resumed:
+                    assert c.is_leader, "resumed before the grant: it holds"
+                    assert not c.lost.is_set()
+                else:
+                    assert c.lost.wait(STEP), "granted while suspended: lost at once"
+                    assert c.loss == "suspended"
+                    assert not c.is_leader
+                    assert servicer.cancelled.wait(STEP), "the helper cancelled the stream"
+            finally:
+                c.close()
+        finally:
+            server.stop(None)
+
+
+def test_the_asyncio_helper_carries_the_suspension_too():
+    import asyncio
+
+    import zkgate.aio as zk
+
+    servicer = _Scripted(resumed=False)
+    server, addr = _serve(servicer)
+
+    async def main():
+        async with zk.Fleet([addr]) as fleet:
+            c = zk.Campaign(fleet, "e", "a")
+            try:
+                await asyncio.wait_for(c.lost.wait(), STEP)
+                assert c.loss == "suspended"
+                assert c.fencing_token == 7
+                assert not c.is_leader
+            finally:
+                await c.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        server.stop(None)
