@@ -1348,8 +1348,10 @@ impl Sim {
                     .collect();
                 // Judged when the answer arrives: a link that moved while the reads were out,
                 // or is not up now, makes the view unsynced before the answer is applied.
-                let stale = self.link_moved(si) || self.sessions[si].link != LinkState::Connected;
-                if stale && self.model.judge_ownership_on_answer {
+                // (The earlier actor did not look: the link change is left to its select.)
+                let stale = self.model.judge_ownership_on_answer
+                    && (self.link_moved(si) || self.sessions[si].link != LinkState::Connected);
+                if stale {
                     self.push_answer(si, Event::Unsynced);
                 }
                 Event::Owned(checks)
