@@ -38,8 +38,8 @@ async fn a_lost_create_reply_is_adopted_not_orphaned() {
     wait_no_members(&zkc, &gw.root, Duration::from_secs(5)).await;
 }
 
-/// After a lost create reply, the listing and the ownership read fail on the link too: the
-/// gateway looks again instead of giving up (which left the created znode an orphan) or
+/// After a lost create reply, the `sync`, the listing and the ownership read fail on the link
+/// too: the gateway looks again instead of giving up (which left the created znode an orphan) or
 /// creating a second znode with the same protected id.
 #[tokio::test]
 async fn failed_reads_after_a_lost_create_reply_look_again() {
@@ -53,6 +53,7 @@ async fn failed_reads_after_a_lost_create_reply_look_again() {
 
     let zkg = gw.coord.session().unwrap().zk.clone();
     zkg.lose_next_create_reply();
+    zkg.fail_next_unsent("sync", 2);
     zkg.fail_next_unsent("get_children", 2);
     zkg.fail_next_unsent("get_data", 2);
     let mut a = Campaign::join(&mut c, "lost-reads", "a", b"").await;

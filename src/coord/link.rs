@@ -64,7 +64,13 @@ pub(crate) enum LinkChange {
 }
 
 impl LinkFollower {
-    pub(crate) fn new(link: watch::Receiver<Link>) -> Self {
+    /// Follows `link` from its current state: a suspension that began while the member was
+    /// joining is reported first, before any grant confirmed earlier can reach the client
+    /// (found by the queue simulation, `queue::sim`). A receiver cloned from the session's
+    /// did so already, since that one never marks a value seen; one from `subscribe` would
+    /// not, so it is made explicit here.
+    pub(crate) fn new(mut link: watch::Receiver<Link>) -> Self {
+        link.mark_changed();
         Self {
             link,
             suspended: false,
@@ -145,5 +151,30 @@ pub(crate) async fn wait_usable(link: &mut watch::Receiver<Link>) -> Result<(), 
         if link.changed().await.is_err() {
             return Err(CoordError::SessionLost(LossReason::Closed));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_follower_made_while_suspended_reports_it_first() {
+        let (tx, _keep) = watch::channel(Link::Connected);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        tx.send_replace(Link::Suspended { deadline });
+        // A receiver that has seen the suspension already, as `subscribe` makes them.
+        let mut follower = LinkFollower::new(tx.subscribe());
+        let change = tokio::time::timeout(Duration::from_secs(1), follower.next()).await;
+        assert!(
+            matches!(change, Ok(LinkChange::Suspended { .. })),
+            "{change:?}"
+        );
+        tx.send_replace(Link::Connected);
+        assert_eq!(follower.next().await, LinkChange::Resumed);
+        // Connected from the start: nothing to report until something changes.
+        let mut follower = LinkFollower::new(tx.subscribe());
+        let quiet = tokio::time::timeout(Duration::from_millis(50), follower.next()).await;
+        assert!(quiet.is_err(), "{quiet:?}");
     }
 }

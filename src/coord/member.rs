@@ -454,7 +454,9 @@ async fn create_member(
 /// miss it; we would then create a second znode while the first, ours but unknown to us, heads
 /// the queue for as long as the session lives. A `sync` makes the server catch up with the
 /// quorum first, and ZooKeeper answers one session's requests in order, so the listing after
-/// it includes every create the quorum applied before it.
+/// it includes every create the quorum applied before it. The queue simulation (`queue::sim`,
+/// `a_search_without_sync_leaves_an_orphan_and_the_simulation_finds_it`) finds that schedule
+/// without the `sync`.
 async fn find_protected(
     session: &ZkSession,
     queue_path: &str,

@@ -18,6 +18,8 @@
 //! Handles are owned by the session's [`QueueRegistry`]; an actor knows only its session's
 //! [`Zk`], id and link.
 
+#[cfg(test)]
+mod sim;
 pub mod state;
 
 use std::collections::{HashMap, HashSet};
