@@ -3,12 +3,15 @@
 # (crt-static on the host's gnu target), then `buildah bud` on deploy/container/Containerfile
 # (FROM scratch, no RUN steps, so no runtime is needed), and optionally an OCI archive.
 #
-#   scripts/image.sh [--tag NAME] [--archive FILE.tar] [--storage DIR]
+#   scripts/image.sh [--tag NAME] [--archive FILE.tar] [--storage DIR] [--profile NAME]
 #
 # --tag      image name in buildah's local storage (default zkgate:VERSION)
 # --archive  also write the image as an OCI archive (`buildah push … oci-archive:FILE`), which
 #            `skopeo copy`, `podman load` or a registry push can take from there
 # --storage  a private buildah storage directory (vfs driver) instead of the user's default
+# --profile  the cargo profile of the binary (default release; the test suite uses `image-test`,
+#            an unoptimised build of the same code, to check the image's shape in a third of the
+#            time — never ship it)
 #
 # Needs cargo and buildah (Debian: apt-get install buildah). Prints the image id last.
 set -euo pipefail
@@ -16,12 +19,13 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ZKGATE_REPO"
 
-tag="" archive="" storage=""
+tag="" archive="" storage="" profile="release"
 while [ $# -gt 0 ]; do
     case "$1" in
         --tag) tag="$2"; shift 2 ;;
         --archive) archive="$2"; shift 2 ;;
         --storage) storage="$2"; shift 2 ;;
+        --profile) profile="$2"; shift 2 ;;
         *) say "unknown argument: $1"; exit 2 ;;
     esac
 done
@@ -48,10 +52,13 @@ for v in $(compgen -e); do
 done
 # RUSTFLAGS apply to the target only (--target), not to build scripts or proc macros, which
 # must stay dynamic. The same flags as the Dockerfile's builder stage.
-say "static release build ($target)"
+say "static $profile build ($target)"
 RUSTFLAGS="-C target-feature=+crt-static -C strip=symbols" \
-    cargo build --release --locked --quiet --target "$target" --bin zkgate
-bin="${CARGO_TARGET_DIR:-$ZKGATE_REPO/target}/$target/release/zkgate"
+    cargo build --profile "$profile" --locked --quiet --target "$target" --bin zkgate
+# cargo's output folder of the `dev` profile is `debug`; every other profile's is its name.
+dir="$profile"
+[ "$profile" = dev ] && dir=debug
+bin="${CARGO_TARGET_DIR:-$ZKGATE_REPO/target}/$target/$dir/zkgate"
 
 # A small build context: the binary and the image's /etc, at the paths the Containerfile names.
 ctx="$(mktemp -d)"

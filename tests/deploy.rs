@@ -462,7 +462,9 @@ async fn image_builds_and_its_entrypoint_serves_under_chroot() {
             .arg("--archive")
             .arg(&archive)
             .arg("--storage")
-            .arg(work.path().join("storage")),
+            .arg(work.path().join("storage"))
+            .arg("--profile")
+            .arg("image-test"),
     );
     let _ = writeln!(
         std::io::stderr(),
