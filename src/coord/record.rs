@@ -17,6 +17,14 @@ pub struct NodeRecord {
     /// Lock permits this member agreed to (0 for elections).
     #[prost(uint32, tag = "4")]
     pub permits: u32,
+    /// Milliseconds since the epoch at which a `Resign`/`Release` by lease (on any gateway)
+    /// asked for this member to end; 0 if nobody did. A by-lease end is not the holder's own
+    /// word on its stream, so the gateway serving the stream ends it by the G3c path (the
+    /// holder told `suspended` first, the znode deleted once its stream ends or its silence
+    /// limit passed): the requesting gateway writes this mark rather than deleting the znode,
+    /// and waits for the znode to go (see `member::end_by_lease`).
+    #[prost(int64, tag = "5")]
+    pub end_requested_ms: i64,
 }
 
 impl NodeRecord {
