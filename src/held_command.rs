@@ -64,11 +64,12 @@ pub struct HoldLeft {
 ///   granted while the gateway still hears from us and we from it), so `flag`. The verb keeps
 ///   listening while CMD stops, and a loss meanwhile recomputes the grace by the rules below.
 /// - `suspended`: what is left of its `stop_within` (the gateway's bound for when its session
-///   may expire, or for its drain hand-off), and of the watchdog's time.
+///   may expire, or for its hand-off after a drain or a resign/release by lease: the znode
+///   stays until the verb ends its stream, or that long), and of the watchdog's time.
 /// - silence: what is left of the watchdog's time — about zero, by definition: the gateway
 ///   may already have deleted the znode.
 /// - the stream ended (`UNAVAILABLE`, `ABORTED`, `OK` after a resign or release by lease
-///   elsewhere, a TTL lapse), before or during the stop: zero. The znode is gone or about to
+///   through a gateway older than G3c for leases, a TTL lapse), before or during the stop: zero. The znode is gone or about to
 ///   go, and a successor may be granted at once: SIGKILL, no SIGTERM.
 pub fn stop_grace(flag: Duration, cause: StopCause, left: HoldLeft) -> Duration {
     let cap = match cause {

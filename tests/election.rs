@@ -599,11 +599,9 @@ async fn a_leader_resigned_by_lease_elsewhere_is_told_before_its_successor_is_el
         (r, returned, member_znodes(&zkc, &root).await.len(), c2)
     });
     // a hears it first, on a stream that stays open…
-    let told = loop {
-        match a.next().await {
-            Ok(Some(e)) if end_requested(&e) => break std::time::Instant::now(),
-            other => panic!("expected suspended (END_REQUESTED), got {other:?}"),
-        }
+    let told = match a.next().await {
+        Ok(Some(e)) if end_requested(&e) => std::time::Instant::now(),
+        other => panic!("expected suspended (END_REQUESTED), got {other:?}"),
     };
     // …and ends its stream (a helper stops its work first, then resigns in-stream).
     a.send(Req::Resign(pb::ResignCandidacy {})).await;

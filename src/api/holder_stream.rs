@@ -8,14 +8,18 @@
 //! inbound side is release.
 //!
 //! # Nobody is replaced before they can know (G3c)
-//! A hold the gateway ends without the holder's own word — a drain, a lock's ttl lapsing — is
-//! first *revoked* ([`Step::Revoke`]): the holder hears `suspended{stop_within}` on a stream
+//! A hold the gateway ends without the holder's own word — a drain, a lock's ttl lapsing, a
+//! resign/release by lease from any gateway (`member::end_by_lease` marks the znode; this
+//! gateway's queue watch brings the request here) — is first *revoked* ([`Step::Revoke`]): the
+//! holder hears `suspended{stop_within, reason}` on a stream
 //! that stays open, heartbeats stop, and the znode stays until the holder ends its stream
 //! (cancel, half-close or an in-stream resign/release: the client helpers do that on
 //! `suspended`, so a live holder is handed off at once) or until `silence_limit` has passed
 //! since the last message the gateway actually sent it ([`Outbox::last_sent`]): by then a holder
 //! that could not hear has stopped by its own watchdog. Only then is the znode deleted and the
-//! stream ended (`UNAVAILABLE` for a drain, `ABORTED` for a lapsed ttl). The rule itself is
+//! stream ended (`UNAVAILABLE` for a drain, `ABORTED` for a lapsed ttl, `OK` for a resign or
+//! release by lease; a member asked to end by lease that does not hold is deleted at once).
+//! The rule itself is
 //! [`revocation`], a pure core with table tests. Waiters hold nothing: on drain they end at
 //! once.
 //!

@@ -588,8 +588,9 @@ pub(crate) async fn end_by_lease(session: &ZkSession, lease: &Lease) -> Result<(
         Err(CoordError::SessionLost(r)) => return Err(Retry::LostDuringResign(r).into()),
         Err(e) => return Err(e),
     }
+    // Never the path: its protected name is the lease's secret.
     tracing::warn!(
-        path, ?bound,
+        queue = %lease.queue, ?bound,
         "the member's gateway did not end it within its silence limit after a resign/release by lease; deleting it directly"
     );
     match session.delete_until_gone(&path).await {

@@ -553,8 +553,9 @@ impl Actor {
                 Ok(_) | Err(zkc::Error::NoNode) => {}
                 // The requester deletes the znode itself after its bound (see
                 // `member::end_by_lease`): a lost read only makes that the way it ends.
+                // Never the path: its protected name is a lease's secret.
                 Err(e) => {
-                    tracing::debug!(path, error = %e, "reading a member after a data change failed")
+                    tracing::debug!(error = %e, "reading a member after a data change failed")
                 }
             }
         });
