@@ -64,12 +64,14 @@ pub struct HoldLeft {
 ///   granted while the gateway still hears from us and we from it), so `flag`. The verb keeps
 ///   listening while CMD stops, and a loss meanwhile recomputes the grace by the rules below.
 /// - `suspended`: what is left of its `stop_within` (the gateway's bound for when its session
-///   may expire, or for its hand-off after a drain or a resign/release by lease: the znode
-///   stays until the verb ends its stream, or that long), and of the watchdog's time.
+///   may expire, or for its drain hand-off), and of the watchdog's time.
 /// - silence: what is left of the watchdog's time — about zero, by definition: the gateway
 ///   may already have deleted the znode.
 /// - the stream ended (`UNAVAILABLE`, `ABORTED`, `OK` after a resign or release by lease
-///   through a gateway older than G3c for leases, a TTL lapse), before or during the stop: zero. The znode is gone or about to
+///   through an older gateway, a TTL lapse), or a resign/release by lease was announced
+///   (`suspended` with END_REQUESTED, reported `Ended`), before or during the stop: zero. After
+///   the announcement the gateway keeps the znode until the verb gives the hold up, so the zero
+///   grace is the "about zero after a resign by lease", not a race. The znode is gone or about to
 ///   go, and a successor may be granted at once: SIGKILL, no SIGTERM.
 pub fn stop_grace(flag: Duration, cause: StopCause, left: HoldLeft) -> Duration {
     let cap = match cause {

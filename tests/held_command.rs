@@ -238,8 +238,8 @@ enum Fault {
     /// SIGTSTP to the verb (Ctrl-Z).
     CtrlZ,
     /// SIGHUP to the verb, then, while its CMD is still stopping (it ignores SIGTERM for
-    /// 1.5 s), a resign by lease: the grace is cut to the notice's `stop_within`, and the
-    /// successor starts only once CMD is gone.
+    /// 1.5 s), a resign by lease: its notice cuts the grace to zero at once, and the successor
+    /// starts only once CMD is gone.
     HangupThenResign,
     /// SIGKILL to the verb.
     Kill,

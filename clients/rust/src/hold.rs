@@ -106,7 +106,9 @@ pub enum HoldEvent {
     Granted(Grant),
     /// The gateway lost ZooKeeper — or, with `end_requested`, is ending the hold because a
     /// `Resign`/`Release` with its lease asked it to (it keeps the znode until the stream ends
-    /// or `stop_within` has passed). While holding, a [`HoldEvent::Lost`] follows at once.
+    /// or `stop_within` has passed). While holding, a [`HoldEvent::Lost`] follows at once:
+    /// `Suspended`, or `Ended` for an end requested by lease (as the stream's OK end said
+    /// before the gateway told holders first).
     Suspended {
         stop_within: Option<Duration>,
         end_requested: bool,
@@ -404,7 +406,13 @@ async fn drive(mut d: Drive) {
                                 suspended_queued = true;
                                 continue;
                             }
-                            LossReason::Suspended
+                            // A Resign/Release with this hold's lease (contract G3c): told
+                            // before anyone else can be granted it; over, as an OK end says.
+                            if end_requested {
+                                LossReason::Ended
+                            } else {
+                                LossReason::Suspended
+                            }
                         }
                         Update::Resumed => {
                             suspended_queued = false;
@@ -590,6 +598,17 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(h.lost().await, LossReason::Suspended);
+        // A resign/release by lease elsewhere: told first, reported as the OK end was.
+        let (tx, open) = core(vec![queued()], false);
+        let h = open.await.unwrap();
+        tx.send(granted(10_000)).unwrap();
+        h.granted().await.unwrap();
+        tx.send(Ok(Update::Suspended {
+            stop_within: Some(Duration::from_secs(1)),
+            end_requested: true,
+        }))
+        .unwrap();
+        assert_eq!(h.lost().await, LossReason::Ended);
 
         for (status, reason) in [
             (Status::unavailable("draining"), LossReason::Unavailable),
