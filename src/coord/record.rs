@@ -62,3 +62,35 @@ pub fn since(record: &NodeRecord, stat: &zookeeper_client::Stat) -> SystemTime {
         .elected_at()
         .unwrap_or_else(|| ms_to_time(stat.ctime))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::NodeRecord;
+
+    /// The end-request mark rides in the record: a record written before it existed reads as
+    /// "not requested", and a by-lease proclaim (decode, replace the value, encode) keeps it.
+    #[test]
+    fn the_end_request_mark_reads_as_absent_on_old_records_and_survives_a_proclaim() {
+        let old = NodeRecord {
+            participant: "a".into(),
+            value: b"v".to_vec(),
+            elected_at_ms: 5,
+            permits: 1,
+            ..Default::default()
+        };
+        // What a gateway without the field wrote: fields 1–4 only.
+        let bytes = old.encode_to_vec();
+        assert_eq!(NodeRecord::decode_lossy(&bytes).end_requested_ms, 0);
+
+        let mut marked = NodeRecord::decode_lossy(&bytes);
+        marked.end_requested_ms = 1_700_000_000_000;
+        let mut proclaimed = NodeRecord::decode_lossy(&marked.encode_to_vec());
+        proclaimed.value = b"w".to_vec();
+        let read = NodeRecord::decode_lossy(&proclaimed.encode_to_vec());
+        assert_eq!(read.end_requested_ms, 1_700_000_000_000);
+        assert_eq!(
+            (read.participant.as_str(), read.value.as_slice()),
+            ("a", &b"w"[..])
+        );
+    }
+}
