@@ -795,7 +795,7 @@ async fn stop_command(
                         stream_open = false;
                         Some(StopCause::StreamEnded)
                     }
-                    Some(HoldEvent::Suspended { stop_within }) => {
+                    Some(HoldEvent::Suspended { stop_within, .. }) => {
                         suspended = Some((tokio::time::Instant::now(), stop_within));
                         None
                     }
@@ -904,8 +904,12 @@ async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrup
                         }
                     }
                 }
-                Some(HoldEvent::Suspended { stop_within }) => {
-                    sup.say("suspended: the gateway lost ZooKeeper");
+                Some(HoldEvent::Suspended { stop_within, end_requested }) => {
+                    sup.say(if end_requested {
+                        "suspended: a resign or release by lease asked the gateway to end the hold"
+                    } else {
+                        "suspended: the gateway lost ZooKeeper"
+                    });
                     suspended = Some((tokio::time::Instant::now(), stop_within));
                 }
                 Some(HoldEvent::Resumed) => sup.say("resumed"),

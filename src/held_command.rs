@@ -68,7 +68,10 @@ pub struct HoldLeft {
 /// - silence: what is left of the watchdog's time — about zero, by definition: the gateway
 ///   may already have deleted the znode.
 /// - the stream ended (`UNAVAILABLE`, `ABORTED`, `OK` after a resign or release by lease
-///   elsewhere, a TTL lapse), before or during the stop: zero. The znode is gone or about to
+///   through an older gateway, a TTL lapse), or a resign/release by lease was announced
+///   (`suspended` with END_REQUESTED, reported `Ended`), before or during the stop: zero. After
+///   the announcement the gateway keeps the znode until the verb gives the hold up, so the zero
+///   grace is the "about zero after a resign by lease", not a race. The znode is gone or about to
 ///   go, and a successor may be granted at once: SIGKILL, no SIGTERM.
 pub fn stop_grace(flag: Duration, cause: StopCause, left: HoldLeft) -> Duration {
     let cap = match cause {

@@ -615,6 +615,8 @@ async fn by_lease_verbs_lock_flags_and_endpoint_lists() {
     let lead = c.elect("byl", "a", b"").await.unwrap();
     let (code, v) = query_json(&["resign", lead.lease()], &url);
     assert_eq!((code, v), (Some(0), serde_json::json!({"resigned": true})));
+    // Told first (G3c): the helper hears `suspended` (END_REQUESTED), reports the loss as
+    // `ended` and ends its stream; only then is the znode deleted and the verb answered.
     assert_eq!(
         tokio::time::timeout(STEP, lead.lost()).await.unwrap(),
         zkgate_client::LossReason::Ended

@@ -518,3 +518,253 @@ async fn a_pool_of_sessions_spreads_queues_and_keeps_each_election_on_one() {
         last = l.fencing_token;
     }
 }
+
+/// Every event a stream delivers, stamped on the test's clock as it is read, until it ends.
+type Stamped<E> = (std::time::Instant, Result<Option<E>, tonic::Status>);
+
+/// Reads `stream` in a task of its own: its events and its end, each with the instant it was
+/// read (one clock for every stream of the test).
+fn record(
+    mut stream: zkgate_testkit::raw::CampaignStream,
+) -> tokio::sync::mpsc::UnboundedReceiver<Stamped<Event>> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let e = stream.event().await;
+            let last = !matches!(e, Ok(Some(_)));
+            if tx.send((std::time::Instant::now(), e)).is_err() || last {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The instant `rx` delivers an event that `want` accepts (heartbeats skipped; anything else
+/// fails the test), within [`STEP`].
+async fn stamped(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Stamped<Event>>,
+    what: &str,
+    want: impl Fn(&Event) -> bool,
+) -> std::time::Instant {
+    loop {
+        let (at, e) = tokio::time::timeout(STEP, rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{what}: nothing in time"))
+            .unwrap_or_else(|| panic!("{what}: the stream's reader stopped"));
+        match e {
+            Ok(Some(Event::Heartbeat(_))) => continue,
+            Ok(Some(e)) if want(&e) => return at,
+            other => panic!("{what}: got {other:?}"),
+        }
+    }
+}
+
+fn end_requested(e: &Event) -> bool {
+    matches!(e, Event::Suspended(s) if s.reason == pb::SuspendReason::EndRequested as i32 && s.stop_within.is_some())
+}
+
+/// G3c for a resign by lease (issue 19): a leader on gateway A resigned by lease through
+/// gateway B is told first (`suspended`, reason END_REQUESTED) — before its successor on B is
+/// elected — and its znode goes once it ends its stream (here by an in-stream resign, as the
+/// client helpers do); the stream ends OK, the call returns only once the znode is gone, and a
+/// repeat is NOT_FOUND. Before this, B deleted the znode at once and the successor could be
+/// elected before the leader heard anything.
+#[tokio::test]
+async fn a_leader_resigned_by_lease_elsewhere_is_told_before_its_successor_is_elected() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let other = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            root: Some(gw.root.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = gw.client().await;
+    let mut c2 = other.client().await;
+    let zkc = zk_client(&zk).await;
+
+    let mut a = Campaign::join(&mut c, "told", "a", b"").await;
+    a.elected().await;
+    let b = Campaign::join(&mut c2, "told", "b", b"").await;
+    let mut b_events = record(b.stream);
+
+    let (root, lease) = (gw.root.clone(), a.lease.clone());
+    let resign = tokio::spawn(async move {
+        let r = c2.resign(pb::ResignRequest { lease }).await;
+        let returned = std::time::Instant::now();
+        // What ZooKeeper holds the moment the call returns: b's znode only.
+        (r, returned, member_znodes(&zkc, &root).await.len(), c2)
+    });
+    // a hears it first, on a stream that stays open…
+    let told = match a.next().await {
+        Ok(Some(e)) if end_requested(&e) => std::time::Instant::now(),
+        other => panic!("expected suspended (END_REQUESTED), got {other:?}"),
+    };
+    // …and ends its stream (a helper stops its work first, then resigns in-stream).
+    a.send(Req::Resign(pb::ResignCandidacy {})).await;
+    a.expect_end(None).await;
+    let elected = stamped(&mut b_events, "b elected", |e| {
+        matches!(e, Event::Elected(_))
+    })
+    .await;
+    let (r, returned, left, mut c2) = resign.await.unwrap();
+    r.expect("resign by lease");
+    assert!(
+        told < elected,
+        "b was elected {:?} before a was told",
+        told - elected
+    );
+    assert_eq!(left, 1, "the call returned before a's znode was gone");
+    eprintln!(
+        "resign by lease: a told, then b elected {:?} later; the call returned {:?} after b's election",
+        elected - told,
+        returned.saturating_duration_since(elected)
+    );
+    let again = c2
+        .resign(pb::ResignRequest {
+            lease: a.lease.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), Code::NotFound, "{again:?}");
+}
+
+/// A leader that hears the resign-by-lease notice but does not end its stream (a bare grpcurl
+/// user, a stuck process) keeps its znode until `silence_limit` has passed since the notice:
+/// its successor is elected no sooner, and its stream then ends OK.
+#[tokio::test]
+async fn a_leader_that_does_not_act_on_the_notice_keeps_its_znode_for_its_silence_limit() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let other = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            root: Some(gw.root.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = gw.client().await;
+    let mut c2 = other.client().await;
+    let mut a = Campaign::join(&mut c, "deaf", "a", b"").await;
+    let limit: Duration = match a.next().await {
+        Ok(Some(Event::Elected(e))) => e
+            .silence_limit
+            .expect("a silence limit")
+            .try_into()
+            .unwrap(),
+        other => panic!("expected elected, got {other:?}"),
+    };
+    let lease = a.lease.clone();
+    let mut a_events = record(a.stream);
+    let b = Campaign::join(&mut c2, "deaf", "b", b"").await;
+    let mut b_events = record(b.stream);
+    let called = std::time::Instant::now();
+    let resign = tokio::spawn(async move {
+        let r = c2.resign(pb::ResignRequest { lease }).await;
+        (r, std::time::Instant::now())
+    });
+    let told = stamped(&mut a_events, "a told", end_requested).await;
+    let elected = stamped(&mut b_events, "b elected", |e| {
+        matches!(e, Event::Elected(_))
+    })
+    .await;
+    let (r, returned) = resign.await.unwrap();
+    r.expect("resign by lease");
+    assert!(
+        elected >= called + limit,
+        "b elected {:?} after the call, within a's silence limit {limit:?}",
+        elected - called
+    );
+    // a's stream ends OK once its znode is gone.
+    let (_, end) = tokio::time::timeout(STEP, a_events.recv())
+        .await
+        .expect("a's end in time")
+        .expect("a's end");
+    assert!(matches!(end, Ok(None)), "{end:?}");
+    eprintln!(
+        "a silent holder: told {:?} after the call, b elected {:?} after it, the call returned {:?} after it",
+        told - called,
+        elected - called,
+        returned - called
+    );
+}
+
+/// A leader that cannot hear (its link to its gateway blackholed: no FIN, nothing delivered)
+/// is resigned by lease through another gateway: the notice never reaches it, so its znode
+/// stays until `silence_limit` has passed since the last message its gateway sent it — its
+/// successor is elected only after the leader's own watchdog has fired (`silence_limit` after
+/// the last message it heard). Before this, the successor was elected within milliseconds
+/// while the old leader still believed it led.
+#[tokio::test]
+async fn a_leader_that_cannot_hear_is_replaced_only_after_its_watchdog_fired() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let other = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            root: Some(gw.root.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let cut = zkgate_testkit::linkcut::LinkCutter::start(gw.addr)
+        .await
+        .unwrap();
+    let mut c = pb::election_client::ElectionClient::connect(cut.url())
+        .await
+        .unwrap();
+    let mut c2 = other.client().await;
+    let mut a = Campaign::join(&mut c, "unheard", "a", b"").await;
+    let limit: Duration = match a.next().await {
+        Ok(Some(Event::Elected(e))) => e
+            .silence_limit
+            .expect("a silence limit")
+            .try_into()
+            .unwrap(),
+        other => panic!("expected elected, got {other:?}"),
+    };
+    let lease = a.lease.clone();
+    let mut a_events = record(a.stream);
+    let b = Campaign::join(&mut c2, "unheard", "b", b"").await;
+    let mut b_events = record(b.stream);
+    // A heartbeat or two, so a's last message is one of them.
+    tokio::time::sleep(limit / 2).await;
+
+    cut.blackhole();
+    let called = std::time::Instant::now();
+    let resign = tokio::spawn(async move { c2.resign(pb::ResignRequest { lease }).await });
+    let elected = stamped(&mut b_events, "b elected", |e| {
+        matches!(e, Event::Elected(_))
+    })
+    .await;
+    resign.await.unwrap().expect("resign by lease");
+    // Everything a heard, and when: nothing after the cut.
+    let mut last_heard = None;
+    while let Ok((at, e)) = a_events.try_recv() {
+        assert!(
+            matches!(e, Ok(Some(_))),
+            "a heard its end through a blackhole: {e:?}"
+        );
+        assert!(
+            !matches!(e, Ok(Some(ref e)) if end_requested(e)),
+            "a heard the notice"
+        );
+        last_heard = Some(at);
+    }
+    let a_stops = last_heard.expect("a heard something") + limit;
+    eprintln!(
+        "a leader that cannot hear: its watchdog fired {:?} after the call, b elected {:?} after it",
+        a_stops.saturating_duration_since(called),
+        elected - called
+    );
+    assert!(
+        a_stops <= elected,
+        "b elected {:?} before a's watchdog fired",
+        a_stops - elected
+    );
+    cut.pass();
+}

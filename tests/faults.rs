@@ -1650,9 +1650,10 @@ async fn follower_cut_with_an_unstated_long_tick() {
 /// Heartbeats stop as soon as the gateway knows the leader's znode is gone, even while it
 /// cannot yet tell a resign from a lost session. g1's requests to ZooKeeper are lost while its
 /// notifications still arrive (kept flowing by churn in another election that g1 observes), so
-/// g1's leader is `suspended` and, being suspended, keeps getting heartbeats; then its lease is
-/// resigned through g2. g1 hears the NodeDeleted but cannot prove its session alive, so the
-/// cause stays open until the link decides — and no heartbeat may vouch for a leadership whose
+/// g1's leader is `suspended` and, being suspended, keeps getting heartbeats; then its znode is
+/// deleted by someone else (as a resign by lease through g2 does once its bound has passed). g1
+/// hears the NodeDeleted but cannot prove its session alive, so the cause stays open until the
+/// link decides — and no heartbeat may vouch for a leadership whose
 /// znode is known gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_heartbeat_once_the_znode_is_known_gone() {
@@ -1680,16 +1681,21 @@ async fn no_heartbeat_once_the_znode_is_known_gone() {
     a.wait_for(Some(t), T, |e| matches!(e, Ev::Suspended { .. }))
         .await
         .expect("a suspended");
-    let mut client = zkgate::proto::election_client::ElectionClient::connect(g2.url())
-        .await
-        .unwrap();
-    let r = s.fault("resign a's lease through g2");
-    client
-        .resign(zkgate::proto::ResignRequest {
-            lease: a.lease.clone(),
-        })
-        .await
-        .expect("resign by lease");
+    // Deleted by someone else: what a `Resign` by lease does directly when the member's
+    // gateway does not end it within its silence limit (g1 cannot read the request while its
+    // requests are lost), here at once, so the window below fits before a's G2 deadline.
+    let zkc = zookeeper_client::Client::connect(&zk).await.unwrap();
+    let mut a_znode = None;
+    for path in support::member_znodes(&zkc, &s.root).await {
+        if let Ok((data, _)) = zkc.get_data(&path).await {
+            if zkgate::coord::record::NodeRecord::decode_lossy(&data).participant == "a" {
+                a_znode = Some(path);
+            }
+        }
+    }
+    let a_znode = a_znode.expect("a's znode");
+    let r = s.fault("delete a's znode (as a resign by lease through g2 does after its bound)");
+    zkc.delete(&a_znode, None).await.expect("a's znode deleted");
     let (tb, _) = b
         .wait_granted(STEP)
         .await

@@ -342,6 +342,7 @@ async fn election_of_20000_candidates() {
             value: b"v".to_vec(),
             elected_at_ms: if i == 0 { since } else { 0 },
             permits: 0,
+            ..Default::default()
         }
     })
     .await;
@@ -458,6 +459,7 @@ async fn read_lock_of_20000_holders() {
             value: Vec::new(),
             elected_at_ms: since,
             permits: 1,
+            ..Default::default()
         }
     })
     .await;

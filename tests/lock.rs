@@ -832,3 +832,86 @@ async fn zookeeper_pause_suspends_then_resumes_the_holder() {
     drop(gw);
     zk.shutdown().await;
 }
+
+/// G3c for a release by lease (issue 19): the holder on gateway A, released by lease through
+/// gateway B, is told first (`suspended`, reason END_REQUESTED) — before the next holder on B
+/// acquires — and its znode goes once it ends its stream (here by cancelling it, as the client
+/// helpers do on `suspended`); the call returns only once the znode is gone, and a repeat is
+/// NOT_FOUND. Before this, B deleted the znode at once and the next holder could acquire before
+/// the holder heard anything.
+#[tokio::test]
+async fn a_holder_released_by_lease_elsewhere_is_told_before_the_next_holder_acquires() {
+    let (zk, gw, mut c, _shared) = setup().await;
+    let other = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            root: Some(gw.root.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c2 = lock_client(&other).await;
+    let zkc = zk_client(&zk).await;
+    let mut a = Acquisition::open(&mut c, acquire_msg("told", "a")).await;
+    a.acquired().await;
+    let b = Acquisition::open(&mut c2, acquire_msg("told", "b")).await;
+    // b's events, stamped as they arrive (one clock for both streams).
+    let (tx, mut b_events) = mpsc::unbounded_channel();
+    let mut b_stream = b.stream;
+    tokio::spawn(async move {
+        loop {
+            let e = b_stream.event().await;
+            let last = !matches!(e, Ok(Some(_)));
+            if tx.send((Instant::now(), e)).is_err() || last {
+                break;
+            }
+        }
+    });
+    let (root, lease) = (gw.root.clone(), a.lease.clone());
+    let release = tokio::spawn(async move {
+        let r = c2.release(pb::ReleaseRequest { lease }).await;
+        (r, member_znodes(&zkc, &root).await.len(), c2)
+    });
+    let told = loop {
+        match tokio::time::timeout(STEP, a.stream.event())
+            .await
+            .expect("in time")
+        {
+            Ok(Some(LEvent::Heartbeat(_))) => continue,
+            Ok(Some(LEvent::Suspended(s)))
+                if s.reason == pb::SuspendReason::EndRequested as i32 =>
+            {
+                break Instant::now()
+            }
+            other => panic!("expected suspended (END_REQUESTED), got {other:?}"),
+        }
+    };
+    // The holder stops its work, then cancels its stream.
+    drop(a.stream);
+    let acquired = loop {
+        let (at, e) = tokio::time::timeout(STEP, b_events.recv())
+            .await
+            .expect("b acquires in time")
+            .expect("b's reader");
+        match e {
+            Ok(Some(LEvent::Acquired(_))) => break at,
+            Ok(Some(LEvent::Heartbeat(_))) => continue,
+            other => panic!("expected acquired, got {other:?}"),
+        }
+    };
+    assert!(
+        told < acquired,
+        "b acquired {:?} before a was told",
+        told - acquired
+    );
+    let (r, left, mut c2) = release.await.unwrap();
+    r.expect("release by lease");
+    assert_eq!(left, 1, "the call returned before a's znode was gone");
+    let again = c2
+        .release(pb::ReleaseRequest {
+            lease: a.lease.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), Code::NotFound, "{again:?}");
+}

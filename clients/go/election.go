@@ -128,7 +128,8 @@ func (r campaignRPC) recv() (event, error) {
 		return event{kind: evGranted, leader: e.Elected.GetLeader(), token: e.Elected.GetLeader().GetFencingToken(),
 			silence: e.Elected.GetSilenceLimit().AsDuration()}, nil
 	case *pb.CampaignResponse_Suspended:
-		return event{kind: evSuspended, stopWithin: e.Suspended.GetStopWithin().AsDuration()}, nil
+		return event{kind: evSuspended, stopWithin: e.Suspended.GetStopWithin().AsDuration(),
+			endRequested: e.Suspended.GetReason() == pb.SuspendReason_SUSPEND_REASON_END_REQUESTED}, nil
 	case *pb.CampaignResponse_Resumed:
 		return event{kind: evResumed}, nil
 	case *pb.CampaignResponse_Proclaimed:

@@ -54,6 +54,9 @@ type event struct {
 	silence    time.Duration
 	leader     *pb.Leader // elected / proclaimed
 	stopWithin time.Duration
+	// endRequested: the suspended says a Resign/Release with this hold's lease asked the
+	// gateway to end it (reason END_REQUESTED, contract G3c).
+	endRequested bool
 }
 
 type eventKind int
@@ -219,7 +222,13 @@ func (s *stream) handle(ev event) bool {
 			s.leader = ev.leader
 		}
 	case evSuspended:
-		if isClosed(s.granted) {
+		if isClosed(s.granted) && ev.endRequested {
+			// A Resign/Release with this hold's lease (contract G3c): told before anyone else
+			// can be granted it, and the znode stays until we end the stream. Over, as an OK
+			// end says (LossEnded); cancelling hands it over at once.
+			s.loseLocked(LossEnded, fmt.Sprintf("%s: resigned or released by lease elsewhere", s.endpoint))
+			s.cancel()
+		} else if isClosed(s.granted) {
 			s.loseLocked(LossSuspended, fmt.Sprintf("%s lost its ZooKeeper connection (a successor may be granted after %v)", s.endpoint, ev.stopWithin))
 			s.cancel()
 		} else {

@@ -140,7 +140,8 @@ func (r acquireRPC) recv() (event, error) {
 		return event{kind: evGranted, lease: e.Acquired.GetLease(), token: e.Acquired.GetFencingToken(),
 			silence: e.Acquired.GetSilenceLimit().AsDuration()}, nil
 	case *pb.AcquireResponse_Suspended:
-		return event{kind: evSuspended, stopWithin: e.Suspended.GetStopWithin().AsDuration()}, nil
+		return event{kind: evSuspended, stopWithin: e.Suspended.GetStopWithin().AsDuration(),
+			endRequested: e.Suspended.GetReason() == pb.SuspendReason_SUSPEND_REASON_END_REQUESTED}, nil
 	case *pb.AcquireResponse_Resumed:
 		return event{kind: evResumed}, nil
 	case *pb.AcquireResponse_Heartbeat:

@@ -517,8 +517,15 @@ export class HolderStream extends EventEmitter {
         break;
       case 'suspended': {
         const stopWithinMs = durationMs(response.suspended.stopWithin) ?? 0;
-        const announce = () => this._emitEvent('suspended', { stopWithinMs });
-        if (this.isHolding) {
+        const endRequested = response.suspended.reason === 'SUSPEND_REASON_END_REQUESTED';
+        const announce = () => this._emitEvent('suspended', { stopWithinMs, endRequested });
+        if (this.isHolding && endRequested) {
+          // A Resign/Release with this hold's lease (contract G3c): told before anyone else can
+          // be granted it, and the znode stays until we end the stream. Over, as an OK end says
+          // (`resigned`/`released`, loss `ended`); then ended in-stream, so it ends OK.
+          this._lose(this._okReason, { announce, loss: Loss.ENDED });
+          if (!this._call.writableEnded) this._call.write(this._leaveMessage());
+        } else if (this.isHolding) {
           this._lose(
             'suspended: the gateway lost its ZooKeeper connection ' +
               `(someone else may be granted it after ${(stopWithinMs / 1000).toFixed(3)} s)`,

@@ -55,6 +55,24 @@ pub fn duration(d: Duration) -> prost_types::Duration {
     prost_types::Duration::try_from(d).unwrap_or_default()
 }
 
+/// `suspended{stop_within, reason}`.
+pub(super) fn suspended(
+    stop_within: Duration,
+    why: super::holder_stream::Suspension,
+) -> pb::Suspended {
+    use super::holder_stream::Suspension;
+    let reason = match why {
+        Suspension::Connection => pb::SuspendReason::Connection,
+        Suspension::Drain => pb::SuspendReason::Drain,
+        Suspension::LeaseExpired => pb::SuspendReason::LeaseExpired,
+        Suspension::EndRequested => pb::SuspendReason::EndRequested,
+    };
+    pb::Suspended {
+        stop_within: Some(duration(stop_within)),
+        reason: reason.into(),
+    }
+}
+
 pub fn leader(l: Holder) -> pb::Leader {
     pb::Leader {
         election: l.queue.to_string(),

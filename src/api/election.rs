@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
-use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step};
+use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step, Suspension};
 use super::limits::Admission;
 use super::outbox::{self, Outbox, TrySend};
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
@@ -61,10 +61,8 @@ impl HolderStream for CampaignStream {
         event(Event::Heartbeat(pb::Heartbeat {}))
     }
 
-    fn suspended(stop_within: std::time::Duration) -> pb::CampaignResponse {
-        event(Event::Suspended(pb::Suspended {
-            stop_within: Some(convert::duration(stop_within)),
-        }))
+    fn suspended(stop_within: std::time::Duration, why: Suspension) -> pb::CampaignResponse {
+        event(Event::Suspended(convert::suspended(stop_within, why)))
     }
 
     fn is_leave(request: &pb::CampaignRequest) -> bool {
@@ -88,8 +86,12 @@ impl HolderStream for CampaignStream {
             CandidacyEvent::Proclaimed(l) => Step::Send(event(Event::Proclaimed(pb::Proclaimed {
                 leader: Some(convert::leader(l)),
             }))),
-            CandidacyEvent::Suspended { stop_within } => Step::Send(Self::suspended(stop_within)),
+            CandidacyEvent::Suspended { stop_within } => {
+                Step::Send(Self::suspended(stop_within, Suspension::Connection))
+            }
             CandidacyEvent::Resumed => Step::Send(event(Event::Resumed(pb::Resumed {}))),
+            // Told first, deleted later (G3c); then OK, a resign.
+            CandidacyEvent::EndRequested => Step::Revoke(Suspension::EndRequested, None),
             CandidacyEvent::Ended(CandidacyEnd::Resigned) => Step::Done,
             CandidacyEvent::Ended(CandidacyEnd::Lost(reason)) => {
                 Step::Fail(CoordError::SessionLost(reason))

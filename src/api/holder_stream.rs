@@ -8,14 +8,18 @@
 //! inbound side is release.
 //!
 //! # Nobody is replaced before they can know (G3c)
-//! A hold the gateway ends without the holder's own word — a drain, a lock's ttl lapsing — is
-//! first *revoked* ([`Step::Revoke`]): the holder hears `suspended{stop_within}` on a stream
+//! A hold the gateway ends without the holder's own word — a drain, a lock's ttl lapsing, a
+//! resign/release by lease from any gateway (`member::end_by_lease` marks the znode; this
+//! gateway's queue watch brings the request here) — is first *revoked* ([`Step::Revoke`]): the
+//! holder hears `suspended{stop_within, reason}` on a stream
 //! that stays open, heartbeats stop, and the znode stays until the holder ends its stream
 //! (cancel, half-close or an in-stream resign/release: the client helpers do that on
 //! `suspended`, so a live holder is handed off at once) or until `silence_limit` has passed
 //! since the last message the gateway actually sent it ([`Outbox::last_sent`]): by then a holder
 //! that could not hear has stopped by its own watchdog. Only then is the znode deleted and the
-//! stream ended (`UNAVAILABLE` for a drain, `ABORTED` for a lapsed ttl). The rule itself is
+//! stream ended (`UNAVAILABLE` for a drain, `ABORTED` for a lapsed ttl, `OK` for a resign or
+//! release by lease; a member asked to end by lease that does not hold is deleted at once).
+//! The rule itself is
 //! [`revocation`], a pure core with table tests. Waiters hold nothing: on drain they end at
 //! once.
 //!
@@ -95,16 +99,31 @@ pub(super) enum Step<T> {
     /// Give up, then end with this error (a lock's wait ran out: the znode is gone before the
     /// client hears it; a waiter holds nothing another could be granted).
     Expire(CoordError),
-    /// End a hold without the holder's word (a drain, a lapsed ttl): tell it `suspended`, wait
-    /// for its stream's end or its silence bound, give up, then end with this error (G3c). A
-    /// member that does not hold takes this as [`Step::Expire`].
-    Revoke(CoordError),
+    /// End a hold without the holder's word (a drain, a lapsed ttl, a resign/release by lease
+    /// from any gateway): tell it `suspended` (saying why), wait for its stream's end or its
+    /// silence bound, give up, then end with this error — or `OK` for `None`, a resign or
+    /// release (G3c). A member that does not hold takes this as [`Step::Expire`] (`None`: as
+    /// [`Step::Leave`]).
+    Revoke(Suspension, Option<CoordError>),
     /// The hold ended by itself (resigned or released by lease elsewhere): end OK.
     Done,
     /// A ZooKeeper request made for an in-stream message (a proclaim): the loop keeps serving
     /// events, link changes and heartbeats while it runs, reads no further message until it
     /// is done (so requests stay in order), then takes its step.
     Pending(BoxFuture<Step<T>>),
+}
+
+/// Why a holder hears `suspended` (its `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Suspension {
+    /// The gateway's link to ZooKeeper is suspended (G2).
+    Connection,
+    /// The gateway drains (G3c, G7).
+    Drain,
+    /// A lock's ttl lapsed (G3c).
+    LeaseExpired,
+    /// A resign/release by lease, on any gateway (G3c).
+    EndRequested,
 }
 
 /// A resign/release in flight, and the error to end with once it is done (`None`: OK).
@@ -124,8 +143,8 @@ pub(super) trait HolderStream: Send + Sized + 'static {
 
     fn heartbeat() -> Self::Response;
 
-    /// `suspended{stop_within}`.
-    fn suspended(stop_within: Duration) -> Self::Response;
+    /// `suspended{stop_within, reason}`.
+    fn suspended(stop_within: Duration, why: Suspension) -> Self::Response;
 
     /// Whether an in-stream request is the client's own resign/release.
     fn is_leave(request: &Self::Request) -> bool;
@@ -230,7 +249,7 @@ async fn drive<H: HolderStream>(
             biased;
             _ = draining.cancelled(), if !revoking => {
                 if holder.holds() && leaving.is_none() {
-                    Step::Revoke(CoordError::Draining)
+                    Step::Revoke(Suspension::Drain, Some(CoordError::Draining))
                 } else {
                     Step::Fail(CoordError::Draining)
                 }
@@ -337,23 +356,31 @@ async fn drive<H: HolderStream>(
                 }
                 continue;
             }
-            Step::Revoke(e) if !holder.holds() || leaving.is_some() => {
+            // Nothing held, nobody to protect: a resign/release by lease deletes at once
+            // (and ends OK once done); anything else ends now.
+            Step::Revoke(_, None) if !holder.holds() || leaving.is_some() => {
+                if leaving.is_none() {
+                    leaving = Some((holder.begin_leave(), None));
+                }
+                continue;
+            }
+            Step::Revoke(_, Some(e)) if !holder.holds() || leaving.is_some() => {
                 out.end(Status::from(e));
                 return;
             }
-            Step::Revoke(e) => {
+            Step::Revoke(why, then) => {
                 let stop_within =
                     revocation::stop_within(silence_limit, Instant::now(), holder.link_deadline());
                 tracing::info!(
-                    reason = %e, ?stop_within,
+                    ?why, ?stop_within,
                     "revoking a hold: the holder is told first; its znode goes when it ends its stream or its silence limit has passed"
                 );
                 revoking = true;
-                revoked = Some(e);
+                revoked = then;
                 pending = None;
                 // Unsent because the client does not read: it would not read this either.
                 unsent = None;
-                H::suspended(stop_within)
+                H::suspended(stop_within, why)
             }
             Step::Done => return,
         };

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert::{self, Converted};
-use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step};
+use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step, Suspension};
 use super::limits::Admission;
 use crate::coord::lock::{AcquireSpec, LockEnd, LockEvent, LockHold, LockMode};
 use crate::coord::member::Member;
@@ -96,10 +96,8 @@ impl HolderStream for AcquireStream {
         event(Event::Heartbeat(pb::Heartbeat {}))
     }
 
-    fn suspended(stop_within: std::time::Duration) -> pb::AcquireResponse {
-        event(Event::Suspended(pb::Suspended {
-            stop_within: Some(convert::duration(stop_within)),
-        }))
+    fn suspended(stop_within: std::time::Duration, why: Suspension) -> pb::AcquireResponse {
+        event(Event::Suspended(convert::suspended(stop_within, why)))
     }
 
     fn is_leave(request: &pb::AcquireRequest) -> bool {
@@ -121,17 +119,24 @@ impl HolderStream for AcquireStream {
                 fencing_token: a.fencing_token.0,
                 silence_limit: Some(convert::duration(self.hold.member().silence_limit())),
             }))),
-            LockEvent::Suspended { stop_within } => Step::Send(Self::suspended(stop_within)),
+            LockEvent::Suspended { stop_within } => {
+                Step::Send(Self::suspended(stop_within, Suspension::Connection))
+            }
             LockEvent::Resumed => Step::Send(event(Event::Resumed(pb::Resumed {}))),
             LockEvent::WaitExpired(wait) => Step::Expire(CoordError::WaitExpired {
                 lock: self.hold.name().clone(),
                 wait,
             }),
             // Told first, deleted later (G3c).
-            LockEvent::LeaseExpired(ttl) => Step::Revoke(CoordError::LeaseExpired {
-                lock: self.hold.name().clone(),
-                ttl,
-            }),
+            LockEvent::LeaseExpired(ttl) => Step::Revoke(
+                Suspension::LeaseExpired,
+                Some(CoordError::LeaseExpired {
+                    lock: self.hold.name().clone(),
+                    ttl,
+                }),
+            ),
+            // Told first, deleted later (G3c); then OK, a release.
+            LockEvent::EndRequested => Step::Revoke(Suspension::EndRequested, None),
             LockEvent::Ended(LockEnd::Released) => Step::Done,
             LockEvent::Ended(LockEnd::Lost(reason)) => Step::Fail(CoordError::SessionLost(reason)),
         }

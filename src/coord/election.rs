@@ -33,8 +33,13 @@ pub struct JoinSpec {
 pub enum CandidacyEvent {
     Elected(Holder),
     Proclaimed(Holder),
-    Suspended { stop_within: Duration },
+    Suspended {
+        stop_within: Duration,
+    },
     Resumed,
+    /// A `Resign` by lease (any gateway) asked for this candidacy to end: the stream ends it
+    /// by G3c (told first, deleted once its stream ends or its silence limit passed).
+    EndRequested,
     Ended(CandidacyEnd),
 }
 
@@ -129,6 +134,7 @@ impl Candidacy {
             }
             MemberEvent::Suspended { stop_within } => CandidacyEvent::Suspended { stop_within },
             MemberEvent::Resumed => CandidacyEvent::Resumed,
+            MemberEvent::EndRequested => CandidacyEvent::EndRequested,
             MemberEvent::Left => self.end(CandidacyEnd::Resigned),
             MemberEvent::Lost(reason) => self.end(CandidacyEnd::Lost(reason)),
         }
@@ -376,13 +382,14 @@ impl Coordinator {
         }
     }
 
-    /// Leaves an election by lease, from any gateway. Idempotent: a spent lease is
+    /// Leaves an election by lease, from any gateway: the leader is told first and this returns
+    /// once its znode is gone (G3c, [`member::end_by_lease`]). Idempotent: a spent lease is
     /// `LeaseNotFound`.
     ///
     /// # Errors
     /// `LeaseNotFound` for a lease naming no znode; `Unavailable` without a session.
     pub async fn resign(&self, lease: &Lease) -> Result<(), CoordError> {
-        member::delete_by_lease(&*self.session_for(lease.kind, &lease.queue)?, lease).await
+        member::end_by_lease(&*self.session_for(lease.kind, &lease.queue)?, lease).await
     }
 
     /// The leader replaces its value, by lease, from any gateway.

@@ -161,6 +161,9 @@ pub enum LockEvent {
     /// first, the znode deleted once the holder ended its stream or its silence limit passed
     /// since the last message sent to it), then `ABORTED`. Reported once.
     LeaseExpired(Duration),
+    /// A `Release` by lease (any gateway) asked for this hold to end: the stream ends it by
+    /// G3c (told first, deleted once its stream ends or its silence limit passed), then `OK`.
+    EndRequested,
     Ended(LockEnd),
 }
 
@@ -315,6 +318,7 @@ impl LockHold {
                 MemberEvent::Proclaimed(_) => continue,
                 MemberEvent::Suspended { stop_within } => LockEvent::Suspended { stop_within },
                 MemberEvent::Resumed => LockEvent::Resumed,
+                MemberEvent::EndRequested => LockEvent::EndRequested,
                 MemberEvent::Left => self.end(LockEnd::Released),
                 MemberEvent::Lost(reason) => self.end(LockEnd::Lost(reason)),
             };
@@ -536,15 +540,16 @@ impl Coordinator {
             .any(|h| h.fencing_token == token))
     }
 
-    /// Releases by lease, from any gateway: the same by-lease delete as `resign` (it is keyed by
-    /// the lease's kind, so an election lease never decodes here). Idempotent: a spent lease
-    /// is `LeaseNotFound`; connection losses are retried until OK, `NoNode` or the session's end.
+    /// Releases by lease, from any gateway: the same by-lease end as `resign` (it is keyed by
+    /// the lease's kind, so an election lease never decodes here): the holder is told first and
+    /// this returns once its znode is gone (G3c, [`member::end_by_lease`]). Idempotent: a spent
+    /// lease is `LeaseNotFound`.
     ///
     /// # Errors
     /// `LeaseNotFound` for a lease naming no znode; `Unavailable` without a session.
     pub async fn release(&self, lease: &Lease) -> Result<(), CoordError> {
         debug_assert_eq!(lease.kind, QueueKind::Lock);
-        member::delete_by_lease(&*self.session_for(lease.kind, &lease.queue)?, lease).await
+        member::end_by_lease(&*self.session_for(lease.kind, &lease.queue)?, lease).await
     }
 }
 

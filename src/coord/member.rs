@@ -42,6 +42,10 @@ pub(crate) enum MemberEvent {
         stop_within: Duration,
     },
     Resumed,
+    /// A resign/release by lease (on any gateway) asked for this member to end. Its stream
+    /// ends it by G3c: a holder is told `suspended` first and its znode goes once its stream
+    /// ends or its silence limit has passed; a member that does not hold is deleted at once.
+    EndRequested,
     /// The znode was deleted by a resign/release by lease, on any gateway.
     Left,
     /// The session is over (or presumed over).
@@ -283,6 +287,7 @@ impl Member {
             signal = self.signals.recv() => match signal {
                 Some(MemberSignal::Holds { holder, failover }) => MemberEvent::Holds { holder, failover },
                 Some(MemberSignal::Proclaimed(holder)) => MemberEvent::Proclaimed(holder),
+                Some(MemberSignal::EndRequested) => MemberEvent::EndRequested,
                 gone @ (Some(MemberSignal::Gone) | None) => {
                     self.pending_gone = Some(gone.is_none());
                     self.resolve_gone(gone.is_none()).await
@@ -544,21 +549,121 @@ pub(crate) fn lease_path(session: &ZkSession, lease: &Lease) -> String {
     )
 }
 
-/// Deletes the znode a lease names, from any gateway (Resign, Release). Idempotent: a spent
-/// lease is `LeaseNotFound`; connection losses are retried until done, `NoNode` or the
-/// session's end.
+/// How much longer than its own silence limit a by-lease end waits for the member's gateway
+/// before deleting the znode itself: that gateway's notice (one watch event and one read) and
+/// its delete, with room for a loaded machine.
+pub(crate) const END_BY_LEASE_MARGIN: Duration = Duration::from_secs(1);
+
+/// Ends the member a lease names, from any gateway (Resign, Release), and returns once its
+/// znode is gone. Idempotent: a spent lease is `LeaseNotFound`; a repeat while the first is
+/// still being served waits for the same end.
+///
+/// # Nobody is replaced before they can know (G3c)
+/// A by-lease end is not the holder's own word on its stream, so this does not delete a
+/// member whose stream may hold. It *asks* the member's own gateway, by marking the znode
+/// (`NodeRecord::end_requested_ms`, a versioned `setData`). That gateway sees the change on
+/// its queue watch and ends the member as it ends a drained one: a holder is told
+/// `suspended{stop_within}` first and its znode is deleted once it ends its stream or its
+/// silence limit has passed since the last message sent to it; a member that does not hold
+/// (queued) is deleted at once. Same path when the member's stream is on this very gateway.
+///
+/// Bounded: if the znode is still there `silence_limit` + [`END_BY_LEASE_MARGIN`] after the
+/// mark (a gateway of an older version that does not read the mark, a gateway whose session
+/// is cut off from ZooKeeper, a mark overwritten before its gateway read it), this deletes it
+/// directly, as every version before did, and says so in the log.
 ///
 /// # Errors
 /// `LeaseNotFound` for a lease naming no znode; `Unavailable` without a session, or when this
-/// gateway's session went before the delete was confirmed.
-pub(crate) async fn delete_by_lease(session: &ZkSession, lease: &Lease) -> Result<(), CoordError> {
-    match session.delete_until_gone(&lease_path(session, lease)).await {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(CoordError::LeaseNotFound),
-        // This gateway's session went before the delete was confirmed: the member's znode
-        // (another session's) may still be there. A retry answers OK or NOT_FOUND.
+/// gateway's session went before the end was confirmed.
+pub(crate) async fn end_by_lease(session: &ZkSession, lease: &Lease) -> Result<(), CoordError> {
+    let path = lease_path(session, lease);
+    if !request_end(session, &path).await? {
+        // Marked, then gone before we looked again: ended (by our request, or otherwise).
+        return Ok(());
+    }
+    let bound = session.timing.silence_limit + END_BY_LEASE_MARGIN;
+    match wait_gone(session, &path, tokio::time::Instant::now() + bound).await {
+        Ok(true) => return Ok(()),
+        Ok(false) => {}
+        Err(CoordError::SessionLost(r)) => return Err(Retry::LostDuringResign(r).into()),
+        Err(e) => return Err(e),
+    }
+    // Never the path: its protected name is the lease's secret.
+    tracing::warn!(
+        queue = %lease.queue, ?bound,
+        "the member's gateway did not end it within its silence limit after a resign/release by lease; deleting it directly"
+    );
+    match session.delete_until_gone(&path).await {
+        // Gone either way: by this delete or by its own gateway meanwhile.
+        Ok(_) => Ok(()),
         Err(CoordError::SessionLost(r)) => Err(Retry::LostDuringResign(r).into()),
         Err(e) => Err(e),
+    }
+}
+
+/// Marks the member at `path` as asked to end (see [`end_by_lease`]), keeping the rest of its
+/// record: a versioned write, re-read and retried when another write came first. A mark that
+/// is already there is left as it is (a repeated request). `Ok(false)`: the znode went after
+/// the first read showed it.
+///
+/// # Errors
+/// `LeaseNotFound` when the first read finds no znode.
+async fn request_end(session: &ZkSession, path: &str) -> Result<bool, CoordError> {
+    for attempt in 0..10 {
+        let (data, stat) = match session.zk.get_data(path).await {
+            Ok(r) => r,
+            Err(zkc::Error::NoNode) if attempt == 0 => return Err(CoordError::LeaseNotFound),
+            Err(zkc::Error::NoNode) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        let mut record = NodeRecord::decode_lossy(&data);
+        if record.end_requested_ms > 0 {
+            return Ok(true);
+        }
+        record.end_requested_ms = now_ms();
+        match session
+            .zk
+            .set_data(path, &record.encode_to_vec(), Some(stat.version))
+            .await
+        {
+            Ok(_) => return Ok(true),
+            Err(zkc::Error::BadVersion) => continue,
+            Err(zkc::Error::NoNode) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Retry::ProclaimContended.into())
+}
+
+/// Waits until the znode at `path` is gone (`true`) or `deadline` has passed (`false`), with
+/// an exists-watch: one request per change of the znode, none while it stays.
+async fn wait_gone(
+    session: &ZkSession,
+    path: &str,
+    deadline: tokio::time::Instant,
+) -> Result<bool, CoordError> {
+    let mut link = session.link();
+    loop {
+        let watcher = match session.zk.watch_stat(path).await {
+            Ok((None, _)) => return Ok(true),
+            Ok((Some(_), w)) => w,
+            Err(e) if super::zk::is_transport_failure(&e) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => return Ok(false),
+                    usable = async {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        wait_usable(&mut link).await
+                    } => usable?,
+                }
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => return Ok(false),
+            // Any event (deleted, data changed, a session event): look again.
+            _ = watcher.changed() => {}
+        }
     }
 }
 

@@ -17,6 +17,14 @@ pub struct NodeRecord {
     /// Lock permits this member agreed to (0 for elections).
     #[prost(uint32, tag = "4")]
     pub permits: u32,
+    /// Milliseconds since the epoch at which a `Resign`/`Release` by lease (on any gateway)
+    /// asked for this member to end; 0 if nobody did. A by-lease end is not the holder's own
+    /// word on its stream, so the gateway serving the stream ends it by the G3c path (the
+    /// holder told `suspended` first, the znode deleted once its stream ends or its silence
+    /// limit passed): the requesting gateway writes this mark rather than deleting the znode,
+    /// and waits for the znode to go (see `member::end_by_lease`).
+    #[prost(int64, tag = "5")]
+    pub end_requested_ms: i64,
 }
 
 impl NodeRecord {
@@ -53,4 +61,36 @@ pub fn since(record: &NodeRecord, stat: &zookeeper_client::Stat) -> SystemTime {
     record
         .elected_at()
         .unwrap_or_else(|| ms_to_time(stat.ctime))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NodeRecord;
+
+    /// The end-request mark rides in the record: a record written before it existed reads as
+    /// "not requested", and a by-lease proclaim (decode, replace the value, encode) keeps it.
+    #[test]
+    fn the_end_request_mark_reads_as_absent_on_old_records_and_survives_a_proclaim() {
+        let old = NodeRecord {
+            participant: "a".into(),
+            value: b"v".to_vec(),
+            elected_at_ms: 5,
+            permits: 1,
+            ..Default::default()
+        };
+        // What a gateway without the field wrote: fields 1–4 only.
+        let bytes = old.encode_to_vec();
+        assert_eq!(NodeRecord::decode_lossy(&bytes).end_requested_ms, 0);
+
+        let mut marked = NodeRecord::decode_lossy(&bytes);
+        marked.end_requested_ms = 1_700_000_000_000;
+        let mut proclaimed = NodeRecord::decode_lossy(&marked.encode_to_vec());
+        proclaimed.value = b"w".to_vec();
+        let read = NodeRecord::decode_lossy(&proclaimed.encode_to_vec());
+        assert_eq!(read.end_requested_ms, 1_700_000_000_000);
+        assert_eq!(
+            (read.participant.as_str(), read.value.as_slice()),
+            ("a", &b"w"[..])
+        );
+    }
 }

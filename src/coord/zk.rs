@@ -429,6 +429,14 @@ impl Zk {
         futures::join!(watch, list)
     }
 
+    /// The znode's stat (`None` once it is gone) and a one-shot watch on it: the next change
+    /// (created, deleted, data changed) or session event. Only `member::end_by_lease` waits
+    /// this way, for one znode it asked to end.
+    pub async fn watch_stat(&self, path: &str) -> ZkResult<(Option<Stat>, zkc::OneshotWatcher)> {
+        self.instrument("exists", || self.client.check_and_watch_stat(path))
+            .await
+    }
+
     /// The znode's stat, `None` once it is gone: a read, answered in this session's order
     /// (after every event the session was sent before it).
     pub async fn stat(&self, path: &str) -> ZkResult<Option<Stat>> {

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Optional
 import grpc
 
 from zkgate._fleet import (
+    ENDED,
     FAILOVER_CODES,
     SILENCE,
     SUSPENDED,
@@ -28,6 +29,7 @@ from zkgate._fleet import (
     fleet_for,
     loss_for_status,
 )
+from zkgate.v1 import common_pb2
 
 
 class _End:
@@ -305,6 +307,14 @@ class HolderStream:
             )
             self._call.cancel()
             return
+        if kind == "suspended" and self._holding and _end_requested(response.suspended):
+            # A Resign/Release with this hold's lease (contract G3c): the gateway tells us
+            # before anyone else can be granted it and keeps the znode until we end the
+            # stream. Over, as an OK end says (``resigned``/``released``, loss ``ended``);
+            # then end the stream in-stream, so it ends OK.
+            self._lose(self.ok_end_reason, ENDED)
+            self._send(self._leave_request())
+            return
         if kind == "suspended" and self._holding:
             stop = seconds(response.suspended.stop_within)
             self._lose(
@@ -339,3 +349,9 @@ class HolderStream:
         self._lose(reason, loss_for_status(end.code))
         self._outbox.put(None)
         self._done.set()
+
+
+def _end_requested(suspended: Any) -> bool:
+    """Whether a ``suspended`` says a Resign/Release by lease asked the gateway to end the hold
+    (``reason`` END_REQUESTED; gateways before it leave ``reason`` unset)."""
+    return getattr(suspended, "reason", 0) == common_pb2.SUSPEND_REASON_END_REQUESTED

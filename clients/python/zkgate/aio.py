@@ -31,6 +31,7 @@ import grpc
 import grpc.aio
 
 from zkgate._fleet import (
+    ENDED,
     FAILOVER_CODES,
     FATAL_CODES,
     SILENCE,
@@ -43,7 +44,7 @@ from zkgate._fleet import (
 )
 from zkgate._fleet import Fleet as _Fleet
 from zkgate._fleet import fleet_for as _fleet_for
-from zkgate._stream import seconds
+from zkgate._stream import _end_requested, seconds
 from zkgate.election import LeadershipLost
 from zkgate.lock import LockLost, NotAcquired, _duration, _MODES
 from zkgate.requeue import Refused
@@ -315,6 +316,13 @@ class _HolderStream:
         elif kind == "resumed":
             self._suspended_queued = False
         await self._notify()
+        if kind == "suspended" and self._holding and _end_requested(response.suspended):
+            # A Resign/Release with this hold's lease (contract G3c): told before anyone else
+            # can be granted it; over, as an OK end says, then ended in-stream (so it ends OK).
+            await self._lose(self.ok_end_reason, ENDED)
+            with contextlib.suppress(Exception):
+                await self._call.write(self._leave_request())
+            return
         if kind == "suspended" and self._holding:
             stop = seconds(response.suspended.stop_within)
             await self._lose(

@@ -104,8 +104,15 @@ pub enum HoldEvent {
     Queued { position: u32 },
     /// `elected` / `acquired`.
     Granted(Grant),
-    /// The gateway lost ZooKeeper. While holding, a [`HoldEvent::Lost`] follows at once.
-    Suspended { stop_within: Option<Duration> },
+    /// The gateway lost ZooKeeper — or, with `end_requested`, is ending the hold because a
+    /// `Resign`/`Release` with its lease asked it to (it keeps the znode until the stream ends
+    /// or `stop_within` has passed). While holding, a [`HoldEvent::Lost`] follows at once:
+    /// `Suspended`, or `Ended` for an end requested by lease (as the stream's OK end said
+    /// before the gateway told holders first).
+    Suspended {
+        stop_within: Option<Duration>,
+        end_requested: bool,
+    },
     /// The same ZooKeeper session is back (only seen while queued: a holder has already lost).
     Resumed,
     /// The leader's value changed.
@@ -387,13 +394,25 @@ async fn drive(mut d: Drive) {
                             let _ = d.events.send(HoldEvent::Granted(g));
                             continue;
                         }
-                        Update::Suspended { stop_within } => {
-                            let _ = d.events.send(HoldEvent::Suspended { stop_within });
+                        Update::Suspended {
+                            stop_within,
+                            end_requested,
+                        } => {
+                            let _ = d.events.send(HoldEvent::Suspended {
+                                stop_within,
+                                end_requested,
+                            });
                             if !holding {
                                 suspended_queued = true;
                                 continue;
                             }
-                            LossReason::Suspended
+                            // A Resign/Release with this hold's lease (contract G3c): told
+                            // before anyone else can be granted it; over, as an OK end says.
+                            if end_requested {
+                                LossReason::Ended
+                            } else {
+                                LossReason::Suspended
+                            }
                         }
                         Update::Resumed => {
                             suspended_queued = false;
@@ -536,8 +555,11 @@ mod tests {
     async fn a_grant_after_a_suspension_heard_while_queued_is_lost_at_once() {
         let (tx, open) = core(vec![queued()], false);
         let mut h = open.await.unwrap();
-        tx.send(Ok(Update::Suspended { stop_within: None }))
-            .unwrap();
+        tx.send(Ok(Update::Suspended {
+            stop_within: None,
+            end_requested: false,
+        }))
+        .unwrap();
         tx.send(granted(10_000)).unwrap();
         assert_eq!(h.lost().await, LossReason::Suspended);
         assert!(matches!(
@@ -562,14 +584,31 @@ mod tests {
     async fn suspended_is_loss_only_while_holding_and_statuses_classify() {
         let (tx, open) = core(vec![queued()], false);
         let h = open.await.unwrap();
-        tx.send(Ok(Update::Suspended { stop_within: None }))
-            .unwrap();
+        tx.send(Ok(Update::Suspended {
+            stop_within: None,
+            end_requested: false,
+        }))
+        .unwrap();
         tx.send(Ok(Update::Resumed)).unwrap();
         tx.send(granted(10_000)).unwrap();
         h.granted().await.unwrap();
-        tx.send(Ok(Update::Suspended { stop_within: None }))
-            .unwrap();
+        tx.send(Ok(Update::Suspended {
+            stop_within: None,
+            end_requested: false,
+        }))
+        .unwrap();
         assert_eq!(h.lost().await, LossReason::Suspended);
+        // A resign/release by lease elsewhere: told first, reported as the OK end was.
+        let (tx, open) = core(vec![queued()], false);
+        let h = open.await.unwrap();
+        tx.send(granted(10_000)).unwrap();
+        h.granted().await.unwrap();
+        tx.send(Ok(Update::Suspended {
+            stop_within: Some(Duration::from_secs(1)),
+            end_requested: true,
+        }))
+        .unwrap();
+        assert_eq!(h.lost().await, LossReason::Ended);
 
         for (status, reason) in [
             (Status::unavailable("draining"), LossReason::Unavailable),

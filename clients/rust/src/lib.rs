@@ -42,6 +42,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How much longer than the call timeout `Resign`/`Release` by lease may take: the gateway
+/// answers once the holder has been told and its znode is gone, up to the holder's
+/// `silence_limit` + 1 s (4.5 s with the gateway's defaults) when the holder does not end its
+/// stream.
+pub const BY_LEASE_EXTRA: Duration = Duration::from_secs(10);
+
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::{Code, Status};
@@ -306,14 +312,35 @@ impl Client {
     }
 
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
+        self.request_within(msg, self.inner.timeout)
+    }
+
+    fn request_within<T>(&self, msg: T, timeout: Duration) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);
-        r.set_timeout(self.inner.timeout);
+        r.set_timeout(timeout);
         r
+    }
+
+    /// The deadline of `Resign`/`Release` by lease: the call timeout plus
+    /// [`BY_LEASE_EXTRA`]. The gateway returns once the holder has been told and its znode is
+    /// gone, which takes up to the holder's `silence_limit` + 1 s when the holder does not end
+    /// its stream (contract G3c).
+    fn by_lease_timeout(&self) -> Duration {
+        self.inner.timeout + BY_LEASE_EXTRA
     }
 
     /// Runs a unary call with the deadline, trying each endpoint at most once (starting with
     /// the current one) while the answer is a transport failure, `UNAVAILABLE` or no answer.
-    async fn unary<T, F, Fut>(&self, mut call: F) -> Result<T, Error>
+    async fn unary<T, F, Fut>(&self, call: F) -> Result<T, Error>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        self.unary_within(self.inner.timeout, call).await
+    }
+
+    /// [`Client::unary`] with a deadline of its own.
+    async fn unary_within<T, F, Fut>(&self, timeout: Duration, mut call: F) -> Result<T, Error>
     where
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
@@ -324,14 +351,14 @@ impl Client {
         for attempt in 0..n {
             let i = self.current_index();
             let ch = self.inner.channels[i].clone();
-            match tokio::time::timeout(self.inner.timeout, call(ch)).await {
+            match tokio::time::timeout(timeout, call(ch)).await {
                 Ok(Ok(r)) => return Ok(r.into_inner()),
                 Ok(Err(s)) if !hold::is_transport_failure(&s) => return Err(Error::Status(s)),
                 Ok(Err(s)) => last = Some(s),
                 Err(_) => {
                     last = Some(Status::unavailable(format!(
                         "{} did not answer within {:?}",
-                        self.inner.endpoints[i], self.inner.timeout
+                        self.inner.endpoints[i], timeout
                     )))
                 }
             }
@@ -419,7 +446,9 @@ impl Client {
         }
     }
 
-    /// Leaves an election by lease, from anywhere.
+    /// Leaves an election by lease, from anywhere. Returns once the leadership is over: the
+    /// leader was told (`suspended`, END_REQUESTED) and its znode is gone; the deadline is the
+    /// call timeout plus [`BY_LEASE_EXTRA`].
     ///
     /// # Errors
     /// `NOT_FOUND` for a lease the gateway cannot honour (spent, never issued, malformed).
@@ -427,8 +456,8 @@ impl Client {
         let req = pb::ResignRequest {
             lease: lease.into(),
         };
-        self.unary(|ch| {
-            let r = self.request(req.clone());
+        self.unary_within(self.by_lease_timeout(), |ch| {
+            let r = self.request_within(req.clone(), self.by_lease_timeout());
             async move { ElectionClient::new(ch).resign(r).await }
         })
         .await
@@ -443,8 +472,8 @@ impl Client {
         let req = pb::ReleaseRequest {
             lease: lease.into(),
         };
-        self.unary(|ch| {
-            let r = self.request(req.clone());
+        self.unary_within(self.by_lease_timeout(), |ch| {
+            let r = self.request_within(req.clone(), self.by_lease_timeout());
             async move { LockClient::new(ch).release(r).await }
         })
         .await

@@ -262,6 +262,9 @@ pub enum Update {
     Granted(Grant),
     Suspended {
         stop_within: Option<Duration>,
+        /// The gateway is ending the hold because a `Resign`/`Release` with its lease asked it
+        /// to (reason `SUSPEND_REASON_END_REQUESTED`): stop, then end the stream; it ends `OK`.
+        end_requested: bool,
     },
     Resumed,
     /// The leader's value changed (Campaign only).
@@ -286,6 +289,7 @@ impl From<campaign_response::Event> for Update {
                 })
             }
             Event::Suspended(s) => Update::Suspended {
+                end_requested: s.reason == pb::SuspendReason::EndRequested as i32,
                 stop_within: duration(s.stop_within),
             },
             Event::Resumed(_) => Update::Resumed,
@@ -309,6 +313,7 @@ impl From<acquire_response::Event> for Update {
                 leader: None,
             }),
             Event::Suspended(s) => Update::Suspended {
+                end_requested: s.reason == pb::SuspendReason::EndRequested as i32,
                 stop_within: duration(s.stop_within),
             },
             Event::Resumed(_) => Update::Resumed,
@@ -389,10 +394,29 @@ mod tests {
                 seconds: -1,
                 nanos: 0,
             }),
+            ..Default::default()
         });
         assert!(matches!(
             Update::from(a),
-            Update::Suspended { stop_within: None }
+            Update::Suspended {
+                stop_within: None,
+                end_requested: false
+            }
+        ));
+        // A by-lease end says so (reason END_REQUESTED).
+        let e = campaign_response::Event::Suspended(pb::Suspended {
+            stop_within: Some(prost_types::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            reason: pb::SuspendReason::EndRequested.into(),
+        });
+        assert!(matches!(
+            Update::from(e),
+            Update::Suspended {
+                stop_within: Some(_),
+                end_requested: true
+            }
         ));
     }
 }

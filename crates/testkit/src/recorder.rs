@@ -94,7 +94,7 @@ fn event(u: Update) -> Ev {
             token: g.fencing_token,
             silence_limit: g.silence_limit.unwrap_or_default(),
         },
-        Update::Suspended { stop_within } => Ev::Suspended {
+        Update::Suspended { stop_within, .. } => Ev::Suspended {
             stop_within: stop_within.unwrap_or_default(),
         },
         Update::Resumed => Ev::Resumed,

@@ -523,12 +523,42 @@ impl Actor {
                 None => return Step::Continue,
             },
             EventType::NodeDataChanged => match self.member_of(&ev.path) {
-                Some(m) => Event::DataChanged(m, ev.zxid),
+                Some(m) => {
+                    self.check_end_requested(&m, &ev.path);
+                    Event::DataChanged(m, ev.zxid)
+                }
                 None => return Step::Continue,
             },
             EventType::NodeChildrenChanged => return Step::Continue,
         };
         self.apply(event).await
+    }
+
+    /// A local member's data changed: a `Resign`/`Release` by lease may have asked for it to
+    /// end (`NodeRecord::end_requested_ms`, written by `member::end_by_lease` on any gateway).
+    /// Read in a task of its own so the actor never waits on it, and only for this gateway's
+    /// own members (one read per data change of a local member: proclaims and end requests).
+    /// Its signal may overtake or trail the actor's own; the member copes with either order
+    /// (an end requested of a member not holding, or already leaving, just deletes it).
+    fn check_end_requested(&self, member: &MemberName, path: &str) {
+        let Some(tx) = self.signals.get(&member.node_name()) else {
+            return;
+        };
+        let (tx, zk, path) = (tx.clone(), self.io.zk.clone(), path.to_owned());
+        tokio::spawn(async move {
+            match zk.get_data(&path).await {
+                Ok((data, _)) if NodeRecord::decode_lossy(&data).end_requested_ms > 0 => {
+                    let _ = tx.send(MemberSignal::EndRequested);
+                }
+                Ok(_) | Err(zkc::Error::NoNode) => {}
+                // The requester deletes the znode itself after its bound (see
+                // `member::end_by_lease`): a lost read only makes that the way it ends.
+                // Never the path: its protected name is a lease's secret.
+                Err(e) => {
+                    tracing::debug!(error = %e, "reading a member after a data change failed")
+                }
+            }
+        });
     }
 
     async fn on_command(&mut self, cmd: Command) -> Step {

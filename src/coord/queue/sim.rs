@@ -915,7 +915,7 @@ impl Sim {
             Some(Waiter::Member(m)) => self.members[m].mailbox.push_back(MemberIn::Reply(resp)),
             Some(Waiter::Lease(m)) => {
                 if matches!(resp, Resp::Loss) {
-                    // delete_by_lease gave up with its session: the client ends its stream.
+                    // end_by_lease gave up with its session: the client ends its stream.
                     self.leave(m);
                 }
             }
@@ -1969,7 +1969,10 @@ impl Sim {
         }
     }
 
-    /// A resign by lease from gateway `via`'s session: the client stops first.
+    /// A resign by lease from gateway `via`'s session: the client stops first — the order
+    /// `member::end_by_lease` gives it (the holder told first, through its own gateway) —
+    /// then the znode is deleted on `via`'s session, as its bound's direct delete does (the
+    /// model does not need the owning gateway's revocation: only the order matters here).
     fn resign(&mut self, m: usize, via: usize) {
         let node = self.members[m].node.clone().expect("named");
         self.members[m].client.resigned = true;

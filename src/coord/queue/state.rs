@@ -79,6 +79,10 @@ pub enum MemberSignal {
     Proclaimed(Holder),
     /// The znode was deleted by someone else (a `Resign` by lease on any gateway).
     Gone,
+    /// A `Resign`/`Release` by lease (on any gateway) asked for this member to end: its
+    /// record carries `end_requested_ms`. Sent by the actor, not by this state (the state
+    /// never reads a local member's data); the member's stream ends the hold by G3c.
+    EndRequested,
 }
 
 /// A member's place in the queue when it registered.

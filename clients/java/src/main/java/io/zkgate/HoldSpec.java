@@ -58,7 +58,9 @@ abstract class HoldSpec {
     /** One response, or the end of the stream. */
     record Event(Kind kind, String lease, int position, long token, Duration silenceLimit,
             io.zkgate.v1.Leader leader, Status status) {
-        enum Kind { QUEUED, GRANTED, SUSPENDED, RESUMED, PROCLAIMED, HEARTBEAT, END }
+        /** {@code END_REQUESTED}: a {@code suspended} whose reason says a Resign/Release with the
+         *  hold's lease asked the gateway to end it (contract G3c). */
+        enum Kind { QUEUED, GRANTED, SUSPENDED, END_REQUESTED, RESUMED, PROCLAIMED, HEARTBEAT, END }
 
         static Event of(Kind k) {
             return new Event(k, null, 0, 0, null, null, null);
@@ -67,6 +69,12 @@ abstract class HoldSpec {
         static Event end(Status s) {
             return new Event(Kind.END, null, 0, 0, null, null, s);
         }
+    }
+
+    static Event.Kind suspended(io.zkgate.v1.Suspended s) {
+        return s.getReason() == io.zkgate.v1.SuspendReason.SUSPEND_REASON_END_REQUESTED
+                ? Event.Kind.END_REQUESTED
+                : Event.Kind.SUSPENDED;
     }
 
     static Duration duration(com.google.protobuf.Duration d) {
@@ -156,7 +164,7 @@ abstract class HoldSpec {
                             return new Event(Event.Kind.GRANTED, null, 0, r.getElected().getLeader().getFencingToken(),
                                     duration(r.getElected().getSilenceLimit()), r.getElected().getLeader(), null);
                         case SUSPENDED:
-                            return Event.of(Event.Kind.SUSPENDED);
+                            return Event.of(suspended(r.getSuspended()));
                         case RESUMED:
                             return Event.of(Event.Kind.RESUMED);
                         case PROCLAIMED:
@@ -219,7 +227,7 @@ abstract class HoldSpec {
                                     r.getAcquired().getFencingToken(), duration(r.getAcquired().getSilenceLimit()),
                                     null, null);
                         case SUSPENDED:
-                            return Event.of(Event.Kind.SUSPENDED);
+                            return Event.of(suspended(r.getSuspended()));
                         case RESUMED:
                             return Event.of(Event.Kind.RESUMED);
                         default:

@@ -135,6 +135,15 @@ final class HoldStream {
                         }
                         suspendedQueued = true;
                     }
+                    case END_REQUESTED -> {
+                        // A Resign/Release with this hold's lease (contract G3c): told before
+                        // anyone else can be granted it; over, as an OK end says (ENDED), and
+                        // the stream is ended so the gateway hands it over at once.
+                        if (hold != null && !releasing) {
+                            lose(LossReason.ENDED);
+                            return;
+                        }
+                    }
                     case RESUMED -> suspendedQueued = false;
                     case END -> {
                         Status s = ev.status();

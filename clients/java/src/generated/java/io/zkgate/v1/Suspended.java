@@ -5,8 +5,9 @@ package io.zkgate.v1;
 
 /**
  * <pre>
- * The gateway lost its ZooKeeper connection: stop leader-only (or lock-holder-only) work now,
- * and in any case before `stop_within` has passed.
+ * The gateway lost its ZooKeeper connection, or is ending the hold without the holder's own
+ * word (a drain, a lapsed ttl, a Resign/Release by lease): stop leader-only (or
+ * lock-holder-only) work now, and in any case before `stop_within` has passed.
  * </pre>
  *
  * Protobuf type {@code zkgate.v1.Suspended}
@@ -21,6 +22,7 @@ private static final long serialVersionUID = 0L;
     super(builder);
   }
   private Suspended() {
+    reason_ = 0;
   }
 
   @java.lang.Override
@@ -74,6 +76,36 @@ private static final long serialVersionUID = 0L;
     return stopWithin_ == null ? com.google.protobuf.Duration.getDefaultInstance() : stopWithin_;
   }
 
+  public static final int REASON_FIELD_NUMBER = 2;
+  private int reason_ = 0;
+  /**
+   * <pre>
+   * Why (an addition: gateways before it leave it unset). With END_REQUESTED the stream ends
+   * OK, a resign or release, once the holder has ended its stream (after stopping its work)
+   * or `stop_within` has passed.
+   * </pre>
+   *
+   * <code>.zkgate.v1.SuspendReason reason = 2;</code>
+   * @return The enum numeric value on the wire for reason.
+   */
+  @java.lang.Override public int getReasonValue() {
+    return reason_;
+  }
+  /**
+   * <pre>
+   * Why (an addition: gateways before it leave it unset). With END_REQUESTED the stream ends
+   * OK, a resign or release, once the holder has ended its stream (after stopping its work)
+   * or `stop_within` has passed.
+   * </pre>
+   *
+   * <code>.zkgate.v1.SuspendReason reason = 2;</code>
+   * @return The reason.
+   */
+  @java.lang.Override public io.zkgate.v1.SuspendReason getReason() {
+    io.zkgate.v1.SuspendReason result = io.zkgate.v1.SuspendReason.forNumber(reason_);
+    return result == null ? io.zkgate.v1.SuspendReason.UNRECOGNIZED : result;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -91,6 +123,9 @@ private static final long serialVersionUID = 0L;
     if (stopWithin_ != null) {
       output.writeMessage(1, getStopWithin());
     }
+    if (reason_ != io.zkgate.v1.SuspendReason.SUSPEND_REASON_UNSPECIFIED.getNumber()) {
+      output.writeEnum(2, reason_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -103,6 +138,10 @@ private static final long serialVersionUID = 0L;
     if (stopWithin_ != null) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(1, getStopWithin());
+    }
+    if (reason_ != io.zkgate.v1.SuspendReason.SUSPEND_REASON_UNSPECIFIED.getNumber()) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeEnumSize(2, reason_);
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -124,6 +163,7 @@ private static final long serialVersionUID = 0L;
       if (!getStopWithin()
           .equals(other.getStopWithin())) return false;
     }
+    if (reason_ != other.reason_) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -139,6 +179,8 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + STOP_WITHIN_FIELD_NUMBER;
       hash = (53 * hash) + getStopWithin().hashCode();
     }
+    hash = (37 * hash) + REASON_FIELD_NUMBER;
+    hash = (53 * hash) + reason_;
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -236,8 +278,9 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * The gateway lost its ZooKeeper connection: stop leader-only (or lock-holder-only) work now,
-   * and in any case before `stop_within` has passed.
+   * The gateway lost its ZooKeeper connection, or is ending the hold without the holder's own
+   * word (a drain, a lapsed ttl, a Resign/Release by lease): stop leader-only (or
+   * lock-holder-only) work now, and in any case before `stop_within` has passed.
    * </pre>
    *
    * Protobuf type {@code zkgate.v1.Suspended}
@@ -278,6 +321,7 @@ private static final long serialVersionUID = 0L;
         stopWithinBuilder_.dispose();
         stopWithinBuilder_ = null;
       }
+      reason_ = 0;
       return this;
     }
 
@@ -315,6 +359,9 @@ private static final long serialVersionUID = 0L;
         result.stopWithin_ = stopWithinBuilder_ == null
             ? stopWithin_
             : stopWithinBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00000002) != 0)) {
+        result.reason_ = reason_;
       }
     }
 
@@ -365,6 +412,9 @@ private static final long serialVersionUID = 0L;
       if (other.hasStopWithin()) {
         mergeStopWithin(other.getStopWithin());
       }
+      if (other.reason_ != 0) {
+        setReasonValue(other.getReasonValue());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -398,6 +448,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000001;
               break;
             } // case 10
+            case 16: {
+              reason_ = input.readEnum();
+              bitField0_ |= 0x00000002;
+              break;
+            } // case 16
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -532,6 +587,89 @@ private static final long serialVersionUID = 0L;
         stopWithin_ = null;
       }
       return stopWithinBuilder_;
+    }
+
+    private int reason_ = 0;
+    /**
+     * <pre>
+     * Why (an addition: gateways before it leave it unset). With END_REQUESTED the stream ends
+     * OK, a resign or release, once the holder has ended its stream (after stopping its work)
+     * or `stop_within` has passed.
+     * </pre>
+     *
+     * <code>.zkgate.v1.SuspendReason reason = 2;</code>
+     * @return The enum numeric value on the wire for reason.
+     */
+    @java.lang.Override public int getReasonValue() {
+      return reason_;
+    }
+    /**
+     * <pre>
+     * Why (an addition: gateways before it leave it unset). With END_REQUESTED the stream ends
+     * OK, a resign or release, once the holder has ended its stream (after stopping its work)
+     * or `stop_within` has passed.
+     * </pre>
+     *
+     * <code>.zkgate.v1.SuspendReason reason = 2;</code>
+     * @param value The enum numeric value on the wire for reason to set.
+     * @return This builder for chaining.
+     */
+    public Builder setReasonValue(int value) {
+      reason_ = value;
+      bitField0_ |= 0x00000002;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Why (an addition: gateways before it leave it unset). With END_REQUESTED the stream ends
+     * OK, a resign or release, once the holder has ended its stream (after stopping its work)
+     * or `stop_within` has passed.
+     * </pre>
+     *
+     * <code>.zkgate.v1.SuspendReason reason = 2;</code>
+     * @return The reason.
+     */
+    @java.lang.Override
+    public io.zkgate.v1.SuspendReason getReason() {
+      io.zkgate.v1.SuspendReason result = io.zkgate.v1.SuspendReason.forNumber(reason_);
+      return result == null ? io.zkgate.v1.SuspendReason.UNRECOGNIZED : result;
+    }
+    /**
+     * <pre>
+     * Why (an addition: gateways before it leave it unset). With END_REQUESTED the stream ends
+     * OK, a resign or release, once the holder has ended its stream (after stopping its work)
+     * or `stop_within` has passed.
+     * </pre>
+     *
+     * <code>.zkgate.v1.SuspendReason reason = 2;</code>
+     * @param value The reason to set.
+     * @return This builder for chaining.
+     */
+    public Builder setReason(io.zkgate.v1.SuspendReason value) {
+      if (value == null) {
+        throw new NullPointerException();
+      }
+      bitField0_ |= 0x00000002;
+      reason_ = value.getNumber();
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Why (an addition: gateways before it leave it unset). With END_REQUESTED the stream ends
+     * OK, a resign or release, once the holder has ended its stream (after stopping its work)
+     * or `stop_within` has passed.
+     * </pre>
+     *
+     * <code>.zkgate.v1.SuspendReason reason = 2;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearReason() {
+      bitField0_ = (bitField0_ & ~0x00000002);
+      reason_ = 0;
+      onChanged();
+      return this;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

@@ -21,4 +21,27 @@ public interface SuspendedOrBuilder extends
    * <code>.google.protobuf.Duration stop_within = 1;</code>
    */
   com.google.protobuf.DurationOrBuilder getStopWithinOrBuilder();
+
+  /**
+   * <pre>
+   * Why (an addition: gateways before it leave it unset). With END_REQUESTED the stream ends
+   * OK, a resign or release, once the holder has ended its stream (after stopping its work)
+   * or `stop_within` has passed.
+   * </pre>
+   *
+   * <code>.zkgate.v1.SuspendReason reason = 2;</code>
+   * @return The enum numeric value on the wire for reason.
+   */
+  int getReasonValue();
+  /**
+   * <pre>
+   * Why (an addition: gateways before it leave it unset). With END_REQUESTED the stream ends
+   * OK, a resign or release, once the holder has ended its stream (after stopping its work)
+   * or `stop_within` has passed.
+   * </pre>
+   *
+   * <code>.zkgate.v1.SuspendReason reason = 2;</code>
+   * @return The reason.
+   */
+  io.zkgate.v1.SuspendReason getReason();
 }
