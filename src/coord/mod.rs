@@ -11,13 +11,17 @@
 //!   observing) and [`lock`] (adds the wait and the ttl).
 //! - [`error`]: every refusal, named by meaning; [`types`]: validated domain types;
 //!   [`record`]: what a member znode stores; [`zk`], [`paging`]: the ZooKeeper client.
+//! - [`directory`]: the elections folder's one watch per session, and [`observe_many`]: the
+//!   `ObserveMany` stream over it and the elections' queue actors.
 
 pub mod clock;
+pub mod directory;
 pub mod election;
 pub mod error;
 pub mod link;
 pub mod lock;
 pub mod member;
+pub mod observe_many;
 pub mod paging;
 pub mod queue;
 pub mod record;
