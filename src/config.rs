@@ -44,8 +44,9 @@ pub enum Command {
     Elect(ElectArgs),
     /// Hold a lock; with `-- CMD…`, run CMD exactly while holding it (like `consul lock`).
     Lock(LockArgs),
-    /// Print the election's leader whenever it changes.
-    Observe(NameArgs),
+    /// Print the election's leader whenever it changes; with --prefix, every election under
+    /// the prefix (and any NAMEs), one line per election and change.
+    Observe(ObserveArgs),
     /// Print the election's current leader (exit 4 when nobody leads).
     Leader(NameArgs),
     /// Print the election's queue in order.
@@ -432,6 +433,18 @@ pub enum Output {
 #[derive(Debug, Args, Clone)]
 pub struct NameArgs {
     pub name: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct ObserveArgs {
+    /// The election (without --prefix: exactly one); with --prefix, more elections to follow
+    pub names: Vec<String>,
+    /// Follow every election whose name starts with this, those created later included
+    /// (ObserveMany; "" with no NAME: every election)
+    #[arg(long)]
+    pub prefix: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
