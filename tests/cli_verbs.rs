@@ -839,9 +839,23 @@ async fn observe_prefix_prints_every_election_in_text_and_json() {
     .spawn()
     .unwrap();
     let json_lines = lines(&mut json);
-    assert!(wait_line(&text_lines, "cli.a leader alice").contains("va"));
-    wait_line(&text_lines, "cli-named vacant");
-    wait_line(&text_lines, "-- snapshot complete");
+    // The snapshot, in any order, then its end.
+    let mut snapshot = Vec::new();
+    loop {
+        let line = wait_line(&text_lines, "");
+        if line == "-- snapshot complete" {
+            break;
+        }
+        snapshot.push(line);
+    }
+    snapshot.sort();
+    assert_eq!(snapshot.len(), 2, "{snapshot:?}");
+    assert_eq!(snapshot[0], "cli-named vacant");
+    assert!(
+        snapshot[1].starts_with("cli.a leader alice (fencing token ")
+            && snapshot[1].ends_with("va"),
+        "{snapshot:?}"
+    );
     let first: serde_json::Value =
         serde_json::from_str(&wait_line(&json_lines, "\"election\"")).unwrap();
     assert_eq!(first["election"], "cli.a");
