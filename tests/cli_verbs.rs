@@ -865,7 +865,8 @@ async fn observe_prefix_prints_every_election_in_text_and_json() {
     let mut b = Campaign::join(&mut c, "cli.b", "bob", b"").await;
     b.elected().await;
     wait_line(&text_lines, "cli.b leader bob");
-    let later: serde_json::Value = serde_json::from_str(&wait_line(&json_lines, "cli.b")).unwrap();
+    let later: serde_json::Value =
+        serde_json::from_str(&wait_line(&json_lines, "\"candidate\":\"bob\"")).unwrap();
     assert_eq!(later["leader"]["candidate"], "bob");
     drop(a);
     wait_line(&text_lines, "cli.a vacant");
