@@ -131,6 +131,12 @@ ensure_node_client() {
     fi
 }
 
+# Headless Chromium, which tests/ui_browser.rs drives (over the DevTools protocol, from node:
+# ensure_node_client) to check the /ui page as a person sees it.
+ensure_chromium() {
+    command -v chromium >/dev/null 2>&1 || apt_install chromium
+}
+
 # The JDK and Debian's jars that clients/java builds against (clients/java/build.sh: no Maven,
 # nothing downloaded), protoc with the gRPC Java plugin (clients/java/regen.sh), and JUnit 5's
 # console launcher (tests/java_client.rs). libgrpc-java does not pull in its transport's and

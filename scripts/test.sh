@@ -17,6 +17,7 @@ ensure_promtool
 ensure_grpcurl
 ensure_python_client_deps
 ensure_node_client
+ensure_chromium
 ensure_java_client
 ensure_go
 ensure_buildah

@@ -13,11 +13,12 @@ use tokio_stream::StreamExt;
 use zkgate_client::pb::{Candidate, Holder, Leader, LockMode};
 use zkgate_client::{
     Backoff, Client, Endpoint, Endpoints, Error, HoldEvent, HoldOptions, Leadership, LockHold,
-    LockOptions, LossReason, TlsOptions,
+    LockOptions, LossReason, ManyEvent, TlsOptions,
 };
 
 use crate::config::{
-    ClientArgs, DevArgs, ElectArgs, LeaseArgs, LockArgs, NameArgs, Output, ValidateArgs,
+    ClientArgs, DevArgs, ElectArgs, LeaseArgs, LockArgs, NameArgs, ObserveArgs, Output,
+    ValidateArgs,
 };
 use crate::coord::{CoordConfig, Coordinator};
 use crate::held_command::{
@@ -295,10 +296,24 @@ pub async fn leader(args: NameArgs) -> u8 {
 }
 
 /// `zkgate observe NAME`: one line per change, across gateway failures (tokens never go down).
-pub async fn observe(args: NameArgs) -> u8 {
+/// `zkgate observe --prefix P [NAME…]`: the same for many elections at once (ObserveMany), one
+/// line per election and change, each line naming its election.
+pub async fn observe(args: ObserveArgs) -> u8 {
     let json = args.client.output == Output::Json;
-    query(&args.client, |c| async move {
-        let mut s = c.observe(&args.name);
+    let name = match (&args.prefix, args.names.as_slice()) {
+        (Some(_), _) => None,
+        (None, [name]) => Some(name.clone()),
+        (None, _) => {
+            eprintln!("zkgate: observe takes one NAME, or --prefix P with any number of NAMEs");
+            return exit::USAGE;
+        }
+    };
+    let client = args.client.clone();
+    query(&client, |c| async move {
+        let Some(name) = name else {
+            return observe_many(c, args, json).await;
+        };
+        let mut s = c.observe(&name);
         while let Some(item) = s.next().await {
             match item {
                 Ok(Some(l)) if json => println!("{}", json!({ "leader": leader_json(&l) })),
@@ -311,6 +326,35 @@ pub async fn observe(args: NameArgs) -> u8 {
         exit::OK
     })
     .await
+}
+
+/// Text: `NAME leader CANDIDATE (fencing token N) VALUE` or `NAME vacant`, and one
+/// `-- snapshot complete` line; JSON: `{"election", "leader"}` or `{"snapshot_complete": true}`.
+async fn observe_many(c: Client, args: ObserveArgs, json: bool) -> u8 {
+    let names: Vec<&str> = args.names.iter().map(String::as_str).collect();
+    let mut s = c.observe_many(args.prefix.as_deref().unwrap_or(""), &names);
+    while let Some(item) = s.next().await {
+        match item {
+            Ok(ManyEvent::State { election, leader }) if json => println!(
+                "{}",
+                json!({ "election": election, "leader": leader.as_ref().map(leader_json) })
+            ),
+            Ok(ManyEvent::State {
+                election,
+                leader: Some(l),
+            }) => println!("{election} leader {}", show(&l)),
+            Ok(ManyEvent::State {
+                election,
+                leader: None,
+            }) => println!("{election} vacant"),
+            Ok(ManyEvent::SnapshotComplete) if json => {
+                println!("{}", json!({ "snapshot_complete": true }))
+            }
+            Ok(ManyEvent::SnapshotComplete) => println!("-- snapshot complete"),
+            Err(e) => return failed(&e),
+        }
+    }
+    exit::OK
 }
 
 /// `zkgate candidates NAME`: the queue in order, all pages.

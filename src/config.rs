@@ -44,8 +44,9 @@ pub enum Command {
     Elect(ElectArgs),
     /// Hold a lock; with `-- CMD…`, run CMD exactly while holding it (like `consul lock`).
     Lock(LockArgs),
-    /// Print the election's leader whenever it changes.
-    Observe(NameArgs),
+    /// Print the election's leader whenever it changes; with --prefix, every election under
+    /// the prefix (and any NAMEs), one line per election and change.
+    Observe(ObserveArgs),
     /// Print the election's current leader (exit 4 when nobody leads).
     Leader(NameArgs),
     /// Print the election's queue in order.
@@ -154,6 +155,9 @@ pub struct ServeArgs {
     /// Open Observe streams per client connection
     #[arg(long, env = "ZKGATE_MAX_OBSERVE_STREAMS_PER_CONNECTION", default_value_t = limits::DEFAULT_OBSERVE_STREAMS_PER_CONNECTION)]
     pub max_observe_streams_per_connection: usize,
+    /// Elections one ObserveMany stream may follow at once; past it RESOURCE_EXHAUSTED
+    #[arg(long, env = "ZKGATE_MAX_OBSERVE_MANY_ELECTIONS", default_value_t = crate::coord::observe_many::DEFAULT_MAX_OBSERVE_MANY_ELECTIONS)]
+    pub max_observe_many_elections: usize,
     /// Distinct elections + locks in use on this gateway at once
     #[arg(long, env = "ZKGATE_MAX_QUEUES", default_value_t = crate::coord::DEFAULT_MAX_QUEUES)]
     pub max_queues: usize,
@@ -324,6 +328,7 @@ impl ServeArgs {
             holder_streams_per_gateway: self.max_holder_streams,
             holder_streams_per_connection: self.max_holder_streams_per_connection,
             observe_streams_per_connection: self.max_observe_streams_per_connection,
+            observe_many_elections: self.max_observe_many_elections,
             first_message_timeout: self.first_message_timeout,
         };
         serve.tls = tls(self.tls_cert, self.tls_key, self.tls_client_ca)?;
@@ -428,6 +433,18 @@ pub enum Output {
 #[derive(Debug, Args, Clone)]
 pub struct NameArgs {
     pub name: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct ObserveArgs {
+    /// The election (without --prefix: exactly one); with --prefix, more elections to follow
+    pub names: Vec<String>,
+    /// Follow every election whose name starts with this, those created later included
+    /// (ObserveMany; "" with no NAME: every election)
+    #[arg(long)]
+    pub prefix: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -798,6 +815,7 @@ mod tests {
             "max_holder_streams" => i(11, 12),
             "max_holder_streams_per_connection" => i(13, 14),
             "max_observe_streams_per_connection" => i(15, 16),
+            "max_observe_many_elections" => i(21, 22),
             "max_queues" => i(17, 18),
             "max_proclaim_bytes_in_flight" => i(19, 20),
             "first_message_timeout" => s("3s", "4s"),

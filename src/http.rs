@@ -1,15 +1,18 @@
-//! The operator HTTP port: `/metrics` (Prometheus text), `/healthz` (process up) and
-//! `/readyz` (ZooKeeper session connected).
+//! The operator HTTP port: `/metrics` (Prometheus text), `/healthz` (process up),
+//! `/readyz` (ZooKeeper session connected) and `/ui` (the live page, [`crate::ui`]: `/ui`,
+//! its event stream `/ui/events?prefix=P` and one state `/ui/state?prefix=P`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
 
 use crate::coord::Coordinator;
 
@@ -31,12 +34,95 @@ pub async fn serve(listener: TcpListener, coord: Arc<Coordinator>, metrics: Prom
     }
 }
 
+type Body = BoxBody<Bytes, Infallible>;
+
+/// The `prefix` query parameter, percent-decoded ("" when absent).
+fn prefix_of(query: Option<&str>) -> String {
+    let Some(v) = query
+        .unwrap_or("")
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("prefix="))
+    else {
+        return String::new();
+    };
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or(""), 16) {
+                    Ok(c) => {
+                        out.push(c);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn with_type(
+    mut resp: Response<Body>,
+    status: StatusCode,
+    content_type: &'static str,
+) -> Response<Body> {
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    resp
+}
+
 async fn respond(
     req: Request<Incoming>,
     coord: Arc<Coordinator>,
     metrics: PrometheusHandle,
-) -> Result<Response<Full<Bytes>>, Infallible> {
-    let (status, content_type, body) = match req.uri().path() {
+) -> Result<Response<Body>, Infallible> {
+    let path = req.uri().path();
+    if path == "/ui/events" {
+        let prefix = prefix_of(req.uri().query());
+        let visible = crate::ui::visible_to(req.headers());
+        let (tx, rx) = tokio::sync::mpsc::channel::<String>(4);
+        tokio::spawn(crate::ui::events(coord, prefix, visible, tx));
+        let frames = tokio_stream::wrappers::ReceiverStream::new(rx)
+            .map(|s| Ok::<_, Infallible>(hyper::body::Frame::data(Bytes::from(s))));
+        let mut resp = with_type(
+            Response::new(StreamBody::new(frames).boxed()),
+            StatusCode::OK,
+            "text/event-stream",
+        );
+        resp.headers_mut().insert(
+            hyper::header::CACHE_CONTROL,
+            hyper::header::HeaderValue::from_static("no-store"),
+        );
+        return Ok(resp);
+    }
+    if path == "/ui/state" {
+        // One state, without the fleet-wide leaders' observation: this gateway's board and the
+        // leaders its own watches know (for scripts; the page uses the event stream).
+        let prefix = prefix_of(req.uri().query());
+        let view = coord.board.view(&prefix);
+        let body = crate::ui::state(&Default::default(), &view, &[], None).to_string();
+        return Ok(with_type(
+            Response::new(Full::new(Bytes::from(body)).boxed()),
+            StatusCode::OK,
+            "application/json",
+        ));
+    }
+    let (status, content_type, body) = match path {
+        "/ui" | "/ui/" => (
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            crate::ui::PAGE.to_owned(),
+        ),
         "/metrics" => (
             StatusCode::OK,
             "text/plain; version=0.0.4",
@@ -56,14 +142,31 @@ async fn respond(
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found; try /metrics, /healthz or /readyz\n".to_owned(),
+            "not found; try /metrics, /healthz, /readyz or /ui\n".to_owned(),
         ),
     };
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(content_type),
-    );
-    Ok(resp)
+    Ok(with_type(
+        Response::new(Full::new(Bytes::from(body)).boxed()),
+        status,
+        content_type,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_of;
+
+    #[test]
+    fn the_prefix_parameter() {
+        for (query, prefix) in [
+            (None, ""),
+            (Some(""), ""),
+            (Some("prefix=billing."), "billing."),
+            (Some("x=1&prefix=a%2Eb"), "a.b"),
+            (Some("prefix=a%2"), "a%2"),
+            (Some("prefix=%zz"), "%zz"),
+        ] {
+            assert_eq!(prefix_of(query), prefix, "{query:?}");
+        }
+    }
 }

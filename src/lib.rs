@@ -45,3 +45,4 @@ pub mod logging;
 pub mod metrics;
 pub mod proto;
 pub mod server;
+pub mod ui;

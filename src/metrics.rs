@@ -16,6 +16,11 @@ pub const FAILOVER: &str = "zkgate_failover_seconds";
 pub const CAMPAIGNS_ACTIVE: &str = "zkgate_campaigns_active";
 pub const ELECTION_CANDIDATES: &str = "zkgate_election_candidates";
 pub const ELECTION_LEADERS: &str = "zkgate_election_leaders";
+/// Per name (elections and locks alike, label `kind` and the capped `name`): members of this
+/// gateway waiting now, the wait until granted, and the hold time.
+pub const NAME_WAITERS: &str = "zkgate_name_waiters";
+pub const NAME_WAIT: &str = "zkgate_name_wait_seconds";
+pub const NAME_HOLD: &str = "zkgate_name_hold_seconds";
 
 /// Every metric the contract names (contract "Observability"), as this module spells it.
 pub const CONTRACT_METRICS: &[&str] = &[
@@ -37,8 +42,18 @@ pub const CONTRACT_METRICS: &[&str] = &[
 /// The per-election gauges, beyond the contract: they make the per-election alert possible.
 pub const ELECTION_GAUGES: &[&str] = &[ELECTION_CANDIDATES, ELECTION_LEADERS];
 
+/// The per-name metrics (contract "Observability": waiters, wait time, hold time per name).
+pub const NAME_METRICS: &[&str] = &[NAME_WAITERS, NAME_WAIT, NAME_HOLD];
+
 /// The histograms among them.
-pub const HISTOGRAMS: &[&str] = &[LEADER_TENURE, FAILOVER, LOCK_WAIT, ZK_REQUEST_DURATION];
+pub const HISTOGRAMS: &[&str] = &[
+    LEADER_TENURE,
+    FAILOVER,
+    LOCK_WAIT,
+    ZK_REQUEST_DURATION,
+    NAME_WAIT,
+    NAME_HOLD,
+];
 pub const OBSERVERS_ACTIVE: &str = "zkgate_observers_active";
 pub const LOCKS_HELD: &str = "zkgate_locks_held";
 pub const LOCK_WAIT: &str = "zkgate_lock_wait_seconds";
@@ -118,7 +133,21 @@ fn describe() {
         ELECTION_LEADERS,
         "1 while a Campaign stream on this gateway leads the election, else 0."
     );
-    describe_gauge!(OBSERVERS_ACTIVE, "Open Observe streams.");
+    describe_gauge!(OBSERVERS_ACTIVE, "Open Observe and ObserveMany streams.");
+    describe_gauge!(
+        NAME_WAITERS,
+        "Campaign and Acquire streams on this gateway waiting (queued, not yet granted), by kind and name."
+    );
+    describe_histogram!(
+        NAME_WAIT,
+        Unit::Seconds,
+        "Time from queued to granted (elected, acquired), by kind and name."
+    );
+    describe_histogram!(
+        NAME_HOLD,
+        Unit::Seconds,
+        "How long leaderships and lock holds on this gateway lasted, by kind and name."
+    );
     describe_gauge!(
         LOCKS_HELD,
         "Locks and permits held by this gateway's Acquire streams."
@@ -205,6 +234,18 @@ pub fn campaigns_active(delta: f64) {
 
 pub fn observers_active(delta: f64) {
     gauge!(OBSERVERS_ACTIVE).increment(delta);
+}
+
+pub fn name_waiters(kind: &'static str, name: &str, delta: f64) {
+    gauge!(NAME_WAITERS, "kind" => kind, "name" => name.to_owned()).increment(delta);
+}
+
+pub fn name_wait(kind: &'static str, name: &str, wait: Duration) {
+    histogram!(NAME_WAIT, "kind" => kind, "name" => name.to_owned()).record(wait.as_secs_f64());
+}
+
+pub fn name_hold(kind: &'static str, name: &str, hold: Duration) {
+    histogram!(NAME_HOLD, "kind" => kind, "name" => name.to_owned()).record(hold.as_secs_f64());
 }
 
 pub fn locks_held(delta: f64) {

@@ -806,3 +806,82 @@ async fn tls_flags_reach_a_mutual_tls_gateway() {
         Some(0)
     );
 }
+
+/// `zkgate observe --prefix P` (text and `--output json`): the snapshot, its end, then each
+/// election's changes on lines that name it; an election created later is included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_prefix_prints_every_election_in_text_and_json() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let url = gw.url();
+    let mut c = gw.client().await;
+    let mut a = Campaign::join(&mut c, "cli.a", "alice", b"va").await;
+    a.elected().await;
+
+    let mut text = zkgate(&[
+        "observe",
+        "--prefix",
+        "cli.",
+        "cli-named",
+        "--endpoint",
+        &url,
+    ])
+    .spawn()
+    .unwrap();
+    let text_lines = lines(&mut text);
+    let mut json = zkgate(&[
+        "observe",
+        "--prefix",
+        "cli.",
+        "--endpoint",
+        &url,
+        "--output",
+        "json",
+    ])
+    .spawn()
+    .unwrap();
+    let json_lines = lines(&mut json);
+    // The snapshot, in any order, then its end.
+    let mut snapshot = Vec::new();
+    loop {
+        let line = wait_line(&text_lines, "");
+        if line == "-- snapshot complete" {
+            break;
+        }
+        snapshot.push(line);
+    }
+    snapshot.sort();
+    assert_eq!(snapshot.len(), 2, "{snapshot:?}");
+    assert_eq!(snapshot[0], "cli-named vacant");
+    assert!(
+        snapshot[1].starts_with("cli.a leader alice (fencing token ")
+            && snapshot[1].ends_with("va"),
+        "{snapshot:?}"
+    );
+    let first: serde_json::Value =
+        serde_json::from_str(&wait_line(&json_lines, "\"election\"")).unwrap();
+    assert_eq!(first["election"], "cli.a");
+    assert_eq!(first["leader"]["candidate"], "alice");
+    wait_line(&json_lines, "\"snapshot_complete\":true");
+
+    let mut b = Campaign::join(&mut c, "cli.b", "bob", b"").await;
+    b.elected().await;
+    wait_line(&text_lines, "cli.b leader bob");
+    let later: serde_json::Value =
+        serde_json::from_str(&wait_line(&json_lines, "\"candidate\":\"bob\"")).unwrap();
+    assert_eq!(later["leader"]["candidate"], "bob");
+    drop(a);
+    wait_line(&text_lines, "cli.a vacant");
+    let vacant: serde_json::Value = serde_json::from_str(&wait_line(&json_lines, "cli.a")).unwrap();
+    assert!(vacant["leader"].is_null(), "{vacant}");
+
+    let usage = zkgate(&["observe", "one", "two", "--endpoint", &url])
+        .output()
+        .unwrap();
+    assert_eq!(usage.status.code(), Some(2), "two names without --prefix");
+    for mut child in [text, json] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    drop(b);
+}

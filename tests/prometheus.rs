@@ -17,7 +17,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zkgate::metrics as m;
-use zkgate::metrics::{CONTRACT_METRICS, ELECTION_GAUGES, HISTOGRAMS};
+use zkgate::metrics::{CONTRACT_METRICS, ELECTION_GAUGES, HISTOGRAMS, NAME_METRICS};
 use zkgate_testkit::*;
 
 /// How long Prometheus may take to start, scrape and evaluate what a test expects.
@@ -104,7 +104,9 @@ fn assert_known_metrics(file: &str, names: &BTreeSet<String>) {
     let unknown: Vec<&String> = names
         .iter()
         .filter(|n| {
-            !CONTRACT_METRICS.contains(&n.as_str()) && !ELECTION_GAUGES.contains(&n.as_str())
+            !CONTRACT_METRICS.contains(&n.as_str())
+                && !ELECTION_GAUGES.contains(&n.as_str())
+                && !NAME_METRICS.contains(&n.as_str())
         })
         .collect();
     assert!(
@@ -136,6 +138,8 @@ fn alert_rules_use_only_exported_metrics() {
         "ZkgateZooKeeperDisconnected",
         "ZkgateSessionExpired",
         "ZkgateFailoverSlow",
+        "ZkgateLongWaits",
+        "ZkgateWaitersPilingUp",
     ] {
         assert!(
             rules.contains(&format!("alert: {alert}\n")),
@@ -219,6 +223,9 @@ fn grafana_dashboard_is_well_formed_and_queries_exported_metrics() {
         m::ZK_REQUEST_DURATION,
         m::ZK_CONNECTED,
         m::GRPC_REQUESTS,
+        m::NAME_WAIT,
+        m::NAME_WAITERS,
+        m::NAME_HOLD,
     ] {
         assert!(names.contains(needed), "no panel shows {needed}");
     }

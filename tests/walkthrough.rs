@@ -238,6 +238,7 @@ fn readme_walkthrough_runs_against_zkgate_dev() {
         "campaign-alice",
         "campaign-bob",
         "observe",
+        "observe-many",
         "leader",
         "candidates",
         "proclaim",
@@ -304,6 +305,14 @@ fn readme_walkthrough_runs_against_zkgate_dev() {
     // Terminal 3: the observer starts with alice.
     let observer = Background::start("observe", &cmd("observe"));
     observer.wait_message("alice", |m| is_leader(m, "alice"));
+    // Terminal 3b: every election under a prefix, plus a named one, on one stream.
+    let many = Background::start("observe-many", &cmd("observe-many"));
+    let demo = |m: &str| m.contains(r#""election":"demo""#);
+    many.wait_message("demo led by alice", |m| demo(m) && is_leader(m, "alice"));
+    many.wait_message("cron vacant", |m| {
+        m.contains(r#""election":"cron""#) && m.contains(r#""leader":null"#)
+    });
+    many.wait_message("the snapshot's end", |m| m.contains("snapshotComplete"));
 
     // Terminal 4: Leader and Candidates; no lease anywhere.
     let leader = run("leader", &cmd("leader"), &[]);
@@ -317,7 +326,12 @@ fn readme_walkthrough_runs_against_zkgate_dev() {
     );
     assert!(a_at < b_at, "queue order: {list}");
     assert!(list.contains(r#""leader":true"#) && list.contains(r#""position":1"#));
-    for out in [&leader.out, &cands.out, &observer.out.text()] {
+    for out in [
+        &leader.out,
+        &cands.out,
+        &observer.out.text(),
+        &many.out.text(),
+    ] {
         assert!(!out.contains("zkg1."), "a lease leaked: {out}");
     }
     assert_eq!(bob.messages().len(), 1, "bob heard more than queued");
@@ -330,6 +344,7 @@ fn readme_walkthrough_runs_against_zkgate_dev() {
     let token_b = token(&elected_b);
     assert!(token_b > token_a, "fencing tokens must increase");
     observer.wait_message("bob", |m| is_leader(m, "bob"));
+    many.wait_message("demo led by bob", |m| demo(m) && is_leader(m, "bob"));
 
     // Proclaim by lease: a new value, the same token, seen on bob's stream and by the observer.
     let token_b_text = token_b.to_string();

@@ -345,3 +345,131 @@ func (c *Client) Observe(ctx context.Context, name string) <-chan Leader {
 	}()
 	return ch
 }
+
+// ManyEvent is one value of ObserveMany: an election's state (Leader, vacant when its
+// Candidate is empty), or, once, SnapshotComplete after the first state of every election.
+type ManyEvent struct {
+	Election         string
+	Leader           Leader
+	SnapshotComplete bool
+}
+
+// manyFilter keeps, per election, what ObserveMany delivered across reconnects.
+type manyFilter struct {
+	known     map[string]*manyKnown
+	snapshot  map[string]bool // elections in the current stream's snapshot; nil once complete
+	completed bool
+}
+
+type manyKnown struct {
+	maxToken uint64
+	last     *Leader
+}
+
+func (f *manyFilter) reconnected() { f.snapshot = map[string]bool{} }
+
+// admit returns what to deliver for one message.
+func (f *manyFilter) admit(resp *pb.ObserveManyResponse) []ManyEvent {
+	if f.known == nil {
+		f.known = map[string]*manyKnown{}
+	}
+	if resp.GetSnapshotComplete() != nil {
+		var out []ManyEvent
+		if f.snapshot != nil {
+			for name, k := range f.known {
+				if k.last != nil && !k.last.Vacant() && !f.snapshot[name] {
+					v := Leader{Election: name}
+					k.last = &v
+					out = append(out, ManyEvent{Election: name, Leader: v})
+				}
+			}
+		}
+		f.snapshot = nil
+		if !f.completed {
+			f.completed = true
+			out = append(out, ManyEvent{SnapshotComplete: true})
+		}
+		return out
+	}
+	st := resp.GetState()
+	if st == nil {
+		return nil
+	}
+	name := st.GetElection()
+	l := leaderFromPB(name, st.GetLeader())
+	first := f.snapshot != nil && !f.snapshot[name]
+	if f.snapshot != nil {
+		f.snapshot[name] = true
+	}
+	k := f.known[name]
+	if k == nil {
+		k = &manyKnown{}
+		f.known[name] = k
+	}
+	if !l.Vacant() && l.FencingToken < k.maxToken {
+		return nil
+	}
+	if first && k.last != nil && sameLeader(*k.last, l) {
+		return nil
+	}
+	if !l.Vacant() {
+		k.maxToken = l.FencingToken
+	}
+	k.last = &l
+	return []ManyEvent{{Election: name, Leader: l}}
+}
+
+// ObserveMany follows every election whose name starts with prefix (elections created later
+// included) plus every name in elections: one ManyEvent per election first, then one with
+// SnapshotComplete, then one per change, until ctx ends (then the channel is closed). It
+// reconnects like Observe; per election it never delivers a lower fencing token than one it
+// delivered nor repeats an unchanged state after a reconnect, and an election that led before a
+// reconnect but is missing from the new snapshot is delivered vacant. The channel is also
+// closed when the gateway refuses the request (a bad name, the elections-per-stream limit).
+func (c *Client) ObserveMany(ctx context.Context, prefix string, elections []string) <-chan ManyEvent {
+	ch := make(chan ManyEvent)
+	go func() {
+		defer close(ch)
+		b := c.newBackoff()
+		var f manyFilter
+		for ctx.Err() == nil {
+			i := c.current()
+			conn, err := c.conn(i)
+			if err != nil {
+				return
+			}
+			sctx, cancel := context.WithCancel(ctx)
+			st, err := pb.NewElectionClient(conn).ObserveMany(sctx, &pb.ObserveManyRequest{Prefix: prefix, Elections: elections})
+			f.reconnected()
+			for err == nil {
+				var resp *pb.ObserveManyResponse
+				if resp, err = st.Recv(); err != nil {
+					break
+				}
+				b.reset()
+				for _, e := range f.admit(resp) {
+					select {
+					case ch <- e:
+					case <-ctx.Done():
+					}
+				}
+			}
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			switch status.Code(err) {
+			case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.Unimplemented, codes.ResourceExhausted:
+				c.logf("zkgate: observe many %q: %v", prefix, err)
+				return
+			case codes.Unavailable, codes.DeadlineExceeded, codes.Unknown, codes.Internal:
+				c.logf("zkgate: observe many %q on %s: %v", prefix, c.endpoints[i].name, err)
+				c.advance(i)
+			}
+			if b.wait(ctx) != nil {
+				return
+			}
+		}
+	}()
+	return ch
+}

@@ -267,6 +267,59 @@ func TestFailoverWhenTheLeadersStreamEnds(t *testing.T) {
 	_ = lb.Resign(ctx)
 }
 
+func TestObserveMany(t *testing.T) {
+	addr, _ := gateway(t, "")
+	c := newClient(t, addr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	prefix := uniqueName(t) + "."
+	a, err := c.Campaign(ctx, prefix+"one", "a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := c.ObserveMany(ctx, prefix, []string{prefix + "named"})
+	next := func(what string) zkgate.ManyEvent {
+		t.Helper()
+		select {
+		case e, ok := <-obs:
+			if !ok {
+				t.Fatalf("observe many closed before %s", what)
+			}
+			return e
+		case <-time.After(wait):
+			t.Fatalf("timed out observing %s", what)
+		}
+		panic("unreachable")
+	}
+	snapshot := map[string]zkgate.Leader{}
+	for e := next("the snapshot"); !e.SnapshotComplete; e = next("the snapshot") {
+		snapshot[e.Election] = e.Leader
+	}
+	if l := snapshot[prefix+"one"]; l.Candidate != "a" || l.FencingToken != a.FencingToken() {
+		t.Fatalf("snapshot %+v", snapshot)
+	}
+	if l, ok := snapshot[prefix+"named"]; !ok || !l.Vacant() {
+		t.Fatalf("a named election that does not exist is vacant: %+v", snapshot)
+	}
+	b, err := c.Campaign(ctx, prefix+"two", "b", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A new election may first show as vacant: listed before its leader is confirmed.
+	e := next("the new election")
+	for e.Election == prefix+"two" && e.Leader.Vacant() {
+		e = next("the new election's leader")
+	}
+	if e.Election != prefix+"two" || e.Leader.Candidate != "b" {
+		t.Fatalf("observed %+v", e)
+	}
+	_ = a.Resign(ctx)
+	if e := next("the vacancy"); e.Election != prefix+"one" || !e.Leader.Vacant() {
+		t.Fatalf("observed %+v", e)
+	}
+	_ = b.Resign(ctx)
+}
+
 func TestObserve(t *testing.T) {
 	addr, _ := gateway(t, "")
 	c := newClient(t, addr)

@@ -231,6 +231,12 @@ export declare class Client {
   resign(lease: string, options?: WaitOptions): Promise<void>;
   candidates(election: string, options?: WaitOptions & { pageSize?: number }): Promise<{ candidates: CandidateInfo[]; total: number }>;
   observe(election: string, options?: { signal?: AbortSignal }): AsyncIterableIterator<Leader | null>;
+  /** Every election under `prefix` plus `elections`: states, then `{ snapshotComplete: true }` once. */
+  observeMany(
+    prefix: string,
+    elections?: string[],
+    options?: { signal?: AbortSignal },
+  ): AsyncIterableIterator<{ election: string; leader: Leader | null } | { snapshotComplete: true }>;
 
   acquire(name: string, options?: LockOptions): LockHold;
   lock(name: string, options?: LockOptions & { timeoutMs?: number }): Promise<LockHold>;

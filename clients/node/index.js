@@ -1164,6 +1164,96 @@ export class Client {
     return q;
   }
 
+  /**
+   * Every election whose name starts with `prefix` (elections created later included) plus every
+   * name in `elections`, as an async iterator of `{ election, leader }` (leader null while
+   * vacant) and, once, `{ snapshotComplete: true }` after the first state of every election.
+   * Reconnects like `observe`; per election it never yields a lower fencing token than one it
+   * already yielded nor repeats an unchanged state, and an election that led before a reconnect
+   * but is missing from the new snapshot is yielded as vacant.
+   */
+  observeMany(prefix, elections = [], { signal } = {}) {
+    let call = null;
+    let index = this.current;
+    let stopped = false;
+    let completed = false;
+    const known = new Map(); // election -> { highest: bigint, last: string|null, leads: bool }
+    const backoff = new Backoff();
+    const stop = new AbortController();
+    const q = new AsyncQueue(() => {
+      stopped = true;
+      stop.abort();
+      call?.cancel();
+    });
+    const key = (l) => (l ? `${l.fencingToken}/${l.candidate}/${l.value.toString('base64')}` : null);
+    const open = () => {
+      if (stopped) return;
+      const c = this._stubs(index).election.ObserveMany({ prefix, elections });
+      call = c;
+      let ended = false;
+      let failure = null;
+      let snapshot = new Set(); // elections seen in this stream's snapshot, until it completes
+      c.on('data', (r) => {
+        backoff.reset();
+        if (r.snapshotComplete) {
+          for (const [election, k] of known) {
+            if (snapshot && k.leads && !snapshot.has(election)) {
+              k.leads = false;
+              k.last = null;
+              q.push({ election, leader: null });
+            }
+          }
+          snapshot = null;
+          if (!completed) {
+            completed = true;
+            q.push({ snapshotComplete: true });
+          }
+          return;
+        }
+        if (!r.state) return;
+        const election = r.state.election;
+        const leader = toLeader(r.state.leader);
+        const first = snapshot !== null && !snapshot.has(election);
+        if (snapshot) snapshot.add(election);
+        let k = known.get(election);
+        if (!k) known.set(election, (k = { highest: -1n, last: undefined, leads: false }));
+        if (leader && leader.fencingToken < k.highest) return; // older than what was delivered
+        if (first && k.last === key(leader)) return; // a reconnect repeating the same state
+        if (leader) k.highest = leader.fencingToken;
+        k.last = key(leader);
+        k.leads = leader !== null;
+        q.push({ election, leader });
+      });
+      c.on('error', () => {}); // the status event carries the same information
+      const finish = async () => {
+        if (ended || stopped) return;
+        ended = true;
+        if (failure && failure.code !== Status.UNAVAILABLE && failure.code !== Status.ABORTED) {
+          q.end(failure);
+          return;
+        }
+        if (failure?.code === Status.UNAVAILABLE) index = this._movedOn(index);
+        await sleepMs(backoff.next(), stop.signal);
+        open();
+      };
+      c.on('status', (s) => {
+        if (s.code !== Status.OK) {
+          failure = new Error(`ObserveMany ended ${statusName(s.code)}: ${s.details}`);
+          failure.code = s.code;
+          failure.details = s.details;
+        }
+        setTimeout(finish, 1000).unref(); // in case 'end' never comes
+      });
+      c.on('end', finish);
+    };
+    open();
+    if (signal) {
+      if (signal.aborted) q.return();
+      else signal.addEventListener('abort', () => q.return(), { once: true });
+    }
+    return q;
+  }
+
   /** Closes every channel: new calls fail. Close (or cancel) open campaigns and observers first. */
   close() {
     for (const { election, lock } of this._stubCache.values()) {

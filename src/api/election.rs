@@ -140,6 +140,7 @@ impl HolderStream for CampaignStream {
 impl Election for ElectionApi {
     type CampaignStream = BoxStream<pb::CampaignResponse>;
     type ObserveStream = BoxStream<pb::ObserveResponse>;
+    type ObserveManyStream = BoxStream<pb::ObserveManyResponse>;
 
     async fn campaign(
         &self,
@@ -283,5 +284,13 @@ impl Election for ElectionApi {
             current,
             leader: leader.map(convert::leader),
         }))
+    }
+
+    /// See `api::observe_many` (its `visible_to` is where a policy filters the names).
+    async fn observe_many(
+        &self,
+        request: Request<pb::ObserveManyRequest>,
+    ) -> Result<Response<Self::ObserveManyStream>, Status> {
+        super::observe_many::serve(&self.coord, &self.admission, request).await
     }
 }

@@ -1,6 +1,6 @@
 //! Limits that keep one client from using up a gateway that many services share (G10): open
 //! holder streams (Campaign, Acquire) per gateway and per client connection, Observe streams
-//! per client connection, and the time a holder stream may take to send its first message.
+//! (ObserveMany included) per client connection, elections per ObserveMany stream, and the time a holder stream may take to send its first message.
 //! Past a limit the caller gets `RESOURCE_EXHAUSTED` naming the limit and its value (a silent
 //! stream: `DEADLINE_EXCEEDED`), and `zkgate_limit_rejections_total{limit}` counts it. The
 //! number of distinct queues per gateway is the coordination layer's limit
@@ -34,6 +34,8 @@ pub struct StreamLimits {
     pub holder_streams_per_gateway: usize,
     pub holder_streams_per_connection: usize,
     pub observe_streams_per_connection: usize,
+    /// Elections one ObserveMany stream may follow at once (it counts as one Observe stream).
+    pub observe_many_elections: usize,
     pub first_message_timeout: Duration,
 }
 
@@ -43,6 +45,7 @@ impl Default for StreamLimits {
             holder_streams_per_gateway: DEFAULT_HOLDER_STREAMS_PER_GATEWAY,
             holder_streams_per_connection: DEFAULT_HOLDER_STREAMS_PER_CONNECTION,
             observe_streams_per_connection: DEFAULT_OBSERVE_STREAMS_PER_CONNECTION,
+            observe_many_elections: crate::coord::observe_many::DEFAULT_MAX_OBSERVE_MANY_ELECTIONS,
             first_message_timeout: DEFAULT_FIRST_MESSAGE_TIMEOUT,
         }
     }

@@ -7,6 +7,7 @@ pub mod error;
 mod holder_stream;
 pub mod limits;
 pub mod lock;
+pub mod observe_many;
 mod outbox;
 
 pub use election::ElectionApi;

@@ -64,6 +64,8 @@ pub struct Candidacy {
     _gauge: m::GaugeGuard,
     /// `zkgate_election_candidates{election}`; also holds the election's capped label.
     candidates: m::LabelledGaugeGuard,
+    /// Its place on the gateway's board (per-name metrics, `/ui`).
+    presence: super::board::Presence,
 }
 
 impl Coordinator {
@@ -89,7 +91,11 @@ impl Coordinator {
             )
             .await?;
         let label = m::name_label(join.election.as_str());
+        let presence =
+            self.board
+                .queued(QueueKind::Election, &join.election, join.candidate.as_str());
         Ok(Candidacy {
+            presence,
             member,
             elected: None,
             _gauge: m::GaugeGuard::raise(m::campaigns_active),
@@ -122,6 +128,7 @@ impl Candidacy {
                     election = %holder.queue, candidate = %holder.participant,
                     fencing_token = holder.fencing_token.0, "leader elected"
                 );
+                self.presence.granted(&holder);
                 let leading = m::election_leader(self.candidates.label().to_owned());
                 self.elected = Some((holder.clone(), Instant::now(), leading));
                 CandidacyEvent::Elected(holder)

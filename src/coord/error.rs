@@ -130,6 +130,8 @@ pub enum Limit {
     HolderStreamsPerConnection(usize),
     #[error("limit reached: open Observe streams on this client connection (--max-observe-streams-per-connection = {0}); close some streams or use another gateway")]
     ObserveStreamsPerConnection(usize),
+    #[error("limit reached: elections on one ObserveMany stream (--max-observe-many-elections = {0}); use a longer prefix or more streams")]
+    ElectionsPerObserveMany(usize),
 }
 
 fn kind_word(kind: QueueKind) -> &'static str {
@@ -149,6 +151,7 @@ impl Limit {
             Limit::HolderStreamsPerGateway(_) => "holder_streams_per_gateway",
             Limit::HolderStreamsPerConnection(_) => "holder_streams_per_connection",
             Limit::ObserveStreamsPerConnection(_) => "observe_streams_per_connection",
+            Limit::ElectionsPerObserveMany(_) => "observe_many_elections",
         }
     }
 

@@ -199,6 +199,8 @@ pub struct LockHold {
     /// While held with a ttl: the latest moment for the next keep-alive.
     ttl_deadline: Option<Instant>,
     held: Option<Held>,
+    /// Its place on the gateway's board (per-name metrics, `/ui`).
+    presence: super::board::Presence,
 }
 
 impl Coordinator {
@@ -222,6 +224,9 @@ impl Coordinator {
             .join_member(QueueKind::Lock, &spec.name, spec.mode.member_mode(), record)
             .await?;
         let queued_at = Instant::now();
+        let presence = self
+            .board
+            .queued(QueueKind::Lock, &spec.name, spec.owner.as_str());
         // A request that holds the moment it is queued is never timed out: a try-lock on a free
         // lock succeeds although confirming it takes a round trip.
         let wait_deadline = match spec.wait_timeout {
@@ -240,6 +245,7 @@ impl Coordinator {
             ttl: spec.ttl,
             ttl_deadline: None,
             held: None,
+            presence,
         })
     }
 }
@@ -333,6 +339,7 @@ impl LockHold {
             lock = %holder.queue, owner = %holder.participant, fencing_token = holder.fencing_token.0,
             mode = ?self.mode, waited_ms = waited.as_millis() as u64, "lock acquired"
         );
+        self.presence.granted(&holder);
         self.held = Some(Held {
             fencing_token: holder.fencing_token,
             _gauge: m::GaugeGuard::raise(m::locks_held),

@@ -11,13 +11,19 @@
 //!   observing) and [`lock`] (adds the wait and the ttl).
 //! - [`error`]: every refusal, named by meaning; [`types`]: validated domain types;
 //!   [`record`]: what a member znode stores; [`zk`], [`paging`]: the ZooKeeper client.
+//! - [`board`]: this gateway's holders and waiters per name, for the per-name metrics and `/ui`.
+//! - [`directory`]: the elections folder's one watch per session, and [`observe_many`]: the
+//!   `ObserveMany` stream over it and the elections' queue actors.
 
+pub mod board;
 pub mod clock;
+pub mod directory;
 pub mod election;
 pub mod error;
 pub mod link;
 pub mod lock;
 pub mod member;
+pub mod observe_many;
 pub mod paging;
 pub mod queue;
 pub mod record;
@@ -159,6 +165,8 @@ pub struct Coordinator {
     shutdown: CancellationToken,
     supervisors: TaskTracker,
     streams: TaskTracker,
+    /// This gateway's holders and waiters per name (per-name metrics, `/ui`).
+    pub board: Arc<board::Board>,
 }
 
 impl Coordinator {
@@ -192,6 +200,7 @@ impl Coordinator {
             shutdown,
             supervisors,
             streams: TaskTracker::new(),
+            board: Arc::default(),
         })
     }
 

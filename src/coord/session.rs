@@ -49,6 +49,8 @@ pub struct ZkSession {
     pub cfg: Arc<CoordConfig>,
     link: watch::Receiver<Link>,
     queues: QueueRegistry,
+    /// The elections folder's watcher, for `ObserveMany` (see [`super::directory`]).
+    directory: super::directory::DirectoryRegistry,
     /// Background releases (znode deletes) still running: a drain waits for them.
     pub(crate) releases: tokio_util::task::TaskTracker,
     /// Room for proclaimed bytes in flight on this session (`max_proclaim_bytes_in_flight`).
@@ -131,6 +133,16 @@ impl ZkSession {
         };
         self.queues
             .get_or_start(io, kind, name, self.queue_path(kind, name))
+            .await
+    }
+
+    /// The session's view of which elections exist, started on first use (`ObserveMany`).
+    ///
+    /// # Errors
+    /// ZooKeeper errors making the folder, placing its watch or listing it.
+    pub async fn directory(&self) -> Result<Arc<super::directory::Directory>, CoordError> {
+        self.directory
+            .get_or_start(&self.zk, self.cfg.root_path(), self.link())
             .await
     }
 
@@ -269,6 +281,7 @@ pub async fn supervise_slot(
             cfg: cfg.clone(),
             link: link_rx,
             queues: QueueRegistry::new(live_queues.clone(), cfg.max_queues),
+            directory: Default::default(),
             releases: tokio_util::task::TaskTracker::new(),
             proclaims: Arc::new(tokio::sync::Semaphore::new(
                 cfg.max_proclaim_bytes_in_flight.max(1),

@@ -415,6 +415,15 @@ impl Zk {
         .await
     }
 
+    /// A non-recursive persistent watch on a folder (`ObserveMany`'s elections folder): it
+    /// fires when a child appears or goes, not for anything inside the children.
+    pub async fn watch_folder(&self, path: &str) -> ZkResult<PersistentWatcher> {
+        self.instrument("add_watch", || {
+            self.client.watch(path, AddWatchMode::Persistent)
+        })
+        .await
+    }
+
     /// Places a queue's watch and lists the queue in one round trip: both requests are sent
     /// before either reply is awaited, the watch first, so the listing and the events that
     /// follow it leave no gap.

@@ -33,6 +33,10 @@ type ElectionClient interface {
 	Candidates(ctx context.Context, in *CandidatesRequest, opts ...grpc.CallOption) (*CandidatesResponse, error)
 	// Is this fencing token the current leader's?
 	Validate(ctx context.Context, in *ElectionValidateRequest, opts ...grpc.CallOption) (*ElectionValidateResponse, error)
+	// One stream for many elections: every election whose name starts with `prefix` (elections
+	// that appear later included) plus every name in `elections`. First one `state` per election
+	// (`leader` unset when vacant), then `snapshot_complete`, then one `state` per change.
+	ObserveMany(ctx context.Context, in *ObserveManyRequest, opts ...grpc.CallOption) (Election_ObserveManyClient, error)
 }
 
 type electionClient struct {
@@ -151,6 +155,38 @@ func (c *electionClient) Validate(ctx context.Context, in *ElectionValidateReque
 	return out, nil
 }
 
+func (c *electionClient) ObserveMany(ctx context.Context, in *ObserveManyRequest, opts ...grpc.CallOption) (Election_ObserveManyClient, error) {
+	stream, err := c.cc.NewStream(ctx, &_Election_serviceDesc.Streams[2], "/zkgate.v1.Election/ObserveMany", opts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &electionObserveManyClient{stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+type Election_ObserveManyClient interface {
+	Recv() (*ObserveManyResponse, error)
+	grpc.ClientStream
+}
+
+type electionObserveManyClient struct {
+	grpc.ClientStream
+}
+
+func (x *electionObserveManyClient) Recv() (*ObserveManyResponse, error) {
+	m := new(ObserveManyResponse)
+	if err := x.ClientStream.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 // ElectionServer is the server API for Election service.
 // All implementations must embed UnimplementedElectionServer
 // for forward compatibility
@@ -171,6 +207,10 @@ type ElectionServer interface {
 	Candidates(context.Context, *CandidatesRequest) (*CandidatesResponse, error)
 	// Is this fencing token the current leader's?
 	Validate(context.Context, *ElectionValidateRequest) (*ElectionValidateResponse, error)
+	// One stream for many elections: every election whose name starts with `prefix` (elections
+	// that appear later included) plus every name in `elections`. First one `state` per election
+	// (`leader` unset when vacant), then `snapshot_complete`, then one `state` per change.
+	ObserveMany(*ObserveManyRequest, Election_ObserveManyServer) error
 	mustEmbedUnimplementedElectionServer()
 }
 
@@ -198,6 +238,9 @@ func (UnimplementedElectionServer) Candidates(context.Context, *CandidatesReques
 }
 func (UnimplementedElectionServer) Validate(context.Context, *ElectionValidateRequest) (*ElectionValidateResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Validate not implemented")
+}
+func (UnimplementedElectionServer) ObserveMany(*ObserveManyRequest, Election_ObserveManyServer) error {
+	return status.Errorf(codes.Unimplemented, "method ObserveMany not implemented")
 }
 func (UnimplementedElectionServer) mustEmbedUnimplementedElectionServer() {}
 
@@ -349,6 +392,27 @@ func _Election_Validate_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Election_ObserveMany_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ObserveManyRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ElectionServer).ObserveMany(m, &electionObserveManyServer{stream})
+}
+
+type Election_ObserveManyServer interface {
+	Send(*ObserveManyResponse) error
+	grpc.ServerStream
+}
+
+type electionObserveManyServer struct {
+	grpc.ServerStream
+}
+
+func (x *electionObserveManyServer) Send(m *ObserveManyResponse) error {
+	return x.ServerStream.SendMsg(m)
+}
+
 var _Election_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "zkgate.v1.Election",
 	HandlerType: (*ElectionServer)(nil),
@@ -384,6 +448,11 @@ var _Election_serviceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Observe",
 			Handler:       _Election_Observe_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ObserveMany",
+			Handler:       _Election_ObserveMany_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -240,3 +240,40 @@ test(
     }
   },
 );
+
+test('observeMany follows every election under a prefix, later ones included', opts, async () => {
+  const prefix = `${electionName()}.`;
+  const a = gw.campaign(`${prefix}one`, 'a', 'va');
+  await a.waitElected({ timeoutMs: STEP });
+  const seen = gw.observeMany(prefix, [`${prefix}named`]);
+  const next = async () => {
+    const r = await within(STEP, seen.next(), 'an ObserveMany message');
+    assert.ok(!r.done, 'ObserveMany ended early');
+    return r.value;
+  };
+  let b = null;
+  try {
+    const snapshot = new Map();
+    for (;;) {
+      const m = await next();
+      if (m.snapshotComplete) break;
+      snapshot.set(m.election, m.leader);
+    }
+    assert.equal(snapshot.get(`${prefix}one`).candidate, 'a');
+    assert.equal(snapshot.get(`${prefix}named`), null, 'a named election that does not exist is vacant');
+    b = gw.campaign(`${prefix}two`, 'b', '');
+    await b.waitElected({ timeoutMs: STEP });
+    let m = await next();
+    // A new election may first show as vacant: listed before its leader is confirmed.
+    while (m.election === `${prefix}two` && m.leader === null) m = await next();
+    assert.equal(m.election, `${prefix}two`);
+    assert.equal(m.leader.candidate, 'b');
+    await a.resign();
+    m = await next();
+    assert.deepEqual([m.election, m.leader], [`${prefix}one`, null], 'a vacancy is reported');
+  } finally {
+    await seen.return();
+    await a.close();
+    await b?.close();
+  }
+});

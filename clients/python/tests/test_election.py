@@ -118,6 +118,36 @@ def test_observe_sees_vacancy_then_leaders(addr, election):
         seen.close()
 
 
+def test_observe_many_follows_a_prefix_and_later_elections(addr, election):
+    prefix = election + "."
+    a = zkgate.Campaign(addr, prefix + "one", "a")
+    a.wait_elected(STEP)
+    seen = zkgate.observe_many(addr, prefix, [prefix + "named"])
+    b = None
+    try:
+        snapshot = {}
+        for m in seen:
+            if m == zkgate.SNAPSHOT_COMPLETE:
+                break
+            snapshot[m.election] = m.leader
+        assert snapshot[prefix + "one"].candidate == "a"
+        assert snapshot[prefix + "named"] is None, "a named election that does not exist is vacant"
+        b = zkgate.Campaign(addr, prefix + "two", "b")
+        b.wait_elected(STEP)
+        m = next(seen)
+        # A new election may first show as vacant: listed before its leader is confirmed.
+        while m.election == prefix + "two" and m.leader is None:
+            m = next(seen)
+        assert (m.election, m.leader.candidate) == (prefix + "two", "b")
+        a.resign()
+        assert next(seen) == zkgate.ElectionState(prefix + "one", None), "a vacancy is reported"
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+        seen.close()
+
+
 def test_watchdog_declares_loss_when_the_gateway_freezes(addr, election):
     pid = os.environ.get("ZKGATE_PID")
     if not pid:

@@ -9,7 +9,17 @@ endpoints, or ``None`` for ``ZKGATE_ENDPOINT``) and fails over between its gatew
 """
 
 from zkgate._fleet import Endpoint, Fleet, Tls, parse_endpoints
-from zkgate.election import Campaign, LeadershipLost, candidates, elect, leader, observe
+from zkgate.election import (
+    SNAPSHOT_COMPLETE,
+    Campaign,
+    ElectionState,
+    LeadershipLost,
+    candidates,
+    elect,
+    leader,
+    observe,
+    observe_many,
+)
 from zkgate.lock import Lock, LockLost, NotAcquired, holders, lock, release, validate
 from zkgate.requeue import (
     Refused,
@@ -42,6 +52,9 @@ __all__ = [
     "leader",
     "lock",
     "observe",
+    "observe_many",
+    "ElectionState",
+    "SNAPSHOT_COMPLETE",
     "release",
     "validate",
 ]

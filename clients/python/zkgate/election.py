@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, NamedTuple, Optional, Sequence, Union
 
 import grpc
 
@@ -236,6 +236,88 @@ def observe(target: Target, election: str) -> Iterator[Optional[pb.Leader]]:
                         yield response.leader
                     else:
                         yield None
+                code = grpc.StatusCode.OK
+            except grpc.RpcError as e:
+                code = e.code()
+                if code not in FAILOVER_CODES and code != grpc.StatusCode.ABORTED:
+                    raise
+            if code in FAILOVER_CODES:
+                index = fleet.moved_on(index)
+            threading.Event().wait(backoff.next())
+    finally:
+        if call is not None:
+            call.cancel()
+        if own:
+            fleet.close()
+
+
+class ElectionState(NamedTuple):
+    """One election's state in :func:`observe_many`: its leader, ``None`` while vacant."""
+
+    election: str
+    leader: Optional[pb.Leader]
+
+
+#: What :func:`observe_many` yields once, after the first state of every election.
+SNAPSHOT_COMPLETE = "snapshot_complete"
+
+
+def observe_many(
+    target: Target, prefix: str, elections: Sequence[str] = ()
+) -> Iterator[Union[ElectionState, str]]:
+    """Yields an :class:`ElectionState` for every election whose name starts with ``prefix``
+    (elections created later included) plus every name in ``elections``: first one per
+    election, then :data:`SNAPSHOT_COMPLETE` once, then one per change. Closing the generator
+    ends the stream.
+
+    Reconnects like :func:`observe`. Per election it never yields a lower fencing token than one
+    it already yielded nor repeats an unchanged state after a reconnect, and an election that
+    led before a reconnect but is missing from the new snapshot is yielded as vacant.
+    """
+    fleet, own = fleet_for(target)
+    backoff = Backoff()
+    index = fleet.current
+    call = None
+    completed = False
+    # election -> [highest token, last state key, leads]
+    known: dict = {}
+
+    def key(leader):
+        return None if leader is None else (leader.fencing_token, leader.candidate, leader.value)
+
+    try:
+        while True:
+            call = pb_grpc.ElectionStub(fleet.channel(index)).ObserveMany(
+                pb.ObserveManyRequest(prefix=prefix, elections=list(elections))
+            )
+            snapshot: Optional[set] = set()
+            try:
+                for response in call:
+                    backoff.reset()
+                    if response.HasField("snapshot_complete"):
+                        for name, k in known.items():
+                            if snapshot is not None and k[2] and name not in snapshot:
+                                k[1], k[2] = None, False
+                                yield ElectionState(name, None)
+                        snapshot = None
+                        if not completed:
+                            completed = True
+                            yield SNAPSHOT_COMPLETE
+                        continue
+                    state = response.state
+                    leader = state.leader if state.HasField("leader") else None
+                    first = snapshot is not None and state.election not in snapshot
+                    if snapshot is not None:
+                        snapshot.add(state.election)
+                    k = known.setdefault(state.election, [-1, (), False])
+                    if leader is not None and leader.fencing_token < k[0]:
+                        continue  # older than what was already delivered
+                    if first and k[1] == key(leader):
+                        continue  # a reconnect repeating the same state
+                    if leader is not None:
+                        k[0] = leader.fencing_token
+                    k[1], k[2] = key(leader), leader is not None
+                    yield ElectionState(state.election, leader)
                 code = grpc.StatusCode.OK
             except grpc.RpcError as e:
                 code = e.code()

@@ -18,7 +18,7 @@
 //! - [`endpoint`]: endpoint parsing, `ZKGATE_ENDPOINT`, TLS options.
 //! - [`backoff`]: the shared retry delay (full jitter, 50 ms doubling to 2 s).
 //! - [`hold`]: one Campaign or Acquire stream driven by a task: events, loss reasons, watchdog.
-//! - [`observe`]: the reconnecting `Observe` stream.
+//! - [`observe`]: the reconnecting `Observe` stream; [`observe_many`]: `ObserveMany`, likewise.
 //! - [`raw`]: the two streaming calls as on the wire (open, send, read), which the helpers,
 //!   the gateway's tests and its benchmark share.
 //! - `runner`: [`Client::run_while_leader`] and [`Client::run_while_holding`].
@@ -28,6 +28,7 @@ pub mod backoff;
 pub mod endpoint;
 pub mod hold;
 pub mod observe;
+pub mod observe_many;
 pub mod raw;
 mod runner;
 
@@ -56,6 +57,7 @@ pub use backoff::Backoff;
 pub use endpoint::{Endpoint, Endpoints, TlsOptions, DEFAULT_ENDPOINT, ENDPOINT_ENV};
 pub use hold::{Grant, HoldEvent, LossReason};
 pub use observe::Observer;
+pub use observe_many::{ManyEvent, ManyObserver};
 pub use pb::{Candidate, Holder, Leader, LockMode};
 pub use runner::{HoldContext, LeaderContext};
 
@@ -728,6 +730,17 @@ impl Client {
     /// see [`Observer`].
     pub fn observe(&self, election: &str) -> Observer {
         observe::start(self.clone(), election.to_owned())
+    }
+
+    /// Every election whose name starts with `prefix` (those appearing later included) plus
+    /// every name in `elections`, now and after every change, reconnecting across endpoints;
+    /// see [`ManyObserver`]. An empty prefix with no names follows every election.
+    pub fn observe_many(&self, prefix: &str, elections: &[&str]) -> ManyObserver {
+        observe_many::start(
+            self.clone(),
+            prefix.to_owned(),
+            elections.iter().map(|e| e.to_string()).collect(),
+        )
     }
 
     pub(crate) fn channel(&self, i: usize) -> (Channel, Endpoint) {

@@ -184,3 +184,31 @@ class ElectionValidateResponse(_message.Message):
     current: bool
     leader: Leader
     def __init__(self, current: _Optional[bool] = ..., leader: _Optional[_Union[Leader, _Mapping]] = ...) -> None: ...
+
+class ObserveManyRequest(_message.Message):
+    __slots__ = ("prefix", "elections")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    ELECTIONS_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    elections: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, prefix: _Optional[str] = ..., elections: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ElectionState(_message.Message):
+    __slots__ = ("election", "leader")
+    ELECTION_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    election: str
+    leader: Leader
+    def __init__(self, election: _Optional[str] = ..., leader: _Optional[_Union[Leader, _Mapping]] = ...) -> None: ...
+
+class SnapshotComplete(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ObserveManyResponse(_message.Message):
+    __slots__ = ("state", "snapshot_complete")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    state: ElectionState
+    snapshot_complete: SnapshotComplete
+    def __init__(self, state: _Optional[_Union[ElectionState, _Mapping]] = ..., snapshot_complete: _Optional[_Union[SnapshotComplete, _Mapping]] = ...) -> None: ...

@@ -69,6 +69,11 @@ class ElectionStub:
                 request_serializer=zkgate_dot_v1_dot_election__pb2.ElectionValidateRequest.SerializeToString,
                 response_deserializer=zkgate_dot_v1_dot_election__pb2.ElectionValidateResponse.FromString,
                 _registered_method=True)
+        self.ObserveMany = channel.unary_stream(
+                '/zkgate.v1.Election/ObserveMany',
+                request_serializer=zkgate_dot_v1_dot_election__pb2.ObserveManyRequest.SerializeToString,
+                response_deserializer=zkgate_dot_v1_dot_election__pb2.ObserveManyResponse.FromString,
+                _registered_method=True)
 
 
 class ElectionServicer:
@@ -125,6 +130,15 @@ class ElectionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ObserveMany(self, request, context):
+        """One stream for many elections: every election whose name starts with `prefix` (elections
+        that appear later included) plus every name in `elections`. First one `state` per election
+        (`leader` unset when vacant), then `snapshot_complete`, then one `state` per change.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ElectionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -162,6 +176,11 @@ def add_ElectionServicer_to_server(servicer, server):
                     servicer.Validate,
                     request_deserializer=zkgate_dot_v1_dot_election__pb2.ElectionValidateRequest.FromString,
                     response_serializer=zkgate_dot_v1_dot_election__pb2.ElectionValidateResponse.SerializeToString,
+            ),
+            'ObserveMany': grpc.unary_stream_rpc_method_handler(
+                    servicer.ObserveMany,
+                    request_deserializer=zkgate_dot_v1_dot_election__pb2.ObserveManyRequest.FromString,
+                    response_serializer=zkgate_dot_v1_dot_election__pb2.ObserveManyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -353,6 +372,33 @@ class Election:
             '/zkgate.v1.Election/Validate',
             zkgate_dot_v1_dot_election__pb2.ElectionValidateRequest.SerializeToString,
             zkgate_dot_v1_dot_election__pb2.ElectionValidateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ObserveMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/zkgate.v1.Election/ObserveMany',
+            zkgate_dot_v1_dot_election__pb2.ObserveManyRequest.SerializeToString,
+            zkgate_dot_v1_dot_election__pb2.ObserveManyResponse.FromString,
             options,
             channel_credentials,
             insecure,

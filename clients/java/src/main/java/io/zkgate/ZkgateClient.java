@@ -293,6 +293,15 @@ public final class ZkgateClient implements AutoCloseable {
         return new Observation(this, election, listener);
     }
 
+    /**
+     * Watches every election under {@code prefix} plus {@code elections}; see
+     * {@link ManyObservation}.
+     */
+    public ManyObservation observeMany(String prefix, java.util.List<String> elections,
+            java.util.function.BiConsumer<String, Optional<LeaderInfo>> listener, Runnable onSnapshotComplete) {
+        return new ManyObservation(this, prefix, elections, listener, onSnapshotComplete);
+    }
+
     /** The candidates in queue order (first page: up to the gateway's reply size). */
     public CandidatesResponse candidates(String election) {
         return unary(ch -> election(ch).candidates(CandidatesRequest.newBuilder().setElection(election).build()));

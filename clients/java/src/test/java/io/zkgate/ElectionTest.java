@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Optional;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -104,6 +105,29 @@ class ElectionTest {
             await("re-elected", WAIT, () -> r.grantCount() == 2);
             assertTrue(Long.compareUnsigned(r.grant(1).fencingToken(), first.fencingToken()) > 0);
             assertFalse(client.resign(first.lease()), "a spent lease is NOT_FOUND");
+        }
+    }
+
+    @Test
+    void observeManyFollowsAPrefixAndLaterElections() throws Exception {
+        String p = Fixture.name("many") + ".";
+        Map<String, Optional<LeaderInfo>> state = new java.util.concurrent.ConcurrentHashMap<>();
+        java.util.concurrent.CountDownLatch complete = new java.util.concurrent.CountDownLatch(1);
+        Fixture.Recorder a = new Fixture.Recorder("a");
+        Fixture.Recorder b = new Fixture.Recorder("b");
+        try (LeaderSelector sa = client.leaderSelector(p + "one", "a", a).start()) {
+            await("a leads", WAIT, () -> client.leader(p + "one").map(l -> l.candidate().equals("a")).orElse(false));
+            try (ManyObservation o = client.observeMany(p, List.of(p + "named"), state::put, complete::countDown)) {
+                assertTrue(complete.await(WAIT.toMillis(), java.util.concurrent.TimeUnit.MILLISECONDS), "snapshot");
+                assertEquals("a", state.get(p + "one").orElseThrow().candidate());
+                assertTrue(state.get(p + "named").isEmpty(), "a named election that does not exist is vacant");
+                try (LeaderSelector sb = client.leaderSelector(p + "two", "b", b).start()) {
+                    await("the new election's leader", WAIT, () -> state.getOrDefault(p + "two", Optional.empty())
+                            .map(l -> l.candidate().equals("b")).orElse(false));
+                    sa.close();
+                    await("the vacancy", WAIT, () -> state.get(p + "one").isEmpty());
+                }
+            }
         }
     }
 

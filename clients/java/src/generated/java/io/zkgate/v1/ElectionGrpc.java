@@ -232,6 +232,37 @@ public final class ElectionGrpc {
     return getValidateMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<io.zkgate.v1.ObserveManyRequest,
+      io.zkgate.v1.ObserveManyResponse> getObserveManyMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "ObserveMany",
+      requestType = io.zkgate.v1.ObserveManyRequest.class,
+      responseType = io.zkgate.v1.ObserveManyResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.SERVER_STREAMING)
+  public static io.grpc.MethodDescriptor<io.zkgate.v1.ObserveManyRequest,
+      io.zkgate.v1.ObserveManyResponse> getObserveManyMethod() {
+    io.grpc.MethodDescriptor<io.zkgate.v1.ObserveManyRequest, io.zkgate.v1.ObserveManyResponse> getObserveManyMethod;
+    if ((getObserveManyMethod = ElectionGrpc.getObserveManyMethod) == null) {
+      synchronized (ElectionGrpc.class) {
+        if ((getObserveManyMethod = ElectionGrpc.getObserveManyMethod) == null) {
+          ElectionGrpc.getObserveManyMethod = getObserveManyMethod =
+              io.grpc.MethodDescriptor.<io.zkgate.v1.ObserveManyRequest, io.zkgate.v1.ObserveManyResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.SERVER_STREAMING)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "ObserveMany"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.zkgate.v1.ObserveManyRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  io.zkgate.v1.ObserveManyResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new ElectionMethodDescriptorSupplier("ObserveMany"))
+              .build();
+        }
+      }
+    }
+    return getObserveManyMethod;
+  }
+
   /**
    * Creates a new async stub that supports all call types for the service
    */
@@ -352,6 +383,18 @@ public final class ElectionGrpc {
       io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getValidateMethod(), responseObserver);
     }
 
+    /**
+     * <pre>
+     * One stream for many elections: every election whose name starts with `prefix` (elections
+     * that appear later included) plus every name in `elections`. First one `state` per election
+     * (`leader` unset when vacant), then `snapshot_complete`, then one `state` per change.
+     * </pre>
+     */
+    public void observeMany(io.zkgate.v1.ObserveManyRequest request,
+        io.grpc.stub.StreamObserver<io.zkgate.v1.ObserveManyResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getObserveManyMethod(), responseObserver);
+    }
+
     @java.lang.Override public final io.grpc.ServerServiceDefinition bindService() {
       return io.grpc.ServerServiceDefinition.builder(getServiceDescriptor())
           .addMethod(
@@ -403,6 +446,13 @@ public final class ElectionGrpc {
                 io.zkgate.v1.ElectionValidateRequest,
                 io.zkgate.v1.ElectionValidateResponse>(
                   this, METHODID_VALIDATE)))
+          .addMethod(
+            getObserveManyMethod(),
+            io.grpc.stub.ServerCalls.asyncServerStreamingCall(
+              new MethodHandlers<
+                io.zkgate.v1.ObserveManyRequest,
+                io.zkgate.v1.ObserveManyResponse>(
+                  this, METHODID_OBSERVE_MANY)))
           .build();
     }
   }
@@ -499,6 +549,19 @@ public final class ElectionGrpc {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getValidateMethod(), getCallOptions()), request, responseObserver);
     }
+
+    /**
+     * <pre>
+     * One stream for many elections: every election whose name starts with `prefix` (elections
+     * that appear later included) plus every name in `elections`. First one `state` per election
+     * (`leader` unset when vacant), then `snapshot_complete`, then one `state` per change.
+     * </pre>
+     */
+    public void observeMany(io.zkgate.v1.ObserveManyRequest request,
+        io.grpc.stub.StreamObserver<io.zkgate.v1.ObserveManyResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncServerStreamingCall(
+          getChannel().newCall(getObserveManyMethod(), getCallOptions()), request, responseObserver);
+    }
   }
 
   /**
@@ -574,6 +637,19 @@ public final class ElectionGrpc {
     public io.zkgate.v1.ElectionValidateResponse validate(io.zkgate.v1.ElectionValidateRequest request) {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getValidateMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * One stream for many elections: every election whose name starts with `prefix` (elections
+     * that appear later included) plus every name in `elections`. First one `state` per election
+     * (`leader` unset when vacant), then `snapshot_complete`, then one `state` per change.
+     * </pre>
+     */
+    public java.util.Iterator<io.zkgate.v1.ObserveManyResponse> observeMany(
+        io.zkgate.v1.ObserveManyRequest request) {
+      return io.grpc.stub.ClientCalls.blockingServerStreamingCall(
+          getChannel(), getObserveManyMethod(), getCallOptions(), request);
     }
   }
 
@@ -653,7 +729,8 @@ public final class ElectionGrpc {
   private static final int METHODID_OBSERVE = 3;
   private static final int METHODID_CANDIDATES = 4;
   private static final int METHODID_VALIDATE = 5;
-  private static final int METHODID_CAMPAIGN = 6;
+  private static final int METHODID_OBSERVE_MANY = 6;
+  private static final int METHODID_CAMPAIGN = 7;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -695,6 +772,10 @@ public final class ElectionGrpc {
         case METHODID_VALIDATE:
           serviceImpl.validate((io.zkgate.v1.ElectionValidateRequest) request,
               (io.grpc.stub.StreamObserver<io.zkgate.v1.ElectionValidateResponse>) responseObserver);
+          break;
+        case METHODID_OBSERVE_MANY:
+          serviceImpl.observeMany((io.zkgate.v1.ObserveManyRequest) request,
+              (io.grpc.stub.StreamObserver<io.zkgate.v1.ObserveManyResponse>) responseObserver);
           break;
         default:
           throw new AssertionError();
@@ -767,6 +848,7 @@ public final class ElectionGrpc {
               .addMethod(getObserveMethod())
               .addMethod(getCandidatesMethod())
               .addMethod(getValidateMethod())
+              .addMethod(getObserveManyMethod())
               .build();
         }
       }

@@ -119,6 +119,26 @@ public final class ElectionOuterClass {
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_zkgate_v1_ElectionValidateResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_zkgate_v1_ObserveManyRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_zkgate_v1_ObserveManyRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_zkgate_v1_ElectionState_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_zkgate_v1_ElectionState_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_zkgate_v1_SnapshotComplete_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_zkgate_v1_SnapshotComplete_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_zkgate_v1_ObserveManyResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_zkgate_v1_ObserveManyResponse_fieldAccessorTable;
 
   public static com.google.protobuf.Descriptors.FileDescriptor
       getDescriptor() {
@@ -171,21 +191,30 @@ public final class ElectionOuterClass {
       "\003 \001(\r\"B\n\027ElectionValidateRequest\022\020\n\010elec" +
       "tion\030\001 \001(\t\022\025\n\rfencing_token\030\002 \001(\004\"N\n\030Ele" +
       "ctionValidateResponse\022\017\n\007current\030\001 \001(\010\022!" +
-      "\n\006leader\030\002 \001(\0132\021.zkgate.v1.Leader2\372\003\n\010El" +
-      "ection\022G\n\010Campaign\022\032.zkgate.v1.CampaignR" +
-      "equest\032\033.zkgate.v1.CampaignResponse(\0010\001\022" +
-      "C\n\010Proclaim\022\032.zkgate.v1.ProclaimRequest\032" +
-      "\033.zkgate.v1.ProclaimResponse\022=\n\006Resign\022\030" +
-      ".zkgate.v1.ResignRequest\032\031.zkgate.v1.Res" +
-      "ignResponse\022=\n\006Leader\022\030.zkgate.v1.Leader" +
-      "Request\032\031.zkgate.v1.LeaderResponse\022B\n\007Ob" +
-      "serve\022\031.zkgate.v1.ObserveRequest\032\032.zkgat" +
-      "e.v1.ObserveResponse0\001\022I\n\nCandidates\022\034.z" +
-      "kgate.v1.CandidatesRequest\032\035.zkgate.v1.C" +
-      "andidatesResponse\022S\n\010Validate\022\".zkgate.v" +
-      "1.ElectionValidateRequest\032#.zkgate.v1.El" +
-      "ectionValidateResponseB.\n\014io.zkgate.v1P\001" +
-      "Z\034zkgate/gen/zkgatev1;zkgatev1b\006proto3"
+      "\n\006leader\030\002 \001(\0132\021.zkgate.v1.Leader\"7\n\022Obs" +
+      "erveManyRequest\022\016\n\006prefix\030\001 \001(\t\022\021\n\telect" +
+      "ions\030\002 \003(\t\"D\n\rElectionState\022\020\n\010election\030" +
+      "\001 \001(\t\022!\n\006leader\030\002 \001(\0132\021.zkgate.v1.Leader" +
+      "\"\022\n\020SnapshotComplete\"\203\001\n\023ObserveManyResp" +
+      "onse\022)\n\005state\030\001 \001(\0132\030.zkgate.v1.Election" +
+      "StateH\000\0228\n\021snapshot_complete\030\002 \001(\0132\033.zkg" +
+      "ate.v1.SnapshotCompleteH\000B\007\n\005event2\312\004\n\010E" +
+      "lection\022G\n\010Campaign\022\032.zkgate.v1.Campaign" +
+      "Request\032\033.zkgate.v1.CampaignResponse(\0010\001" +
+      "\022C\n\010Proclaim\022\032.zkgate.v1.ProclaimRequest" +
+      "\032\033.zkgate.v1.ProclaimResponse\022=\n\006Resign\022" +
+      "\030.zkgate.v1.ResignRequest\032\031.zkgate.v1.Re" +
+      "signResponse\022=\n\006Leader\022\030.zkgate.v1.Leade" +
+      "rRequest\032\031.zkgate.v1.LeaderResponse\022B\n\007O" +
+      "bserve\022\031.zkgate.v1.ObserveRequest\032\032.zkga" +
+      "te.v1.ObserveResponse0\001\022I\n\nCandidates\022\034." +
+      "zkgate.v1.CandidatesRequest\032\035.zkgate.v1." +
+      "CandidatesResponse\022S\n\010Validate\022\".zkgate." +
+      "v1.ElectionValidateRequest\032#.zkgate.v1.E" +
+      "lectionValidateResponse\022N\n\013ObserveMany\022\035" +
+      ".zkgate.v1.ObserveManyRequest\032\036.zkgate.v" +
+      "1.ObserveManyResponse0\001B.\n\014io.zkgate.v1P" +
+      "\001Z\034zkgate/gen/zkgatev1;zkgatev1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -320,6 +349,30 @@ public final class ElectionOuterClass {
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_zkgate_v1_ElectionValidateResponse_descriptor,
         new java.lang.String[] { "Current", "Leader", });
+    internal_static_zkgate_v1_ObserveManyRequest_descriptor =
+      getDescriptor().getMessageTypes().get(21);
+    internal_static_zkgate_v1_ObserveManyRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_zkgate_v1_ObserveManyRequest_descriptor,
+        new java.lang.String[] { "Prefix", "Elections", });
+    internal_static_zkgate_v1_ElectionState_descriptor =
+      getDescriptor().getMessageTypes().get(22);
+    internal_static_zkgate_v1_ElectionState_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_zkgate_v1_ElectionState_descriptor,
+        new java.lang.String[] { "Election", "Leader", });
+    internal_static_zkgate_v1_SnapshotComplete_descriptor =
+      getDescriptor().getMessageTypes().get(23);
+    internal_static_zkgate_v1_SnapshotComplete_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_zkgate_v1_SnapshotComplete_descriptor,
+        new java.lang.String[] { });
+    internal_static_zkgate_v1_ObserveManyResponse_descriptor =
+      getDescriptor().getMessageTypes().get(24);
+    internal_static_zkgate_v1_ObserveManyResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_zkgate_v1_ObserveManyResponse_descriptor,
+        new java.lang.String[] { "State", "SnapshotComplete", "Event", });
     com.google.protobuf.DurationProto.getDescriptor();
     com.google.protobuf.TimestampProto.getDescriptor();
     io.zkgate.v1.Common.getDescriptor();

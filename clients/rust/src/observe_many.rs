@@ -1,0 +1,251 @@
+//! `ObserveMany` as a stream that survives its gateway: on a failure it reconnects (next
+//! endpoint, backoff) and reads the new stream's snapshot against what it already delivered —
+//! per election, a token lower than one delivered is never delivered, an unchanged state is not
+//! repeated, and an election that led before the reconnect but is missing from the new
+//! snapshot (it went away meanwhile) is delivered as vacant. `snapshot_complete` is delivered
+//! once, after the first snapshot.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::backoff::Backoff;
+use crate::hold::is_transport_failure;
+use crate::observe::TokenFilter;
+use crate::pb::election_client::ElectionClient;
+use crate::pb::observe_many_response::Event;
+use crate::pb::{Leader, ObserveManyRequest};
+use crate::{Client, Error};
+
+/// One item of an [`ManyObserver`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ManyEvent {
+    /// An election's leader (`None`: vacant): first one per election, then one per change.
+    State {
+        election: String,
+        leader: Option<Leader>,
+    },
+    /// Every election that existed when observing began has had its first state.
+    SnapshotComplete,
+}
+
+/// Every election whose name starts with a prefix (later ones included) plus named ones, now
+/// and after every change. Items are `Err` only for a refusal that reconnecting cannot fix (a
+/// bad name, the gateway's election limit); the stream then ends. Dropping it stops observing.
+pub struct ManyObserver {
+    rx: mpsc::Receiver<Result<ManyEvent, Error>>,
+    _stop: DropGuard,
+}
+
+impl std::fmt::Debug for ManyObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManyObserver").finish_non_exhaustive()
+    }
+}
+
+impl Stream for ManyObserver {
+    type Item = Result<ManyEvent, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+/// What was delivered, per election, across reconnects.
+#[derive(Debug, Default)]
+pub(crate) struct ManyFilter {
+    elections: BTreeMap<String, (TokenFilter, bool)>,
+    /// Elections in the current stream's snapshot, while it is being read after a reconnect.
+    resnapshot: Option<BTreeSet<String>>,
+    completed: bool,
+}
+
+impl ManyFilter {
+    /// A new stream opened: its snapshot follows.
+    pub(crate) fn reconnected(&mut self) {
+        self.resnapshot = Some(BTreeSet::new());
+    }
+
+    /// What to deliver for one message of the stream.
+    pub(crate) fn admit(&mut self, event: Event) -> Vec<ManyEvent> {
+        match event {
+            Event::State(s) => {
+                let first = match self.resnapshot.as_mut() {
+                    Some(seen) => seen.insert(s.election.clone()),
+                    None => false,
+                };
+                let (filter, leads) = self.elections.entry(s.election.clone()).or_default();
+                if filter.admit(s.leader.as_ref(), first) {
+                    *leads = s.leader.is_some();
+                    vec![ManyEvent::State {
+                        election: s.election,
+                        leader: s.leader,
+                    }]
+                } else {
+                    vec![]
+                }
+            }
+            Event::SnapshotComplete(_) => {
+                let mut out = Vec::new();
+                if let Some(seen) = self.resnapshot.take() {
+                    for (e, (filter, leads)) in self.elections.iter_mut() {
+                        if *leads && !seen.contains(e) && filter.admit(None, false) {
+                            *leads = false;
+                            out.push(ManyEvent::State {
+                                election: e.clone(),
+                                leader: None,
+                            });
+                        }
+                    }
+                }
+                if !self.completed {
+                    self.completed = true;
+                    out.push(ManyEvent::SnapshotComplete);
+                }
+                out
+            }
+        }
+    }
+}
+
+pub(crate) fn start(client: Client, prefix: String, elections: Vec<String>) -> ManyObserver {
+    let (tx, rx) = mpsc::channel(64);
+    let stop = CancellationToken::new();
+    tokio::spawn(run(client, prefix, elections, tx, stop.clone()));
+    ManyObserver {
+        rx,
+        _stop: stop.drop_guard(),
+    }
+}
+
+async fn run(
+    client: Client,
+    prefix: String,
+    elections: Vec<String>,
+    tx: mpsc::Sender<Result<ManyEvent, Error>>,
+    stop: CancellationToken,
+) {
+    let mut filter = ManyFilter::default();
+    let mut backoff = Backoff::default();
+    loop {
+        let i = client.current();
+        let (ch, ep) = client.channel(i);
+        let req = ObserveManyRequest {
+            prefix: prefix.clone(),
+            elections: elections.clone(),
+        };
+        let mut stub = ElectionClient::new(ch);
+        let opened = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            r = tokio::time::timeout(client.timeout(), stub.observe_many(req)) => r,
+        };
+        match opened {
+            Ok(Ok(resp)) => {
+                let mut s = resp.into_inner();
+                filter.reconnected();
+                loop {
+                    let m = tokio::select! {
+                        biased;
+                        () = stop.cancelled() => return,
+                        m = s.message() => m,
+                    };
+                    match m {
+                        Ok(Some(msg)) => {
+                            backoff.reset();
+                            let Some(event) = msg.event else { continue };
+                            for e in filter.admit(event) {
+                                if tx.send(Ok(e)).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(status) if is_transport_failure(&status) => {
+                            tracing::debug!(endpoint = %ep, %status, "observe_many: reconnecting");
+                            break;
+                        }
+                        Err(status) => {
+                            let e = Error::Status(status);
+                            if e.is_permanent() {
+                                let _ = tx.send(Err(e)).await;
+                                return;
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok(Err(status)) if !is_transport_failure(&status) => {
+                let e = Error::Status(status);
+                if e.is_permanent() {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            }
+            Ok(Err(_)) | Err(_) => {}
+        }
+        client.fail_over_after(i);
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(backoff.next_delay()) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::{ElectionState, SnapshotComplete};
+
+    fn state(e: &str, token: Option<u64>) -> Event {
+        Event::State(ElectionState {
+            election: e.into(),
+            leader: token.map(|t| Leader {
+                fencing_token: t,
+                candidate: "c".into(),
+                ..Default::default()
+            }),
+        })
+    }
+
+    fn complete() -> Event {
+        Event::SnapshotComplete(SnapshotComplete {})
+    }
+
+    fn tokens(out: Vec<ManyEvent>) -> Vec<String> {
+        out.into_iter()
+            .map(|e| match e {
+                ManyEvent::State { election, leader } => format!(
+                    "{election}:{}",
+                    leader.map_or("vacant".into(), |l| l.fencing_token.to_string())
+                ),
+                ManyEvent::SnapshotComplete => "complete".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_reconnect_repeats_nothing_goes_back_nowhere_and_reports_vanished_leaders() {
+        let mut f = ManyFilter::default();
+        f.reconnected();
+        assert_eq!(tokens(f.admit(state("a", Some(5)))), ["a:5"]);
+        assert_eq!(tokens(f.admit(state("b", Some(7)))), ["b:7"]);
+        assert_eq!(tokens(f.admit(complete())), ["complete"]);
+        assert_eq!(tokens(f.admit(state("a", Some(6)))), ["a:6"]);
+        // A new stream on a lagging gateway: a's older leader is not delivered, b's same
+        // state is not repeated; c is new.
+        f.reconnected();
+        assert!(f.admit(state("b", Some(7))).is_empty());
+        assert_eq!(tokens(f.admit(state("c", None))), ["c:vacant"]);
+        // a led before and is not in the new snapshot: vacant; complete is not repeated.
+        assert_eq!(tokens(f.admit(complete())), ["a:vacant"]);
+        assert!(f.admit(state("a", Some(5))).is_empty(), "never lower");
+        assert_eq!(tokens(f.admit(state("a", Some(9)))), ["a:9"]);
+    }
+}

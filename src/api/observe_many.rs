@@ -1,0 +1,180 @@
+//! `Election.ObserveMany`: stream plumbing around `coord::observe_many`.
+//!
+//! Like Observe, every send happens inside the task's `select!`, so a client that stops reading
+//! never holds up the drain, the queues or the session (G3c). What it has not read is kept as
+//! states, not a log: at most one unsent state per election (a newer one replaces it in place),
+//! plus `snapshot_complete`, so a stalled stream costs at most its election limit in memory.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::convert;
+use super::holder_stream::BoxStream;
+use super::limits::Admission;
+use super::outbox::{self, Outbox, TrySend};
+use crate::coord::link::LossReason;
+use crate::coord::observe_many::{ManyEvent, ManySpec, Visible};
+use crate::coord::{CoordError, Coordinator};
+use crate::proto as pb;
+use crate::proto::observe_many_response::Event;
+
+/// **Policy hook (§7: "ObserveMany shows only allowed names").** The names the caller of
+/// `request` may observe. This is the single place the identity/policy layer plugs in: it
+/// should return the caller's `observe` filter. Until then (no policy configured) every name
+/// is visible.
+pub fn visible_to<T>(_request: &Request<T>) -> Visible {
+    Arc::new(|_| true)
+}
+
+/// Validates the request into what the coordination layer follows.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` for a bad name in `elections` or a prefix with characters no name has.
+fn spec(r: pb::ObserveManyRequest, max: usize, visible: Visible) -> Result<ManySpec, CoordError> {
+    if !r.prefix.is_empty() {
+        // A prefix is the start of a name: the same characters (any length up to a name's).
+        convert::queue_name(r.prefix.clone(), "prefix")?;
+    }
+    let names = r
+        .elections
+        .into_iter()
+        .map(|e| convert::queue_name(e, "elections"))
+        .collect::<Result<_, _>>()?;
+    Ok(ManySpec {
+        prefix: r.prefix,
+        names,
+        max_elections: max,
+        visible,
+    })
+}
+
+fn message(e: ManyEvent) -> pb::ObserveManyResponse {
+    pb::ObserveManyResponse {
+        event: Some(match e {
+            ManyEvent::State(election, leader) => Event::State(pb::ElectionState {
+                election: election.as_str().to_owned(),
+                leader: leader.map(convert::leader),
+            }),
+            ManyEvent::SnapshotComplete => Event::SnapshotComplete(pb::SnapshotComplete {}),
+        }),
+    }
+}
+
+/// Keeps `msg` for a client that is not reading: it replaces an unsent state of the same
+/// election (states, not a log), else waits at the back.
+fn keep(unsent: &mut VecDeque<pb::ObserveManyResponse>, msg: pb::ObserveManyResponse) {
+    if let Some(Event::State(new)) = &msg.event {
+        for m in unsent.iter_mut() {
+            if let Some(Event::State(old)) = &m.event {
+                if old.election == new.election {
+                    *m = msg;
+                    return;
+                }
+            }
+        }
+    }
+    unsent.push_back(msg);
+}
+
+/// Serves one ObserveMany call.
+///
+/// # Errors
+/// `RESOURCE_EXHAUSTED` past the Observe stream limit per connection, the elections per
+/// stream or the gateway's queues; `INVALID_ARGUMENT`; `UNAVAILABLE` without a session.
+pub async fn serve(
+    coord: &Arc<Coordinator>,
+    admission: &Arc<Admission>,
+    request: Request<pb::ObserveManyRequest>,
+) -> Result<Response<BoxStream<pb::ObserveManyResponse>>, Status> {
+    let permit = admission.observer(request.remote_addr())?;
+    let visible = visible_to(&request);
+    let spec = spec(
+        request.into_inner(),
+        admission.limits().observe_many_elections,
+        visible,
+    )?;
+    let mut observation = coord.observe_many(spec).await?;
+    let draining = coord.draining();
+    let (out, responses) = Outbox::new();
+    tokio::spawn(async move {
+        let _permit = permit;
+        let mut unsent: VecDeque<pb::ObserveManyResponse> = VecDeque::new();
+        loop {
+            let msg = tokio::select! {
+                biased;
+                _ = draining.cancelled() => {
+                    out.end(Status::from(CoordError::SessionLost(LossReason::Draining)));
+                    return;
+                }
+                _ = out.closed() => return,
+                permit = out.reserve(), if !unsent.is_empty() => {
+                    match permit {
+                        Ok(p) => outbox::send(p, unsent.pop_front().expect("guarded")),
+                        Err(()) => return,
+                    }
+                    continue;
+                }
+                next = observation.next() => match next {
+                    Ok(e) => message(e),
+                    Err(e) => {
+                        out.end(Status::from(e));
+                        return;
+                    }
+                },
+            };
+            if !unsent.is_empty() {
+                keep(&mut unsent, msg);
+                continue;
+            }
+            match out.try_send(msg) {
+                TrySend::Sent => {}
+                TrySend::Full(m) => keep(&mut unsent, m),
+                TrySend::Closed => return,
+            }
+        }
+    });
+    Ok(Response::new(Box::pin(responses)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(e: &str, token: u64) -> pb::ObserveManyResponse {
+        message(ManyEvent::State(
+            crate::coord::types::QueueName::new(e).unwrap(),
+            Some(crate::coord::types::Holder {
+                queue: crate::coord::types::QueueName::new(e).unwrap(),
+                participant: "p".into(),
+                value: vec![],
+                fencing_token: crate::coord::types::FencingToken(token),
+                since: std::time::UNIX_EPOCH,
+            }),
+        ))
+    }
+
+    #[test]
+    fn unsent_states_are_replaced_per_election_in_place() {
+        let mut unsent = VecDeque::new();
+        keep(&mut unsent, state("a", 1));
+        keep(&mut unsent, state("b", 2));
+        keep(&mut unsent, message(ManyEvent::SnapshotComplete));
+        keep(&mut unsent, state("a", 3));
+        let order: Vec<_> = unsent
+            .iter()
+            .map(|m| match &m.event {
+                Some(Event::State(s)) => {
+                    format!(
+                        "{}:{}",
+                        s.election,
+                        s.leader.as_ref().unwrap().fencing_token
+                    )
+                }
+                _ => "complete".into(),
+            })
+            .collect();
+        assert_eq!(order, ["a:3", "b:2", "complete"]);
+    }
+}

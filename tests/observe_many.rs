@@ -1,0 +1,314 @@
+//! `Election.ObserveMany` end to end, against a real ZooKeeper: the snapshot then changes,
+//! elections appearing later, vacancies and resigns, a ZooKeeper reconnect, the per-stream
+//! election limit, and the cost per change with 1 and 100 streams (G4).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tonic::transport::Channel;
+use tonic::{Code, Streaming};
+use zkgate::proto as pb;
+use zkgate::proto::campaign_request::Request as Req;
+use zkgate::proto::election_client::ElectionClient;
+use zkgate::proto::observe_many_response::Event;
+use zkgate_testkit::linkcut::LinkCutter;
+use zkgate_testkit::*;
+
+/// One message of a stream: `Some((election, leader))` for a state, `None` for
+/// `snapshot_complete`.
+type Msg = Option<(String, Option<pb::Leader>)>;
+
+async fn observe_many(
+    c: &mut ElectionClient<Channel>,
+    prefix: &str,
+    names: &[&str],
+) -> Result<Streaming<pb::ObserveManyResponse>, tonic::Status> {
+    c.observe_many(pb::ObserveManyRequest {
+        prefix: prefix.into(),
+        elections: names.iter().map(|s| s.to_string()).collect(),
+    })
+    .await
+    .map(|r| r.into_inner())
+}
+
+async fn next(s: &mut Streaming<pb::ObserveManyResponse>) -> Msg {
+    next_within(s, STEP).await
+}
+
+async fn next_within(s: &mut Streaming<pb::ObserveManyResponse>, within: Duration) -> Msg {
+    let m = tokio::time::timeout(within, s.message())
+        .await
+        .expect("an ObserveMany message in time")
+        .expect("stream ok")
+        .expect("stream open");
+    match m.event.expect("an event") {
+        Event::State(st) => Some((st.election, st.leader)),
+        Event::SnapshotComplete(_) => None,
+    }
+}
+
+/// Reads the snapshot: every state up to `snapshot_complete`, by election.
+async fn snapshot(
+    s: &mut Streaming<pb::ObserveManyResponse>,
+) -> BTreeMap<String, Option<pb::Leader>> {
+    let mut out = BTreeMap::new();
+    while let Some((e, l)) = next(s).await {
+        assert!(
+            out.insert(e.clone(), l).is_none(),
+            "{e} twice in the snapshot"
+        );
+    }
+    out
+}
+
+fn who(l: &Option<pb::Leader>) -> Option<&str> {
+    l.as_ref().map(|l| l.candidate.as_str())
+}
+
+/// Reads states until `election`'s satisfies `done`, checking that its tokens never go down;
+/// returns the last state of every election seen meanwhile.
+async fn until(
+    s: &mut Streaming<pb::ObserveManyResponse>,
+    tokens: &mut BTreeMap<String, u64>,
+    election: &str,
+    done: impl Fn(&Option<pb::Leader>) -> bool,
+) -> Option<pb::Leader> {
+    loop {
+        let (e, l) = next(s)
+            .await
+            .expect("a state, not a second snapshot_complete");
+        if let Some(l) = &l {
+            let top = tokens.entry(e.clone()).or_default();
+            assert!(l.fencing_token >= *top, "{e}: token went down");
+            *top = l.fencing_token;
+        }
+        if e == election && done(&l) {
+            return l;
+        }
+    }
+}
+
+#[tokio::test]
+async fn snapshot_then_changes_new_elections_vacancies_and_resigns() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = gw.client().await;
+    let mut a1 = Campaign::join(&mut c, "p.a", "a1", b"v").await;
+    let ta1 = a1.elected().await.fencing_token;
+    let mut a2 = Campaign::join(&mut c, "p.a", "a2", b"").await;
+    let mut other = Campaign::join(&mut c, "q.other", "o", b"").await;
+    other.elected().await;
+
+    let mut s = observe_many(&mut c, "p.", &["named"]).await.unwrap();
+    let snap = snapshot(&mut s).await;
+    assert_eq!(
+        snap.iter()
+            .map(|(e, l)| (e.as_str(), who(l)))
+            .collect::<Vec<_>>(),
+        [("named", None), ("p.a", Some("a1"))],
+        "one state per election of the prefix and the list, vacant ones included"
+    );
+    assert_eq!(snap["p.a"].as_ref().unwrap().fencing_token, ta1);
+    let mut tokens = BTreeMap::new();
+
+    // An election that appears later.
+    let mut n1 = Campaign::join(&mut c, "p.new", "n1", b"").await;
+    n1.elected().await;
+    let l = until(&mut s, &mut tokens, "p.new", |l| l.is_some()).await;
+    assert_eq!(who(&l), Some("n1"));
+
+    // A resign hands p.a to a2, with a larger token.
+    a1.send(Req::Resign(pb::ResignCandidacy {})).await;
+    a1.expect_end(None).await;
+    let ta2 = a2.elected().await.fencing_token;
+    let l = until(&mut s, &mut tokens, "p.a", |l| l.is_some()).await;
+    assert_eq!(
+        (who(&l), l.as_ref().unwrap().fencing_token),
+        (Some("a2"), ta2)
+    );
+    assert!(ta2 > ta1);
+
+    // A vacancy: the only candidate of p.new leaves.
+    drop(n1);
+    until(&mut s, &mut tokens, "p.new", |l| l.is_none()).await;
+
+    // A listed name that did not exist gets a leader.
+    let mut m = Campaign::join(&mut c, "named", "m", b"").await;
+    m.elected().await;
+    let l = until(&mut s, &mut tokens, "named", |l| l.is_some()).await;
+    assert_eq!(who(&l), Some("m"));
+    drop((a2, m, other));
+}
+
+/// A gateway whose ZooKeeper link is cut while elections change on another gateway: once the
+/// link is back, the stream shows the truth (re-listed): the new leader, not the old one, and
+/// the election created meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_zookeeper_reconnect_the_stream_is_truthful() {
+    let zk = shared_zk();
+    let cut = LinkCutter::start(zk.parse().expect("one address"))
+        .await
+        .unwrap();
+    // A session timeout long enough that the cut below is a reconnect, not an expiry.
+    let observed = Gateway::start_with(
+        &cut.addr().to_string(),
+        GatewayOpts {
+            session_timeout: Duration::from_secs(8),
+            ..Default::default()
+        },
+    )
+    .await;
+    let direct = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            root: Some(observed.root.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = direct.client().await;
+    let mut a = Campaign::join(&mut c, "r.x", "a", b"").await;
+    let ta = a.elected().await.fencing_token;
+    let mut b = Campaign::join(&mut c, "r.x", "b", b"").await;
+
+    let mut oc = observed.client().await;
+    let mut s = observe_many(&mut oc, "r.", &[]).await.unwrap();
+    let snap = snapshot(&mut s).await;
+    assert_eq!(who(&snap["r.x"]), Some("a"));
+
+    cut.blackhole();
+    wait_until("the observed gateway notices the cut", STEP, || async {
+        !observed.coord.is_connected()
+    })
+    .await;
+    // While it is cut off: a resigns (b leads), and a new election appears.
+    a.send(Req::Resign(pb::ResignCandidacy {})).await;
+    a.expect_end(None).await;
+    let tb = b.elected().await.fencing_token;
+    let mut y = Campaign::join(&mut c, "r.y", "y", b"").await;
+    y.elected().await;
+    // Events queued on the old connection are lost with it: only a re-listing can tell.
+    cut.drop_all();
+    cut.pass();
+
+    let mut tokens = BTreeMap::from([("r.x".to_owned(), ta)]);
+    let mut last = BTreeMap::new();
+    loop {
+        let (e, l) = next_within(&mut s, Duration::from_secs(10))
+            .await
+            .expect("a state");
+        if let Some(l) = &l {
+            let top = tokens.entry(e.clone()).or_default();
+            assert!(l.fencing_token >= *top, "{e}: token went down");
+            *top = l.fencing_token;
+        }
+        last.insert(e, who(&l).map(str::to_owned));
+        if last.get("r.x") == Some(&Some("b".into())) && last.get("r.y") == Some(&Some("y".into()))
+        {
+            break;
+        }
+    }
+    assert_eq!(tokens["r.x"], tb);
+    drop((b, y));
+}
+
+#[tokio::test]
+async fn more_elections_than_the_limit_is_resource_exhausted() {
+    let zk = shared_zk();
+    let gw = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            limits: Some(zkgate::api::limits::StreamLimits {
+                observe_many_elections: 2,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = gw.client().await;
+    let mut l1 = Campaign::join(&mut c, "l.1", "x", b"").await;
+    l1.elected().await;
+    // Two elections (one existing, one named): within the limit.
+    let mut s = observe_many(&mut c, "l.", &["l.named"]).await.unwrap();
+    assert_eq!(snapshot(&mut s).await.len(), 2);
+    // Three at once: refused, naming the limit.
+    let e = observe_many(&mut c, "l.", &["l.named", "l.other"])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted);
+    assert!(
+        e.message().contains("--max-observe-many-elections = 2"),
+        "{}",
+        e.message()
+    );
+    // A third election appearing later ends the open stream the same way: it could not stay
+    // truthful about every election of its prefix.
+    let mut l2 = Campaign::join(&mut c, "l.2", "x", b"").await;
+    l2.elected().await;
+    let end = loop {
+        match tokio::time::timeout(STEP, s.message())
+            .await
+            .expect("in time")
+        {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("ended OK"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(end.code(), Code::ResourceExhausted, "{end:?}");
+    drop((l1, l2));
+}
+
+/// The gateway's ZooKeeper requests for one leader change and for one new election, with 1 and
+/// with 100 ObserveMany streams on the prefix: the same (G4). Prints the figures (docs).
+#[tokio::test]
+async fn cost_per_change_does_not_grow_with_streams() {
+    let zk = shared_zk();
+    let mut costs = Vec::new();
+    for streams in [1usize, 100] {
+        let gw = Gateway::start(&zk).await;
+        let mut c = gw.client().await;
+        let mut a = Campaign::join(&mut c, "c.e", "a", b"").await;
+        a.elected().await;
+        let mut b = Campaign::join(&mut c, "c.e", "b", b"").await;
+        let mut ss = Vec::new();
+        for _ in 0..streams {
+            let mut s = observe_many(&mut c, "c.", &[]).await.unwrap();
+            assert_eq!(snapshot(&mut s).await.len(), 1);
+            ss.push(s);
+        }
+        // A leader change: a resigns, b is elected; every stream sees b.
+        let before = gw.coord.zk_requests();
+        a.send(Req::Resign(pb::ResignCandidacy {})).await;
+        a.expect_end(None).await;
+        b.elected().await;
+        for s in ss.iter_mut() {
+            let mut t = BTreeMap::new();
+            until(s, &mut t, "c.e", |l| who(l) == Some("b")).await;
+        }
+        let change = gw.coord.zk_requests() - before;
+        // A new election: its first candidate's create, the folder's listing, the new queue's
+        // watch and listing, its confirmation; every stream sees it.
+        let before = gw.coord.zk_requests();
+        let mut n = Campaign::join(&mut c, "c.new", "n", b"").await;
+        n.elected().await;
+        for s in ss.iter_mut() {
+            let mut t = BTreeMap::new();
+            until(s, &mut t, "c.new", |l| l.is_some()).await;
+        }
+        let appear = gw.coord.zk_requests() - before;
+        eprintln!(
+            "ObserveMany cost with {streams} stream(s): {change} ZooKeeper requests per leader \
+             change, {appear} per new election"
+        );
+        costs.push((change, appear));
+        drop((b, n, ss));
+    }
+    let (one, hundred) = (costs[0], costs[1]);
+    assert!(one.0 <= 4 && one.1 <= 8, "cost with one stream: {one:?}");
+    assert!(
+        hundred.0 <= one.0 + 1 && hundred.1 <= one.1 + 1,
+        "100 streams cost {hundred:?}, 1 stream {one:?}"
+    );
+}
