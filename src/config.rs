@@ -825,7 +825,10 @@ mod tests {
         for (toml, missing) in [
             (format!("zk_tls_cert = {pem:?}\n"), "zk_tls_key"),
             (format!("zk_tls_key = {pem:?}\n"), "zk_tls_cert"),
-            (format!("zk_sasl_user = \"gw\"\n"), "zk_sasl_password_file"),
+            (
+                "zk_sasl_user = \"gw\"\n".to_owned(),
+                "zk_sasl_password_file",
+            ),
             (format!("zk_sasl_password_file = {pem:?}\n"), "zk_sasl_user"),
         ] {
             std::fs::write(&p, &toml).unwrap();
@@ -845,17 +848,63 @@ mod tests {
         ])
         .unwrap();
         let sasl = r.serve.coord.zk_sasl.expect("a SASL setup");
-        assert_eq!((sasl.user.as_str(), sasl.password.as_str()), ("gw", "s3cret"));
+        assert_eq!(
+            (sasl.user.as_str(), sasl.password.as_str()),
+            ("gw", "s3cret")
+        );
         assert!(!format!("{:?}", r.serve.coord.zk_tls).contains("s3cret"));
         // An empty password file and a CA file that holds no certificate are refused too.
         std::fs::write(&pw, "\n").unwrap();
-        let e = parse(&["--zk-sasl-user", "gw", "--zk-sasl-password-file", pw.to_str().unwrap()])
-            .unwrap_err();
+        let e = parse(&[
+            "--zk-sasl-user",
+            "gw",
+            "--zk-sasl-password-file",
+            pw.to_str().unwrap(),
+        ])
+        .unwrap_err();
         assert!(e.contains("empty"), "{e}");
         let e = parse(&["--zk-tls-ca", pem]).unwrap_err();
         assert!(e.contains(pem), "{e}");
         let e = parse(&["--zk-tls-ca", "/nonexistent/ca.pem"]).unwrap_err();
         assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+    }
+
+    /// Which settings make the gateway authenticated to ZooKeeper, and so decide its znodes'
+    /// ACL (G9): any login or a client certificate; TLS without a certificate is not a login.
+    #[test]
+    fn zookeeper_identity_follows_the_login_settings() {
+        use crate::coord::zk::ZkIdentity::{Anonymous, Authenticated};
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "s3cret").unwrap();
+        let pw = pw.to_str().unwrap();
+        let identity = |args: &[&str]| {
+            let r = parse(args).unwrap();
+            crate::coord::zk::ZkIdentity::of(&r.serve.coord)
+        };
+        for (args, want) in [
+            (vec![], Anonymous),
+            (vec!["--zk-digest", "gw:s3cret"], Authenticated),
+            (
+                vec!["--zk-sasl-user", "gw", "--zk-sasl-password-file", pw],
+                Authenticated,
+            ),
+        ] {
+            assert_eq!(identity(&args), want, "{args:?}");
+        }
+        let mut cc = crate::coord::CoordConfig::new("zk:2281");
+        cc.zk_tls = Some(crate::coord::zk::ZkTls {
+            ca: "CA".into(),
+            identity: None,
+        });
+        assert_eq!(crate::coord::zk::ZkIdentity::of(&cc), Anonymous);
+        cc.zk_tls = Some(crate::coord::zk::ZkTls {
+            ca: "CA".into(),
+            identity: Some(("CERT".into(), "KEY".into())),
+        });
+        assert_eq!(crate::coord::zk::ZkIdentity::of(&cc), Authenticated);
+        assert_eq!(Authenticated.acls(), zookeeper_client::Acls::creator_all());
+        assert_eq!(Anonymous.acls(), zookeeper_client::Acls::anyone_all());
     }
 
     #[test]

@@ -935,7 +935,8 @@ fn kubernetes_manifests_validate() {
         ["env"]
         .to_string();
     assert!(
-        zk_env.contains("enforce.auth.enabled=true") && zk_env.contains("SASLAuthenticationProvider"),
+        zk_env.contains("enforce.auth.enabled=true")
+            && zk_env.contains("SASLAuthenticationProvider"),
         "{zk_env}"
     );
     let tls = yaml_docs(&kustomize("deploy/kubernetes/overlays/tls"));

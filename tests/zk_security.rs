@@ -59,7 +59,10 @@ async fn readyz(addr: SocketAddr) -> (String, String) {
     let mut raw = String::new();
     conn.read_to_string(&mut raw).await.unwrap();
     let (head, body) = raw.split_once("\r\n\r\n").expect("HTTP head and body");
-    (head.lines().next().unwrap_or("").to_owned(), body.to_owned())
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
 }
 
 /// The one member znode of election `name` under `root`, as seen by `insider`.
@@ -169,7 +172,8 @@ async fn tls_link_to_the_secure_client_port() {
     let member = only_member(&insider, &authed.root, "tls-cert").await;
     let (acl, _) = insider.get_acl(&member).await.unwrap();
     assert!(
-        acl.iter().all(|a| a.auth_id().scheme() == "x509" && a.auth_id().id().contains("CN=client")),
+        acl.iter()
+            .all(|a| a.auth_id().scheme() == "x509" && a.auth_id().id().contains("CN=client")),
         "{acl:?}"
     );
     untouchable(&stranger, &member).await;
@@ -221,7 +225,8 @@ async fn sasl_link_and_creator_only_znodes() {
     let member = only_member(&insider, &gw.root, "sasl").await;
     let (acl, _) = insider.get_acl(&member).await.unwrap();
     assert!(
-        acl.iter().all(|a| a.auth_id().scheme() == "sasl" && a.auth_id().id() == "zkgate"),
+        acl.iter()
+            .all(|a| a.auth_id().scheme() == "sasl" && a.auth_id().id() == "zkgate"),
         "{acl:?}"
     );
     let other = sasl_client("other", "0ther").await;

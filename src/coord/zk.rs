@@ -127,7 +127,12 @@ pub async fn open_session(
     }
     match &cfg.zk_tls {
         // `secure_connect`: endpoints without a scheme use TLS too.
-        Some(tls) => connector.with_tls(tls.options()?).secure_connect(&cfg.zk).await,
+        Some(tls) => {
+            connector
+                .with_tls(tls.options()?)
+                .secure_connect(&cfg.zk)
+                .await
+        }
         None => connector.connect(&cfg.zk).await,
     }
 }

@@ -82,7 +82,8 @@ pub struct SaslServer {
 
 /// Writes a JAAS file whose `Server` section accepts the given DIGEST-MD5 logins.
 pub fn write_digest_jaas(path: &Path, users: &[(&str, &str)]) {
-    let mut text = String::from("Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required");
+    let mut text =
+        String::from("Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required");
     for (user, password) in users {
         let _ = write!(text, "\n  user_{user}=\"{password}\"");
     }
@@ -240,19 +241,19 @@ impl LocalZk {
             }
             cfg
         };
-        let jvm_options = opts
-            .container_check_interval
-            .into_iter()
-            .flat_map(|d| {
-                [
-                    format!("-Dznode.container.checkIntervalMs={}", d.as_millis().max(1)),
-                    "-Dznode.container.maxPerMinute=100000000".to_owned(),
-                ]
-            })
-            .chain(opts.sasl.iter().map(|sasl| {
-                format!("-Djava.security.auth.login.config={}", sasl.jaas.display())
-            }))
-            .collect();
+        let jvm_options =
+            opts.container_check_interval
+                .into_iter()
+                .flat_map(|d| {
+                    [
+                        format!("-Dznode.container.checkIntervalMs={}", d.as_millis().max(1)),
+                        "-Dznode.container.maxPerMinute=100000000".to_owned(),
+                    ]
+                })
+                .chain(opts.sasl.iter().map(|sasl| {
+                    format!("-Djava.security.auth.login.config={}", sasl.jaas.display())
+                }))
+                .collect();
         let set = ServerSet::start(ServerSetSpec {
             size,
             ports_per_server: plain_ports + usize::from(opts.secure_client.is_some()),
