@@ -231,7 +231,15 @@ pub async fn supervise_slot(
         let client = match client {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(error = %e, zk = %cfg.zk, "cannot connect to ZooKeeper; retrying");
+                // How the link was tried: a plaintext client on a secureClientPort (or TLS on a
+                // plain port) times out, a refused SASL login closes the connection.
+                tracing::warn!(
+                    error = %e,
+                    zk = %cfg.zk,
+                    tls = cfg.zk_tls.is_some(),
+                    sasl_user = cfg.zk_sasl.as_ref().map(|s| s.user.as_str()),
+                    "cannot connect to ZooKeeper; retrying"
+                );
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(backoff) => {}
