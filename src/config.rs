@@ -143,6 +143,29 @@ pub struct ServeArgs {
     #[arg(long, env = "ZKGATE_ZK_DIGEST")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zk_digest: Option<String>,
+    /// PEM CA bundle for ZooKeeper's certificates: TLS to its secureClientPort (the --zk
+    /// hosts' secure ports; their certificates must name those hosts)
+    #[arg(long, env = "ZKGATE_ZK_TLS_CA")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zk_tls_ca: Option<PathBuf>,
+    /// PEM client certificate for ZooKeeper (needs --zk-tls-key and --zk-tls-ca); ZooKeeper's
+    /// x509 provider then identifies the gateway by its subject DN, and znodes get a creator-only ACL
+    #[arg(long, env = "ZKGATE_ZK_TLS_CERT")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zk_tls_cert: Option<PathBuf>,
+    /// PEM private key of --zk-tls-cert
+    #[arg(long, env = "ZKGATE_ZK_TLS_KEY")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zk_tls_key: Option<PathBuf>,
+    /// SASL DIGEST-MD5 user for ZooKeeper (needs --zk-sasl-password-file); znodes then get a
+    /// creator-only ACL
+    #[arg(long, env = "ZKGATE_ZK_SASL_USER")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zk_sasl_user: Option<String>,
+    /// File holding the password of --zk-sasl-user (one line; a trailing newline is ignored)
+    #[arg(long, env = "ZKGATE_ZK_SASL_PASSWORD_FILE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zk_sasl_password_file: Option<PathBuf>,
     /// Distinct election/lock names that get their own metric label before `other`
     #[arg(long, env = "ZKGATE_METRICS_NAME_CAP", default_value_t = crate::metrics::DEFAULT_NAME_LABEL_CAP)]
     pub metrics_name_cap: usize,
@@ -223,6 +246,15 @@ pub enum ConfigError {
     /// Half a TLS setup: never served as plaintext.
     #[error("{0}: refusing to start without TLS")]
     HalfTls(&'static str),
+    /// Half a setup of the link to ZooKeeper (TLS or SASL): never connected without it.
+    #[error("{0}: refusing to start without it")]
+    HalfZkLink(&'static str),
+    /// A ZooKeeper TLS file holds no usable certificate or key.
+    #[error("{}: {reason}", path.display())]
+    ZkTlsPem { path: PathBuf, reason: String },
+    /// The SASL password file is empty.
+    #[error("{}: the ZooKeeper SASL password file is empty", .0.display())]
+    EmptyPassword(PathBuf),
     /// A TLS file cannot be read.
     #[error("reading {}: {source}", path.display())]
     ReadTls {
@@ -318,6 +350,8 @@ impl ServeArgs {
         coord.silence_limit = self.silence_limit;
         coord.zk_tick_time = self.zk_tick_time;
         coord.zk_digest = self.zk_digest;
+        coord.zk_tls = zk_tls(self.zk_tls_ca, self.zk_tls_cert, self.zk_tls_key)?;
+        coord.zk_sasl = zk_sasl(self.zk_sasl_user, self.zk_sasl_password_file)?;
         coord.max_queues = self.max_queues;
         coord.max_proclaim_bytes_in_flight = self.max_proclaim_bytes_in_flight;
         let mut serve = ServeConfig::new(coord);
@@ -369,6 +403,82 @@ fn tls(
         tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(read(&ca)?));
     }
     Ok(Some(tls))
+}
+
+fn read_text(path: &PathBuf) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::ReadTls {
+        path: path.clone(),
+        source,
+    })
+}
+
+/// TLS to ZooKeeper, or none. Fails closed like [`tls`]: a certificate without its key, a key
+/// without its certificate, or a client certificate without the CA that checks the server must
+/// not connect in plaintext (or to an unchecked server). The PEM files are read and parsed now,
+/// so a bad file refuses to start.
+fn zk_tls(
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> Result<Option<crate::coord::zk::ZkTls>, ConfigError> {
+    let identity = match (cert, key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (Some(_), None) => return Err(ConfigError::HalfZkLink("zk_tls_cert is set but zk_tls_key is not (--zk-tls-key, ZKGATE_ZK_TLS_KEY or zk_tls_key in the config file)")),
+        (None, Some(_)) => return Err(ConfigError::HalfZkLink("zk_tls_key is set but zk_tls_cert is not (--zk-tls-cert, ZKGATE_ZK_TLS_CERT or zk_tls_cert in the config file)")),
+        (None, None) => None,
+    };
+    let ca = match (ca, &identity) {
+        (Some(ca), _) => ca,
+        (None, Some(_)) => return Err(ConfigError::HalfZkLink("zk_tls_cert and zk_tls_key are set but zk_tls_ca is not: TLS to ZooKeeper needs the CA that signed its certificates (--zk-tls-ca, ZKGATE_ZK_TLS_CA or zk_tls_ca in the config file)")),
+        (None, None) => return Ok(None),
+    };
+    let tls = crate::coord::zk::ZkTls {
+        ca: read_text(&ca)?,
+        identity: match &identity {
+            Some((cert, key)) => Some((read_text(cert)?, read_text(key)?)),
+            None => None,
+        },
+    };
+    if let Err(e) = tls.options() {
+        // Name the file at fault: the CA when it alone is wrong, else the identity's pair.
+        let ca_alone = crate::coord::zk::ZkTls {
+            ca: tls.ca.clone(),
+            identity: None,
+        };
+        let path = match (ca_alone.options(), identity) {
+            (Err(_), _) | (Ok(_), None) => ca,
+            (Ok(_), Some((cert, _))) => cert,
+        };
+        return Err(ConfigError::ZkTlsPem {
+            path,
+            reason: e.to_string(),
+        });
+    }
+    Ok(Some(tls))
+}
+
+/// SASL DIGEST-MD5 to ZooKeeper, or none; a user without a password file or a password file
+/// without a user is half a setup and refuses to start.
+fn zk_sasl(
+    user: Option<String>,
+    password_file: Option<PathBuf>,
+) -> Result<Option<crate::coord::zk::ZkSasl>, ConfigError> {
+    let (user, file) = match (user, password_file) {
+        (Some(user), Some(file)) => (user, file),
+        (Some(_), None) => return Err(ConfigError::HalfZkLink("zk_sasl_user is set but zk_sasl_password_file is not (--zk-sasl-password-file, ZKGATE_ZK_SASL_PASSWORD_FILE or zk_sasl_password_file in the config file)")),
+        (None, Some(_)) => return Err(ConfigError::HalfZkLink("zk_sasl_password_file is set but zk_sasl_user is not (--zk-sasl-user, ZKGATE_ZK_SASL_USER or zk_sasl_user in the config file)")),
+        (None, None) => return Ok(None),
+    };
+    let text = read_text(&file)?;
+    // Secret files are written with a final newline by most tools (and Kubernetes keeps it).
+    let password = text.trim_end_matches(['\n', '\r']);
+    if password.is_empty() {
+        return Err(ConfigError::EmptyPassword(file));
+    }
+    Ok(Some(crate::coord::zk::ZkSasl {
+        user,
+        password: password.to_owned(),
+    }))
 }
 
 /// `dev` flags. Port 0 picks a free port; the bound addresses are printed as `gRPC ADDR` and
@@ -705,6 +815,115 @@ mod tests {
         }
     }
 
+    /// The link to ZooKeeper fails closed like the gRPC port: half a TLS or SASL setup, from
+    /// whichever source, refuses to start rather than connecting in plaintext or anonymously.
+    #[test]
+    fn half_a_zookeeper_link_setup_fails_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = dir.path().join("x.pem");
+        std::fs::write(&pem, "not used").unwrap();
+        let pem = pem.to_str().unwrap();
+        for (flags, missing) in [
+            (vec!["--zk-tls-cert", pem], "zk_tls_key"),
+            (vec!["--zk-tls-key", pem], "zk_tls_cert"),
+            (vec!["--zk-tls-ca", pem, "--zk-tls-cert", pem], "zk_tls_key"),
+            (vec!["--zk-tls-ca", pem, "--zk-tls-key", pem], "zk_tls_cert"),
+            (vec!["--zk-tls-cert", pem, "--zk-tls-key", pem], "zk_tls_ca"),
+            (vec!["--zk-sasl-user", "gw"], "zk_sasl_password_file"),
+            (vec!["--zk-sasl-password-file", pem], "zk_sasl_user"),
+        ] {
+            let e = parse(&flags).unwrap_err();
+            assert!(
+                e.contains(missing) && e.contains("refusing"),
+                "{flags:?}: {e}"
+            );
+        }
+        let p = dir.path().join("z.toml");
+        for (toml, missing) in [
+            (format!("zk_tls_cert = {pem:?}\n"), "zk_tls_key"),
+            (format!("zk_tls_key = {pem:?}\n"), "zk_tls_cert"),
+            (
+                "zk_sasl_user = \"gw\"\n".to_owned(),
+                "zk_sasl_password_file",
+            ),
+            (format!("zk_sasl_password_file = {pem:?}\n"), "zk_sasl_user"),
+        ] {
+            std::fs::write(&p, &toml).unwrap();
+            let e = parse(&["--config", p.to_str().unwrap()]).unwrap_err();
+            assert!(e.contains(missing) && e.contains("refusing"), "{toml}: {e}");
+        }
+        // The halves may come from different sources: the user from the file, the password
+        // file from a flag.
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "s3cret\n").unwrap();
+        std::fs::write(&p, "zk_sasl_user = \"gw\"\n").unwrap();
+        let r = parse(&[
+            "--config",
+            p.to_str().unwrap(),
+            "--zk-sasl-password-file",
+            pw.to_str().unwrap(),
+        ])
+        .unwrap();
+        let sasl = r.serve.coord.zk_sasl.expect("a SASL setup");
+        assert_eq!(
+            (sasl.user.as_str(), sasl.password.as_str()),
+            ("gw", "s3cret")
+        );
+        assert!(!format!("{:?}", r.serve.coord.zk_tls).contains("s3cret"));
+        // An empty password file and a CA file that holds no certificate are refused too.
+        std::fs::write(&pw, "\n").unwrap();
+        let e = parse(&[
+            "--zk-sasl-user",
+            "gw",
+            "--zk-sasl-password-file",
+            pw.to_str().unwrap(),
+        ])
+        .unwrap_err();
+        assert!(e.contains("empty"), "{e}");
+        let e = parse(&["--zk-tls-ca", pem]).unwrap_err();
+        assert!(e.contains(pem), "{e}");
+        let e = parse(&["--zk-tls-ca", "/nonexistent/ca.pem"]).unwrap_err();
+        assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+    }
+
+    /// Which settings make the gateway authenticated to ZooKeeper, and so decide its znodes'
+    /// ACL (G9): any login or a client certificate; TLS without a certificate is not a login.
+    #[test]
+    fn zookeeper_identity_follows_the_login_settings() {
+        use crate::coord::zk::ZkIdentity::{Anonymous, Authenticated};
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "s3cret").unwrap();
+        let pw = pw.to_str().unwrap();
+        let identity = |args: &[&str]| {
+            let r = parse(args).unwrap();
+            crate::coord::zk::ZkIdentity::of(&r.serve.coord)
+        };
+        for (args, want) in [
+            (vec![], Anonymous),
+            (vec!["--zk-digest", "gw:s3cret"], Authenticated),
+            (
+                vec!["--zk-sasl-user", "gw", "--zk-sasl-password-file", pw],
+                Authenticated,
+            ),
+        ] {
+            assert_eq!(identity(&args), want, "{args:?}");
+        }
+        let mut cc = crate::coord::CoordConfig::new("zk:2281");
+        cc.zk_tls = Some(crate::coord::zk::ZkTls {
+            ca: "CA".into(),
+            identity: None,
+        });
+        assert_eq!(crate::coord::zk::ZkIdentity::of(&cc), Anonymous);
+        cc.zk_tls = Some(crate::coord::zk::ZkTls {
+            ca: "CA".into(),
+            identity: Some(("CERT".into(), "KEY".into())),
+        });
+        assert_eq!(crate::coord::zk::ZkIdentity::of(&cc), Authenticated);
+        assert_eq!(Authenticated.acls(), zookeeper_client::Acls::creator_all());
+        assert_eq!(Anonymous.acls(), zookeeper_client::Acls::anyone_all());
+    }
+
     #[test]
     fn zk_max_packet_default_and_floor() {
         let r = parse(&[]).unwrap();
@@ -823,6 +1042,11 @@ mod tests {
             "tls_cert" => s("/one.pem", "/two.pem"),
             "tls_key" => s("/one.key", "/two.key"),
             "tls_client_ca" => s("/one-ca.pem", "/two-ca.pem"),
+            "zk_tls_ca" => s("/zk-one-ca.pem", "/zk-two-ca.pem"),
+            "zk_tls_cert" => s("/zk-one.pem", "/zk-two.pem"),
+            "zk_tls_key" => s("/zk-one.key", "/zk-two.key"),
+            "zk_sasl_user" => s("gw1", "gw2"),
+            "zk_sasl_password_file" => s("/one.pw", "/two.pw"),
             "log_json" => Some((B(true), B(false))),
             _ => None,
         }

@@ -1,6 +1,9 @@
 //! The operator HTTP port: `/metrics` (Prometheus text), `/healthz` (process up),
-//! `/readyz` (ZooKeeper session connected) and `/ui` (the live page, [`crate::ui`]: `/ui`,
-//! its event stream `/ui/events?prefix=P` and one state `/ui/state?prefix=P`).
+//! `/readyz` (ZooKeeper session connected; its body also says when the gateway does not
+//! authenticate to ZooKeeper, without changing the status, so that a probe keeps its meaning
+//! and a person or an audit script reading it sees the open ACLs) and `/ui` (the live page,
+//! [`crate::ui`]: `/ui`, its event stream `/ui/events?prefix=P` and one state
+//! `/ui/state?prefix=P`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -132,12 +135,15 @@ async fn respond(
         "/readyz" if coord.is_connected() && !coord.draining().is_cancelled() => (
             StatusCode::OK,
             "text/plain",
-            "ready: ZooKeeper session connected\n".to_owned(),
+            format!(
+                "ready: ZooKeeper session connected\n{}",
+                zk_auth_note(&coord)
+            ),
         ),
         "/readyz" => (
             StatusCode::SERVICE_UNAVAILABLE,
             "text/plain",
-            "not ready: no ZooKeeper session\n".to_owned(),
+            format!("not ready: no ZooKeeper session\n{}", zk_auth_note(&coord)),
         ),
         _ => (
             StatusCode::NOT_FOUND,
@@ -150,6 +156,15 @@ async fn respond(
         status,
         content_type,
     ))
+}
+
+/// The `/readyz` line about the link's identity: empty when the gateway authenticates to
+/// ZooKeeper, a warning when it does not (its znodes are then open to every ZooKeeper client).
+fn zk_auth_note(coord: &Coordinator) -> &'static str {
+    match crate::coord::zk::ZkIdentity::of(&coord.cfg) {
+        crate::coord::zk::ZkIdentity::Authenticated => "",
+        crate::coord::zk::ZkIdentity::Anonymous => crate::coord::zk::ANONYMOUS_WARNING_LINE,
+    }
 }
 
 #[cfg(test)]

@@ -68,6 +68,14 @@ const DEBIAN_LOG_JARS: &[&str] = &[
     "/usr/share/java/slf4j-log4j12.jar",
     "/usr/share/java/log4j-1.2.jar",
 ];
+/// The manifest also leaves out netty's codec and resolver, which the Netty connection factory
+/// (the one that serves TLS on `secureClientPort`) needs: without them every TLS connection
+/// fails with `NoClassDefFoundError: io/netty/handler/codec/ByteToMessageDecoder`. Optional
+/// like the log jars; the plain NIO factory does not load them.
+const DEBIAN_NETTY_JARS: &[&str] = &[
+    "/usr/share/java/netty-codec.jar",
+    "/usr/share/java/netty-resolver.jar",
+];
 
 /// How long a (re)started server may take to become healthy.  A JVM starts in
 /// 1-3 s; an ensemble additionally needs a leader election.
@@ -1126,6 +1134,7 @@ fn find_install() -> Result<Install, LocalZkError> {
             cp.extend(
                 DEBIAN_LOG_JARS
                     .iter()
+                    .chain(DEBIAN_NETTY_JARS)
                     .filter(|jar| Path::new(jar).is_file())
                     .map(|jar| (*jar).to_owned()),
             );

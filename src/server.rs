@@ -105,6 +105,11 @@ pub async fn run_with(
         .check_packet_budget()
         .map_err(ServeError::Config)?;
     let metrics = crate::metrics::install(cfg.name_label_cap);
+    if crate::coord::zk::ZkIdentity::of(&coord.cfg) == crate::coord::zk::ZkIdentity::Anonymous {
+        tracing::warn!(
+            "no ZooKeeper authentication (--zk-digest, --zk-sasl-user or --zk-tls-cert): the gateway's znodes carry the open ACL world:anyone, so every ZooKeeper client can read, list and delete them (G9)"
+        );
+    }
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let health_task = tokio::spawn(follow_health(coord.clone(), health_reporter.clone()));

@@ -925,11 +925,49 @@ fn kubernetes_manifests_validate() {
     let toml_text = kind(&base, "ConfigMap")["data"]["zkgate.toml"]
         .as_str()
         .unwrap();
-    let _: toml::Table = toml_text.parse().expect("the ConfigMap's TOML parses");
+    let settings: toml::Table = toml_text.parse().expect("the ConfigMap's TOML parses");
+    // A secured link to ZooKeeper (README "ZooKeeper link"): the gateway logs in with SASL, its
+    // password a file from a Secret (referenced, not inlined), and the ZooKeeper example
+    // requires SASL from every client.
+    assert_eq!(settings["zk_sasl_user"].as_str(), Some("zkgate"));
+    let password = settings["zk_sasl_password_file"].as_str().unwrap();
+    assert_sasl_password_from_secret(pod, password, "zkgate-zk-sasl");
+    let zookeeper = yaml_docs(&kustomize("deploy/kubernetes/zookeeper"));
+    let zk_env = kind(&zookeeper, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+        ["env"]
+        .to_string();
+    assert!(
+        zk_env.contains("enforce.auth.enabled=true")
+            && zk_env.contains("SASLAuthenticationProvider"),
+        "{zk_env}"
+    );
     let tls = yaml_docs(&kustomize("deploy/kubernetes/overlays/tls"));
     let tls_c = &kind(&tls, "Deployment")["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(tls_c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert!(tls_c["readinessProbe"]["grpc"].is_null());
+}
+
+/// The file `password` is mounted read-only from the Secret `secret` in `pod`.
+fn assert_sasl_password_from_secret(pod: &Value, password: &str, secret: &str) {
+    let c = &pod["containers"][0];
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| {
+            m["mountPath"]
+                .as_str()
+                .is_some_and(|dir| password.starts_with(&format!("{dir}/")))
+        })
+        .unwrap_or_else(|| panic!("a volume mounted for {password}: {}", c["volumeMounts"]));
+    assert_eq!(mount["readOnly"], true);
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mount's volume");
+    assert_eq!(volume["secret"]["secretName"], secret, "{volume}");
 }
 
 fn helm_render(values: &Value) -> String {
@@ -1063,6 +1101,15 @@ fn helm_chart_lints_renders_and_validates() {
     assert_eq!(
         digest["valueFrom"]["secretKeyRef"]["name"],
         "zkgate-zk-digest"
+    );
+    assert_eq!(
+        toml["zk_sasl_password_file"].as_str(),
+        Some("/etc/zkgate-zk/password")
+    );
+    assert_sasl_password_from_secret(
+        &deployment["spec"]["template"]["spec"],
+        "/etc/zkgate-zk/password",
+        "zkgate-zk-sasl",
     );
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert!(deployment["spec"]["template"]["spec"]["volumes"]

@@ -71,6 +71,10 @@ pub struct CoordConfig {
     pub silence_limit: Option<Duration>,
     /// `user:password` for ZooKeeper digest auth; znodes then get a creator-only ACL (G9).
     pub zk_digest: Option<String>,
+    /// TLS to ZooKeeper's `secureClientPort` (SPEC §7); a client certificate also authenticates.
+    pub zk_tls: Option<zk::ZkTls>,
+    /// SASL DIGEST-MD5 to ZooKeeper; znodes then get a creator-only ACL (G9).
+    pub zk_sasl: Option<zk::ZkSasl>,
     /// The ensemble's `tickTime`, if the operator states it (unstated: the largest tick a server
     /// granting the session's timeout T can run with, T/2). The ensemble's leader hears
     /// of a session held by a follower only through the follower's ping replies, every half
@@ -105,6 +109,8 @@ impl CoordConfig {
             stop_margin: None,
             silence_limit: None,
             zk_digest: None,
+            zk_tls: None,
+            zk_sasl: None,
             zk_tick_time: None,
             keepalive_interval: None,
             keepalive_timeout: None,

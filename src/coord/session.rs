@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client as zkc;
-use zookeeper_client::{Acls, SessionState};
+use zookeeper_client::SessionState;
 
 use super::clock::{SessionClock, Verdict};
 use super::link::wait_usable;
@@ -243,7 +243,15 @@ pub async fn supervise_slot(
         let client = match client {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(error = %e, zk = %cfg.zk, "cannot connect to ZooKeeper; retrying");
+                // How the link was tried: a plaintext client on a secureClientPort (or TLS on a
+                // plain port) times out, a refused SASL login closes the connection.
+                tracing::warn!(
+                    error = %e,
+                    zk = %cfg.zk,
+                    tls = cfg.zk_tls.is_some(),
+                    sasl_user = cfg.zk_sasl.as_ref().map(|s| s.user.as_str()),
+                    "cannot connect to ZooKeeper; retrying"
+                );
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(backoff) => {}
@@ -268,11 +276,7 @@ pub async fn supervise_slot(
             ask_next = Some(timing.negotiated);
             continue;
         }
-        let acls = if cfg.zk_digest.is_some() {
-            Acls::creator_all()
-        } else {
-            Acls::anyone_all()
-        };
+        let acls = super::zk::ZkIdentity::of(&cfg).acls();
         let (link_tx, link_rx) = watch::channel(Link::Connected);
         let mut states = client.state_watcher();
         let session = Arc::new(ZkSession {
@@ -338,16 +342,10 @@ pub async fn supervise_slot(
 }
 
 async fn connect(cfg: &CoordConfig, ask: Duration) -> Result<zkc::Client, zkc::Error> {
-    let mut connector = zkc::Client::connector()
-        .with_session_timeout(ask)
-        .with_connection_timeout(ask / 5);
-    if let Some(digest) = &cfg.zk_digest {
-        connector = connector.with_auth("digest", digest.as_bytes());
-    }
     // Bound the initial connect so a dead ensemble does not hang the supervisor forever.
     match tokio::time::timeout(
         cfg.session_timeout.max(Duration::from_secs(2)),
-        connector.connect(&cfg.zk),
+        super::zk::open_session(cfg, ask, ask / 5),
     )
     .await
     {

@@ -15,6 +15,128 @@ use crate::metrics as m;
 
 pub type ZkResult<T> = Result<T, zkc::Error>;
 
+/// TLS to ZooKeeper's `secureClientPort` (`--zk-tls-ca`, `--zk-tls-cert`, `--zk-tls-key`): the
+/// PEM text, read once at start so that a missing or unreadable file refuses to start rather
+/// than failing every reconnect. The server's certificate must be signed by `ca` and name the
+/// host of the connect string (hostname verification stays on).
+#[derive(Clone)]
+pub struct ZkTls {
+    pub ca: String,
+    /// Client certificate and key: ZooKeeper's x509 provider then identifies the gateway by
+    /// the certificate's subject DN, and the znodes it makes carry an ACL for that identity.
+    pub identity: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for ZkTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkTls")
+            .field("client_certificate", &self.identity.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZkTls {
+    /// The library's TLS options; checking them at start is what makes a bad PEM file refuse to
+    /// start ([`crate::config`]).
+    ///
+    /// # Errors
+    /// A PEM file that holds no certificate or key.
+    pub fn options(&self) -> ZkResult<zkc::TlsOptions> {
+        let options = zkc::TlsOptions::new().with_pem_ca(&self.ca)?;
+        match &self.identity {
+            Some((cert, key)) => options.with_pem_identity(cert, key),
+            None => Ok(options),
+        }
+    }
+}
+
+/// SASL DIGEST-MD5 to ZooKeeper (`--zk-sasl-user`, `--zk-sasl-password-file`). The password
+/// never appears in `Debug` output.
+#[derive(Clone)]
+pub struct ZkSasl {
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for ZkSasl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkSasl")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How the gateway proves who it is to ZooKeeper, if at all: what decides the znodes' ACL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZkIdentity {
+    /// No credentials: ZooKeeper cannot tell the gateway from any other client, so znodes are
+    /// open to everyone (`world:anyone`), and the gateway says so at start and on `/readyz`.
+    Anonymous,
+    /// Digest, SASL or a TLS client certificate: every znode the gateway makes carries
+    /// ZooKeeper's `CREATOR_ALL_ACL`, which the server expands to every identity the session
+    /// authenticated with (`digest:user:hash`, `sasl:user`, `x509:<subject DN>`), and nobody
+    /// else may read, list, change or delete it.
+    Authenticated,
+}
+
+/// What the gateway says, at start and on `/readyz`, when it does not authenticate to ZooKeeper.
+pub const ANONYMOUS_WARNING_LINE: &str = "warning: no ZooKeeper authentication (--zk-digest, --zk-sasl-user or --zk-tls-cert): every ZooKeeper client can read, list and delete the gateway's znodes\n";
+
+impl ZkIdentity {
+    pub fn of(cfg: &super::CoordConfig) -> Self {
+        let client_cert = cfg.zk_tls.as_ref().is_some_and(|t| t.identity.is_some());
+        if cfg.zk_digest.is_some() || cfg.zk_sasl.is_some() || client_cert {
+            Self::Authenticated
+        } else {
+            Self::Anonymous
+        }
+    }
+
+    /// The ACL of every znode the gateway makes (G9).
+    pub fn acls(self) -> Acls<'static> {
+        match self {
+            Self::Anonymous => Acls::anyone_all(),
+            Self::Authenticated => Acls::creator_all(),
+        }
+    }
+}
+
+/// Opens one ZooKeeper session as configured: TLS, SASL and digest auth alike. Every session
+/// of the gateway (each of the pool, and every reconnect of the supervisor) is opened here.
+/// `connection_timeout` bounds how long the library waits on a silent connection.
+///
+/// # Errors
+/// What the library reports: no server reachable, a TLS handshake or SASL exchange that
+/// fails (the server then closes the connection), a bad connect string.
+pub async fn open_session(
+    cfg: &super::CoordConfig,
+    session_timeout: std::time::Duration,
+    connection_timeout: std::time::Duration,
+) -> ZkResult<Client> {
+    let mut connector = Client::connector()
+        .with_session_timeout(session_timeout)
+        .with_connection_timeout(connection_timeout);
+    if let Some(digest) = &cfg.zk_digest {
+        connector = connector.with_auth("digest", digest.as_bytes());
+    }
+    if let Some(sasl) = &cfg.zk_sasl {
+        connector = connector.with_sasl(zkc::SaslOptions::digest_md5(
+            sasl.user.clone(),
+            sasl.password.clone(),
+        ));
+    }
+    match &cfg.zk_tls {
+        // `secure_connect`: endpoints without a scheme use TLS too.
+        Some(tls) => {
+            connector
+                .with_tls(tls.options()?)
+                .secure_connect(&cfg.zk)
+                .await
+        }
+        None => connector.connect(&cfg.zk).await,
+    }
+}
+
 /// Errors that say the connection failed, not that the request was refused: the request may or
 /// may not have been applied. zookeeper-client fails requests in flight with whatever ended
 /// the connection: `ConnectionLoss` on EOF, but a `Custom` error for a silent link ("no

@@ -50,6 +50,45 @@ pub struct LocalZkOptions {
     /// deleted when the [`LocalZk`] is dropped; a given directory is kept, and
     /// existing data in it is reused.
     pub base_dir: Option<PathBuf>,
+    /// TLS for clients on a `secureClientPort` of every server (see [`LocalZk::secure_address`]),
+    /// served with Netty from PEM files. The plaintext `clientPort` stays, bound to 127.0.0.1,
+    /// because the kit checks health with four-letter words over it; a test that wants a
+    /// TLS-only client hands out only the secure address.
+    pub secure_client: Option<SecureClient>,
+    /// SASL for clients: the servers' JAAS file (see [`write_digest_jaas`]) and whether an
+    /// unauthenticated client is refused (`enforce.auth.enabled`, ZooKeeper 3.8).
+    pub sasl: Option<SaslServer>,
+}
+
+/// See [`LocalZkOptions::secure_client`].
+#[derive(Debug, Clone)]
+pub struct SecureClient {
+    /// The server's certificate and key concatenated in one PEM file.
+    pub key_store: PathBuf,
+    /// The CA (PEM) that client certificates must be signed by.
+    pub trust_store: PathBuf,
+    /// `ssl.clientAuth`: `"need"`, `"want"` or `"none"`. With `need` or `want`, a client
+    /// certificate authenticates the session as `x509:<subject DN>`.
+    pub client_auth: &'static str,
+}
+
+/// See [`LocalZkOptions::sasl`].
+#[derive(Debug, Clone)]
+pub struct SaslServer {
+    pub jaas: PathBuf,
+    /// Refuse every request of a session that did not authenticate with SASL.
+    pub required: bool,
+}
+
+/// Writes a JAAS file whose `Server` section accepts the given DIGEST-MD5 logins.
+pub fn write_digest_jaas(path: &Path, users: &[(&str, &str)]) {
+    let mut text =
+        String::from("Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required");
+    for (user, password) in users {
+        let _ = write!(text, "\n  user_{user}=\"{password}\"");
+    }
+    text.push_str(";\n};\n");
+    std::fs::write(path, text).expect("writing the JAAS file");
 }
 
 impl Default for LocalZkOptions {
@@ -63,6 +102,8 @@ impl Default for LocalZkOptions {
             sync_limit: 5,
             peer_route: None,
             base_dir: None,
+            secure_client: None,
+            sasl: None,
         }
     }
 }
@@ -139,8 +180,33 @@ impl LocalZk {
         ensemble: bool,
         opts: LocalZkOptions,
     ) -> Result<LocalZk, LocalZkError> {
+        let plain_ports = if ensemble { 3 } else { 1 };
         let extra_config = |servers: &[ZkServer], i: usize| -> String {
             let mut cfg = String::new();
+            if let Some(tls) = &opts.secure_client {
+                let _ = writeln!(
+                    cfg,
+                    "secureClientPort={}\n\
+                     serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                     ssl.keyStore.location={}\nssl.keyStore.type=PEM\n\
+                     ssl.trustStore.location={}\nssl.trustStore.type=PEM\n\
+                     ssl.clientAuth={}\n\
+                     authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider",
+                    servers[i].port(plain_ports),
+                    tls.key_store.display(),
+                    tls.trust_store.display(),
+                    tls.client_auth,
+                );
+            }
+            if let Some(sasl) = &opts.sasl {
+                let _ = writeln!(
+                    cfg,
+                    "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
+                );
+                if sasl.required {
+                    let _ = writeln!(cfg, "enforce.auth.enabled=true\nenforce.auth.schemes=sasl");
+                }
+            }
             if let Some(max) = opts.max_session_timeout {
                 let _ = writeln!(cfg, "maxSessionTimeout={}", max.as_millis());
             }
@@ -175,19 +241,22 @@ impl LocalZk {
             }
             cfg
         };
-        let jvm_options = opts
-            .container_check_interval
-            .into_iter()
-            .flat_map(|d| {
-                [
-                    format!("-Dznode.container.checkIntervalMs={}", d.as_millis().max(1)),
-                    "-Dznode.container.maxPerMinute=100000000".to_owned(),
-                ]
-            })
-            .collect();
+        let jvm_options =
+            opts.container_check_interval
+                .into_iter()
+                .flat_map(|d| {
+                    [
+                        format!("-Dznode.container.checkIntervalMs={}", d.as_millis().max(1)),
+                        "-Dznode.container.maxPerMinute=100000000".to_owned(),
+                    ]
+                })
+                .chain(opts.sasl.iter().map(|sasl| {
+                    format!("-Djava.security.auth.login.config={}", sasl.jaas.display())
+                }))
+                .collect();
         let set = ServerSet::start(ServerSetSpec {
             size,
-            ports_per_server: if ensemble { 3 } else { 1 },
+            ports_per_server: plain_ports + usize::from(opts.secure_client.is_some()),
             tick_time: opts.tick_time,
             max_client_cnxns: opts.max_client_cnxns,
             base_dir: opts.base_dir.clone(),
@@ -211,6 +280,17 @@ impl LocalZk {
     /// If `i >= self.len()`.
     pub fn server_address(&self, i: usize) -> SocketAddr {
         self.set.servers()[i].client_addr()
+    }
+
+    /// The `secureClientPort` address of server `i` (0-based), when started with
+    /// [`LocalZkOptions::secure_client`].
+    ///
+    /// # Panics
+    /// If `i >= self.len()` or the servers have no secure port.
+    pub fn secure_address(&self, i: usize) -> SocketAddr {
+        let server = &self.set.servers()[i];
+        let secure = if self.set.len() > 1 { 3 } else { 1 };
+        loopback(server.port(secure))
     }
 
     /// Number of servers (1 for a standalone server).

@@ -26,6 +26,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
+{{- define "zkgate.saslSecret" -}}
+{{- if .Values.zookeeper.sasl.existingSecret -}}
+{{- .Values.zookeeper.sasl.existingSecret -}}
+{{- else -}}
+{{- printf "%s-zk-sasl" (include "zkgate.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "zkgate.tlsSecret" -}}
 {{- if .Values.tls.existingSecret -}}
 {{- .Values.tls.existingSecret -}}
@@ -42,6 +50,17 @@ listen = {{ printf "0.0.0.0:%d" (int .Values.service.grpcPort) | quote }}
 http = {{ printf "0.0.0.0:%d" (int .Values.service.httpPort) | quote }}
 session_timeout = {{ .Values.zookeeper.sessionTimeout | quote }}
 zk_sessions = {{ int .Values.zookeeper.sessions }}
+{{- if .Values.zookeeper.sasl.user }}
+zk_sasl_user = {{ .Values.zookeeper.sasl.user | quote }}
+zk_sasl_password_file = "/etc/zkgate-zk/password"
+{{- end }}
+{{- if .Values.zookeeper.tls.enabled }}
+zk_tls_ca = "/etc/zkgate-zk-tls/ca.crt"
+{{- if .Values.zookeeper.tls.clientCertificate }}
+zk_tls_cert = "/etc/zkgate-zk-tls/tls.crt"
+zk_tls_key = "/etc/zkgate-zk-tls/tls.key"
+{{- end }}
+{{- end }}
 {{- if .Values.tls.enabled }}
 tls_cert = "/etc/zkgate-tls/tls.crt"
 tls_key = "/etc/zkgate-tls/tls.key"

@@ -1,0 +1,252 @@
+//! G9 on the link to ZooKeeper (SPEC §7): TLS to a `secureClientPort`, with and without a
+//! client certificate; SASL DIGEST-MD5 against a ZooKeeper that requires it; and, whenever the
+//! gateway authenticates, znodes that no other ZooKeeper user can list, read or delete. (The
+//! same for `--zk-digest`: `tests/security.rs` `digest_auth_makes_znodes_untouchable_for_others`.)
+//!
+//! Each test starts its own ZooKeeper, configured as the case needs (a few seconds each).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use zkgate::coord::zk::{ZkSasl, ZkTls};
+use zkgate_testkit::localzk::{
+    write_digest_jaas, LocalZk, LocalZkOptions, SaslServer, SecureClient,
+};
+use zkgate_testkit::*;
+use zookeeper_client as zkc;
+
+fn read(dir: &Path, file: &str) -> String {
+    std::fs::read_to_string(dir.join(file)).unwrap()
+}
+
+/// A gateway on `zk` whose link is set up by `link` (TLS, SASL, …).
+async fn gateway(
+    zk: &str,
+    wait_connected: bool,
+    link: impl FnOnce(&mut zkgate::coord::CoordConfig) + Send + 'static,
+) -> Gateway {
+    Gateway::start_with(
+        zk,
+        GatewayOpts {
+            wait_connected,
+            configure: Some(Box::new(move |cfg| link(&mut cfg.coord))),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// Resigns `holder` by its lease: the gateway can still delete what it made.
+async fn resign(
+    c: &mut zkgate::proto::election_client::ElectionClient<tonic::transport::Channel>,
+    holder: &mut Campaign,
+) {
+    c.resign(zkgate::proto::ResignRequest {
+        lease: holder.lease.clone(),
+    })
+    .await
+    .unwrap();
+    holder.expect_end(None).await;
+}
+
+/// `/readyz` of a gateway: its status and body.
+async fn readyz(addr: SocketAddr) -> (String, String) {
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    conn.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).await.unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").expect("HTTP head and body");
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
+}
+
+/// The one member znode of election `name` under `root`, as seen by `insider`.
+async fn only_member(insider: &zkc::Client, root: &str, name: &str) -> String {
+    let queue = format!("{root}/elections/{name}");
+    let members = insider.list_children(&queue).await.unwrap();
+    assert_eq!(members.len(), 1, "{members:?}");
+    format!("{queue}/{}", members[0])
+}
+
+/// Whether `stranger` can do nothing with the gateway's queue and its member: not list the
+/// queue, not read the member, not delete it (`NoAuth` each, or its session refused).
+async fn untouchable(stranger: &zkc::Client, member: &str) {
+    let queue = member.rsplit_once('/').unwrap().0;
+    let listed = stranger.list_children(queue).await;
+    assert!(listed.is_err(), "a stranger listed {queue}: {listed:?}");
+    let read = stranger.get_data(member).await;
+    assert!(read.is_err(), "a stranger read {member}");
+    let deleted = stranger.delete(member, None).await;
+    assert!(deleted.is_err(), "a stranger deleted {member}");
+}
+
+/// ZooKeeper with TLS clients on its `secureClientPort` (client certificates wanted, not
+/// needed): a gateway with `--zk-tls-ca` is elected over it; one without TLS never gets a
+/// session; one with a client certificate is identified by it (`x509:CN=client`) and its
+/// znodes are closed to everyone else, while the anonymous TLS gateway's stay open (and its
+/// `/readyz` says so).
+#[tokio::test]
+async fn tls_link_to_the_secure_client_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path();
+    pki::make_pki(pki);
+    let combined = pki.join("server-combined.pem");
+    std::fs::write(
+        &combined,
+        read(pki, "server.pem") + &read(pki, "server.key"),
+    )
+    .unwrap();
+    let zk = LocalZk::start_standalone(LocalZkOptions {
+        secure_client: Some(SecureClient {
+            key_store: combined,
+            trust_store: pki.join("ca.pem"),
+            client_auth: "want",
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let secure = zk.secure_address(0).to_string();
+    let ca_only = ZkTls {
+        ca: read(pki, "ca.pem"),
+        identity: None,
+    };
+    let with_cert = ZkTls {
+        identity: Some((read(pki, "client.pem"), read(pki, "client.key"))),
+        ..ca_only.clone()
+    };
+
+    // Without TLS the secure port is no ZooKeeper to talk to: no session, not ready, and the
+    // library says why (a plaintext handshake that the TLS server never answers).
+    let plain = gateway(&secure, false, |_| {}).await;
+    assert!(
+        !plain.coord.wait_connected(Duration::from_secs(3)).await,
+        "a plaintext gateway got a session on the secure port"
+    );
+    let (status, _) = readyz(plain.http).await;
+    assert!(status.contains("503"), "{status}");
+    plain.stop().await;
+
+    // With the CA: elected. No client certificate, so nobody is authenticated: open ACL, and
+    // /readyz says so without changing its status.
+    let anon = gateway(&secure, true, move |c| c.zk_tls = Some(ca_only)).await;
+    let mut c = anon.client().await;
+    let mut a = Campaign::join(&mut c, "tls", "a", b"v").await;
+    a.elected().await;
+    let (status, body) = readyz(anon.http).await;
+    assert!(status.contains("200"), "{status}");
+    assert!(body.contains("no ZooKeeper authentication"), "{body}");
+    let stranger = zk_client(&zk.connect_string()).await;
+    let member = only_member(&stranger, &anon.root, "tls").await;
+    stranger.get_data(&member).await.unwrap();
+
+    // With a client certificate: the session is x509:CN=client, and only it may touch the
+    // znodes the gateway makes.
+    let authed = gateway(&secure, true, move |c| c.zk_tls = Some(with_cert)).await;
+    let mut c = authed.client().await;
+    let mut b = Campaign::join(&mut c, "tls-cert", "b", b"v").await;
+    b.elected().await;
+    let (_, body) = readyz(authed.http).await;
+    assert!(!body.contains("no ZooKeeper authentication"), "{body}");
+    let queue = format!("{}/elections/tls-cert", authed.root);
+    assert_eq!(
+        stranger.list_children(&queue).await.unwrap_err(),
+        zkc::Error::NoAuth
+    );
+    let insider = zkc::Client::connector()
+        .with_tls(
+            zkc::TlsOptions::new()
+                .with_pem_ca(&read(pki, "ca.pem"))
+                .unwrap()
+                .with_pem_identity(&read(pki, "client.pem"), &read(pki, "client.key"))
+                .unwrap(),
+        )
+        .secure_connect(&secure)
+        .await
+        .unwrap();
+    let member = only_member(&insider, &authed.root, "tls-cert").await;
+    let (acl, _) = insider.get_acl(&member).await.unwrap();
+    assert!(
+        acl.iter()
+            .all(|a| a.auth_id().scheme() == "x509" && a.auth_id().id().contains("CN=client")),
+        "{acl:?}"
+    );
+    untouchable(&stranger, &member).await;
+    resign(&mut c, &mut b).await;
+}
+
+/// ZooKeeper that requires SASL: a gateway with a DIGEST-MD5 login is elected; an
+/// unauthenticated client and another SASL user can neither list, read nor delete what it
+/// made; the gateway's own login can.
+#[tokio::test]
+async fn sasl_link_and_creator_only_znodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let jaas = dir.path().join("jaas.conf");
+    write_digest_jaas(&jaas, &[("zkgate", "s3cret"), ("other", "0ther")]);
+    let zk = LocalZk::start_standalone(LocalZkOptions {
+        sasl: Some(SaslServer {
+            jaas,
+            required: true,
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let zk_addr = zk.connect_string();
+    let login = |user: &str, password: &str| ZkSasl {
+        user: user.into(),
+        password: password.into(),
+    };
+    let gw_login = login("zkgate", "s3cret");
+    let gw = gateway(&zk_addr, true, move |c| c.zk_sasl = Some(gw_login)).await;
+    let mut c = gw.client().await;
+    let mut a = Campaign::join(&mut c, "sasl", "a", b"private").await;
+    a.elected().await;
+    let (status, body) = readyz(gw.http).await;
+    assert!(status.contains("200"), "{status}");
+    assert!(!body.contains("no ZooKeeper authentication"), "{body}");
+
+    let sasl_client = |user: &'static str, password: &'static str| {
+        let zk_addr = zk_addr.clone();
+        async move {
+            zkc::Client::connector()
+                .with_sasl(zkc::SaslOptions::digest_md5(user, password))
+                .connect(&zk_addr)
+                .await
+                .unwrap()
+        }
+    };
+    let insider = sasl_client("zkgate", "s3cret").await;
+    let member = only_member(&insider, &gw.root, "sasl").await;
+    let (acl, _) = insider.get_acl(&member).await.unwrap();
+    assert!(
+        acl.iter()
+            .all(|a| a.auth_id().scheme() == "sasl" && a.auth_id().id() == "zkgate"),
+        "{acl:?}"
+    );
+    let other = sasl_client("other", "0ther").await;
+    assert_eq!(
+        other
+            .list_children(&format!("{}/elections/sasl", gw.root))
+            .await
+            .unwrap_err(),
+        zkc::Error::NoAuth
+    );
+    untouchable(&other, &member).await;
+    // An unauthenticated client gets no further (ZooKeeper refuses its requests outright).
+    if let Ok(anonymous) = zkc::Client::connect(&zk_addr).await {
+        untouchable(&anonymous, &member).await;
+    }
+    // A wrong password gets no session at all, so no gateway can start on it unnoticed.
+    let bad = login("zkgate", "wrong");
+    let refused = gateway(&zk_addr, false, move |c| c.zk_sasl = Some(bad)).await;
+    assert!(!refused.coord.wait_connected(Duration::from_secs(3)).await);
+    refused.stop().await;
+
+    resign(&mut c, &mut a).await;
+}
