@@ -11,6 +11,7 @@ use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 
 use crate::api::limits;
+use crate::auth::{Auth, LeaseKeys};
 use crate::coord::{CoordConfig, DEFAULT_ROOT};
 use crate::server::ServeConfig;
 
@@ -180,6 +181,27 @@ pub struct ServeArgs {
     #[arg(long, env = "ZKGATE_TLS_CLIENT_CA")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_client_ca: Option<PathBuf>,
+    /// TOML policy of who may do which verb on which names (README "Security"); SIGHUP reloads it.
+    /// Without it every caller may do everything
+    #[arg(long, env = "ZKGATE_AUTH_POLICY")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_policy: Option<PathBuf>,
+    /// The fleet's lease keys, one hex key per line (first signs, all verify; `openssl rand -hex
+    /// 32`). Without it leases are signed with a random key of this process
+    #[arg(long, env = "ZKGATE_LEASE_KEY_FILE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_key_file: Option<PathBuf>,
+    /// Write the audit trail (grants, losses, resigns, releases, lapses, denials) as JSON lines
+    /// to this file instead of the log
+    #[arg(long, env = "ZKGATE_AUDIT_LOG")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_log: Option<PathBuf>,
+    /// Under --auth-policy: open Campaign/Acquire streams per identity on this gateway
+    #[arg(long, env = "ZKGATE_MAX_HOLDER_STREAMS_PER_IDENTITY", default_value_t = limits::DEFAULT_HOLDER_STREAMS_PER_IDENTITY)]
+    pub max_holder_streams_per_identity: usize,
+    /// Under --auth-policy: open Observe streams per identity on this gateway
+    #[arg(long, env = "ZKGATE_MAX_OBSERVE_STREAMS_PER_IDENTITY", default_value_t = limits::DEFAULT_OBSERVE_STREAMS_PER_IDENTITY)]
+    pub max_observe_streams_per_identity: usize,
     /// Log as JSON lines: the global `--log-json` / `ZKGATE_LOG_JSON` (which every verb takes),
     /// here so that the file can set it too.
     #[arg(skip)]
@@ -226,6 +248,12 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// `--lease-key-file` cannot be used.
+    #[error(transparent)]
+    LeaseKeys(#[from] crate::auth::lease_key::KeyFileError),
+    /// `--auth-policy` cannot be read or parsed.
+    #[error("{0}")]
+    Policy(String),
     /// The timing settings break the order under README "Timing" (the sentence names them).
     #[error("{0}")]
     Timing(#[from] crate::coord::timing::TimingError),
@@ -284,6 +312,8 @@ pub struct Resolved {
     pub listen: SocketAddr,
     pub http: SocketAddr,
     pub log_json: bool,
+    /// `--audit-log`: the audit trail's own file.
+    pub audit_log: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -324,15 +354,24 @@ impl ServeArgs {
             holder_streams_per_gateway: self.max_holder_streams,
             holder_streams_per_connection: self.max_holder_streams_per_connection,
             observe_streams_per_connection: self.max_observe_streams_per_connection,
+            holder_streams_per_identity: self.max_holder_streams_per_identity,
+            observe_streams_per_identity: self.max_observe_streams_per_identity,
             first_message_timeout: self.first_message_timeout,
         };
         serve.tls = tls(self.tls_cert, self.tls_key, self.tls_client_ca)?;
+        if let Some(path) = &self.lease_key_file {
+            serve.lease_keys = LeaseKeys::from_file(path)?;
+        }
+        if let Some(path) = &self.auth_policy {
+            serve.auth = Auth::from_file(path).map_err(ConfigError::Policy)?;
+        }
         serve.check_timing()?;
         Ok(Resolved {
             serve,
             listen: self.listen,
             http: self.http,
             log_json: self.log_json,
+            audit_log: self.audit_log,
         })
     }
 }
@@ -805,6 +844,11 @@ mod tests {
             "tls_cert" => s("/one.pem", "/two.pem"),
             "tls_key" => s("/one.key", "/two.key"),
             "tls_client_ca" => s("/one-ca.pem", "/two-ca.pem"),
+            "auth_policy" => s("/one-policy.toml", "/two-policy.toml"),
+            "lease_key_file" => s("/one.keys", "/two.keys"),
+            "audit_log" => s("/one-audit.log", "/two-audit.log"),
+            "max_holder_streams_per_identity" => i(21, 22),
+            "max_observe_streams_per_identity" => i(23, 24),
             "log_json" => Some((B(true), B(false))),
             _ => None,
         }

@@ -284,7 +284,7 @@ fn readme_walkthrough_runs_against_zkgate_dev() {
     let mut alice = Background::start("alice", &cmd("campaign-alice"));
     let queued = alice.wait_message("queued", |m| m.starts_with(r#"{"queued":"#));
     assert_eq!(field(&queued, "position").as_deref(), Some("0"), "{queued}");
-    assert!(field(&queued, "lease").unwrap().starts_with("zkg1."));
+    assert!(field(&queued, "lease").unwrap().starts_with("zkg2."));
     let elected_a = alice.wait_message("elected", |m| m.starts_with(r#"{"elected":"#));
     assert!(is_leader(&elected_a, "alice"), "{elected_a}");
     assert_eq!(
@@ -318,7 +318,7 @@ fn readme_walkthrough_runs_against_zkgate_dev() {
     assert!(a_at < b_at, "queue order: {list}");
     assert!(list.contains(r#""leader":true"#) && list.contains(r#""position":1"#));
     for out in [&leader.out, &cands.out, &observer.out.text()] {
-        assert!(!out.contains("zkg1."), "a lease leaked: {out}");
+        assert!(!out.contains("zkg2."), "a lease leaked: {out}");
     }
     assert_eq!(bob.messages().len(), 1, "bob heard more than queued");
 

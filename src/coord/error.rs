@@ -66,6 +66,16 @@ pub enum CoordError {
     Unavailable(Retry),
     #[error("ZooKeeper refused the request: not authorised ({0})")]
     NotAuthorised(zkc::Error),
+    /// A policy is in force and the caller's credentials are not ones it accepts.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(&'static str),
+    /// The policy does not let this identity do this verb on this name.
+    #[error("permission denied: identity {identity:?} may not {verb} on {name:?} (--auth-policy)")]
+    PermissionDenied {
+        identity: String,
+        verb: crate::auth::Verb,
+        name: String,
+    },
     /// A ZooKeeper answer the gateway has no rule for.
     #[error("ZooKeeper error: {0}")]
     Zk(zkc::Error),
@@ -130,6 +140,10 @@ pub enum Limit {
     HolderStreamsPerConnection(usize),
     #[error("limit reached: open Observe streams on this client connection (--max-observe-streams-per-connection = {0}); close some streams or use another gateway")]
     ObserveStreamsPerConnection(usize),
+    #[error("limit reached: open Campaign and Acquire streams of identity {0:?} on this gateway (--max-holder-streams-per-identity = {1}); close some streams")]
+    HolderStreamsPerIdentity(String, usize),
+    #[error("limit reached: open Observe streams of identity {0:?} on this gateway (--max-observe-streams-per-identity = {1}); close some streams")]
+    ObserveStreamsPerIdentity(String, usize),
 }
 
 fn kind_word(kind: QueueKind) -> &'static str {
@@ -149,6 +163,8 @@ impl Limit {
             Limit::HolderStreamsPerGateway(_) => "holder_streams_per_gateway",
             Limit::HolderStreamsPerConnection(_) => "holder_streams_per_connection",
             Limit::ObserveStreamsPerConnection(_) => "observe_streams_per_connection",
+            Limit::HolderStreamsPerIdentity(..) => "holder_streams_per_identity",
+            Limit::ObserveStreamsPerIdentity(..) => "observe_streams_per_identity",
         }
     }
 
