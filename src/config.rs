@@ -358,7 +358,15 @@ impl ServeArgs {
             observe_streams_per_identity: self.max_observe_streams_per_identity,
             first_message_timeout: self.first_message_timeout,
         };
-        serve.tls = tls(self.tls_cert, self.tls_key, self.tls_client_ca)?;
+        // Under a policy a client certificate is one way to be identified, not a condition of
+        // connecting: callers with a token or none (`anonymous`) get what the policy gives them.
+        let optional_client_cert = self.auth_policy.is_some();
+        serve.tls = tls(
+            self.tls_cert,
+            self.tls_key,
+            self.tls_client_ca,
+            optional_client_cert,
+        )?;
         if let Some(path) = &self.lease_key_file {
             serve.lease_keys = LeaseKeys::from_file(path)?;
         }
@@ -382,6 +390,7 @@ fn tls(
     cert: Option<PathBuf>,
     key: Option<PathBuf>,
     client_ca: Option<PathBuf>,
+    optional_client_cert: bool,
 ) -> Result<Option<tonic::transport::ServerTlsConfig>, ConfigError> {
     let (cert, key) = match (cert, key) {
         (Some(cert), Some(key)) => (cert, key),
@@ -400,7 +409,9 @@ fn tls(
         tonic::transport::Identity::from_pem(read(&cert)?, read(&key)?),
     );
     if let Some(ca) = client_ca {
-        tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(read(&ca)?));
+        tls = tls
+            .client_ca_root(tonic::transport::Certificate::from_pem(read(&ca)?))
+            .client_auth_optional(optional_client_cert);
     }
     Ok(Some(tls))
 }
@@ -445,6 +456,10 @@ pub struct ClientArgs {
     /// Verify the gateways' certificates against this name instead of the endpoint's host
     #[arg(long)]
     pub server_name: Option<String>,
+    /// File holding the bearer token sent as `authorization: Bearer …` (gateways with
+    /// --auth-policy identify callers by it); without it, the token in ZKGATE_TOKEN if set
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
     /// text (for people) or json (one JSON object per line on stdout, for scripts)
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,

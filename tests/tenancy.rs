@@ -562,3 +562,105 @@ async fn sighup_reloads_the_policy_and_the_audit_file_records_without_leases() {
         gw.log_tail(50)
     );
 }
+
+/// The client verbs send a bearer token from `--token-file` or `ZKGATE_TOKEN`, on unary calls
+/// (`leader`) and on holder streams (`elect -- CMD`); without one the caller is anonymous.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_sends_its_token_from_a_file_or_the_environment() {
+    let zk = shared_zk();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = base(&zk);
+    cfg.auth = Auth::with_policy(zkgate::auth::Policy::parse(&policy_text(false)).unwrap());
+    let (addr, _coord) = serve(cfg).await;
+    let token_file = dir.path().join("billing.token");
+    std::fs::write(&token_file, "billing-token\n").unwrap();
+    let endpoint = format!("http://{addr}");
+    let run = |args: &[&str], env_token: Option<&str>| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_zkgate"));
+        // The verb, then the endpoint, then the rest (which may end in `-- CMD`).
+        c.arg(args[0])
+            .args(["--endpoint", &endpoint])
+            .args(&args[1..]);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("ZKGATE_") {
+                c.env_remove(k);
+            }
+        }
+        if let Some(t) = env_token {
+            c.env("ZKGATE_TOKEN", t);
+        }
+        c.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        // A verb that hangs (say, retrying an endpoint it cannot reach) fails the test
+        // instead of hanging the suite.
+        let mut child = c.spawn().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("zkgate {args:?} did not exit within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    };
+    let file = token_file.to_str().unwrap();
+    let tokio_run = |args: Vec<String>, env_token: Option<&'static str>| {
+        let run = &run;
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&args, env_token)
+    };
+    // A holder stream with the file's token: elected, CMD runs, exit 0.
+    let out = tokio::task::block_in_place(|| {
+        tokio_run(
+            vec![
+                "elect".into(),
+                "billing.cli".into(),
+                "--token-file".into(),
+                file.into(),
+                "--".into(),
+                "true".into(),
+            ],
+            None,
+        )
+    });
+    assert!(out.status.success(), "{out:?}");
+    // The environment's token: search may not campaign on billing.*.
+    let out = tokio::task::block_in_place(|| {
+        tokio_run(
+            vec![
+                "elect".into(),
+                "billing.cli".into(),
+                "--".into(),
+                "true".into(),
+            ],
+            Some("search-token"),
+        )
+    });
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        err.contains("permission denied") && err.contains("search"),
+        "{err}"
+    );
+    // Unary: anonymous is refused billing.*, billing's token is not.
+    let out = tokio::task::block_in_place(|| {
+        tokio_run(vec!["leader".into(), "billing.cli".into()], None)
+    });
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("anonymous"), "{out:?}");
+    let out = tokio::task::block_in_place(|| {
+        tokio_run(
+            vec![
+                "leader".into(),
+                "billing.cli".into(),
+                "--token-file".into(),
+                file.into(),
+            ],
+            None,
+        )
+    });
+    let text = format!("{out:?}");
+    assert!(!text.contains("permission denied"), "{text}");
+}
