@@ -418,13 +418,18 @@ async fn a_policy_serves_tenants_by_token_and_certificate() {
     // (`suspended`), and once it ends its stream the hold is gone with PERMISSION_DENIED.
     std::fs::write(&policy, policy_text(true)).unwrap();
     auth.reload().unwrap();
-    loop {
-        match b.next().await {
-            Ok(Some(Event::Proclaimed(_))) => continue,
-            Ok(Some(Event::Suspended(_))) => break,
-            other => panic!("expected suspended, got {other:?}"),
+    // Heartbeats keep coming to a holder that is not revoked: bound the whole wait.
+    tokio::time::timeout(ANSWER, async {
+        loop {
+            match b.next().await {
+                Ok(Some(Event::Proclaimed(_))) => continue,
+                Ok(Some(Event::Suspended(_))) => break,
+                other => panic!("expected suspended, got {other:?}"),
+            }
         }
-    }
+    })
+    .await
+    .expect("suspended after the reload withdrew the right");
     drop(b.tx.take());
     let end = b.next().await.unwrap_err();
     assert_denied(&end, "billing", "campaign", "billing.db");
@@ -517,8 +522,8 @@ async fn sighup_reloads_the_policy_and_the_audit_file_records_without_leases() {
         .status()
         .unwrap();
     assert!(hup.success());
-    match b.next().await {
-        Ok(Some(Event::Suspended(_))) => {}
+    match tokio::time::timeout(ANSWER, b.next()).await {
+        Ok(Ok(Some(Event::Suspended(_)))) => {}
         other => panic!("expected suspended after SIGHUP, got {other:?}"),
     }
     drop(b.tx.take());
