@@ -182,7 +182,8 @@ pub async fn dev(args: DevArgs) -> ExitCode {
     }
 }
 
-/// The client for a verb's `--endpoint`s (or `ZKGATE_ENDPOINT`) and TLS flags.
+/// The client for a verb's `--endpoint`s (or `ZKGATE_ENDPOINT`), TLS flags and bearer token
+/// (`--token-file` or `ZKGATE_TOKEN`).
 async fn connect(args: &ClientArgs) -> Result<Client, String> {
     let mut endpoints = Endpoints::or_env(&args.endpoints).map_err(|e| e.to_string())?;
     if args.tls_requested() {
@@ -196,6 +197,16 @@ async fn connect(args: &ClientArgs) -> Result<Client, String> {
             tls = tls.server_name(name.clone());
         }
         endpoints = endpoints.tls(tls);
+    }
+    // The bearer token: --token-file, else ZKGATE_TOKEN (never a flag: argv is visible to
+    // every user of the machine).
+    if let Some(path) = &args.token_file {
+        endpoints = endpoints.token_file(path).map_err(|e| e.to_string())?;
+    } else if let Some(t) = std::env::var(zkgate_client::endpoint::TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+    {
+        endpoints = endpoints.token(t.trim());
     }
     Client::connect(endpoints).await.map_err(|e| e.to_string())
 }

@@ -11,6 +11,7 @@ use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 
 use crate::api::limits;
+use crate::auth::{Auth, LeaseKeys};
 use crate::coord::{CoordConfig, DEFAULT_ROOT};
 use crate::server::ServeConfig;
 
@@ -207,6 +208,27 @@ pub struct ServeArgs {
     #[arg(long, env = "ZKGATE_TLS_CLIENT_CA")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_client_ca: Option<PathBuf>,
+    /// TOML policy of who may do which verb on which names (README "Security"); SIGHUP reloads it.
+    /// Without it every caller may do everything
+    #[arg(long, env = "ZKGATE_AUTH_POLICY")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_policy: Option<PathBuf>,
+    /// The fleet's lease keys, one hex key per line (first signs, all verify; `openssl rand -hex
+    /// 32`). Without it leases are signed with a random key of this process
+    #[arg(long, env = "ZKGATE_LEASE_KEY_FILE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_key_file: Option<PathBuf>,
+    /// Write the audit trail (grants, losses, resigns, releases, lapses, denials) as JSON lines
+    /// to this file instead of the log
+    #[arg(long, env = "ZKGATE_AUDIT_LOG")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_log: Option<PathBuf>,
+    /// Under --auth-policy: open Campaign/Acquire streams per identity on this gateway
+    #[arg(long, env = "ZKGATE_MAX_HOLDER_STREAMS_PER_IDENTITY", default_value_t = limits::DEFAULT_HOLDER_STREAMS_PER_IDENTITY)]
+    pub max_holder_streams_per_identity: usize,
+    /// Under --auth-policy: open Observe streams per identity on this gateway
+    #[arg(long, env = "ZKGATE_MAX_OBSERVE_STREAMS_PER_IDENTITY", default_value_t = limits::DEFAULT_OBSERVE_STREAMS_PER_IDENTITY)]
+    pub max_observe_streams_per_identity: usize,
     /// Log as JSON lines: the global `--log-json` / `ZKGATE_LOG_JSON` (which every verb takes),
     /// here so that the file can set it too.
     #[arg(skip)]
@@ -262,6 +284,12 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// `--lease-key-file` cannot be used.
+    #[error(transparent)]
+    LeaseKeys(#[from] crate::auth::lease_key::KeyFileError),
+    /// `--auth-policy` cannot be read or parsed.
+    #[error("{0}")]
+    Policy(String),
     /// The timing settings break the order under README "Timing" (the sentence names them).
     #[error("{0}")]
     Timing(#[from] crate::coord::timing::TimingError),
@@ -320,6 +348,8 @@ pub struct Resolved {
     pub listen: SocketAddr,
     pub http: SocketAddr,
     pub log_json: bool,
+    /// `--audit-log`: the audit trail's own file.
+    pub audit_log: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -363,15 +393,32 @@ impl ServeArgs {
             holder_streams_per_connection: self.max_holder_streams_per_connection,
             observe_streams_per_connection: self.max_observe_streams_per_connection,
             observe_many_elections: self.max_observe_many_elections,
+            holder_streams_per_identity: self.max_holder_streams_per_identity,
+            observe_streams_per_identity: self.max_observe_streams_per_identity,
             first_message_timeout: self.first_message_timeout,
         };
-        serve.tls = tls(self.tls_cert, self.tls_key, self.tls_client_ca)?;
+        // Under a policy a client certificate is one way to be identified, not a condition of
+        // connecting: callers with a token or none (`anonymous`) get what the policy gives them.
+        let optional_client_cert = self.auth_policy.is_some();
+        serve.tls = tls(
+            self.tls_cert,
+            self.tls_key,
+            self.tls_client_ca,
+            optional_client_cert,
+        )?;
+        if let Some(path) = &self.lease_key_file {
+            serve.lease_keys = LeaseKeys::from_file(path)?;
+        }
+        if let Some(path) = &self.auth_policy {
+            serve.auth = Auth::from_file(path).map_err(ConfigError::Policy)?;
+        }
         serve.check_timing()?;
         Ok(Resolved {
             serve,
             listen: self.listen,
             http: self.http,
             log_json: self.log_json,
+            audit_log: self.audit_log,
         })
     }
 }
@@ -382,6 +429,7 @@ fn tls(
     cert: Option<PathBuf>,
     key: Option<PathBuf>,
     client_ca: Option<PathBuf>,
+    optional_client_cert: bool,
 ) -> Result<Option<tonic::transport::ServerTlsConfig>, ConfigError> {
     let (cert, key) = match (cert, key) {
         (Some(cert), Some(key)) => (cert, key),
@@ -400,7 +448,9 @@ fn tls(
         tonic::transport::Identity::from_pem(read(&cert)?, read(&key)?),
     );
     if let Some(ca) = client_ca {
-        tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(read(&ca)?));
+        tls = tls
+            .client_ca_root(tonic::transport::Certificate::from_pem(read(&ca)?))
+            .client_auth_optional(optional_client_cert);
     }
     Ok(Some(tls))
 }
@@ -521,6 +571,10 @@ pub struct ClientArgs {
     /// Verify the gateways' certificates against this name instead of the endpoint's host
     #[arg(long)]
     pub server_name: Option<String>,
+    /// File holding the bearer token sent as `authorization: Bearer …` (gateways with
+    /// --auth-policy identify callers by it); without it, the token in ZKGATE_TOKEN if set
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
     /// text (for people) or json (one JSON object per line on stdout, for scripts)
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
@@ -1047,6 +1101,11 @@ mod tests {
             "zk_tls_key" => s("/zk-one.key", "/zk-two.key"),
             "zk_sasl_user" => s("gw1", "gw2"),
             "zk_sasl_password_file" => s("/one.pw", "/two.pw"),
+            "auth_policy" => s("/one-policy.toml", "/two-policy.toml"),
+            "lease_key_file" => s("/one.keys", "/two.keys"),
+            "audit_log" => s("/one-audit.log", "/two-audit.log"),
+            "max_holder_streams_per_identity" => i(21, 22),
+            "max_observe_streams_per_identity" => i(23, 24),
             "log_json" => Some((B(true), B(false))),
             _ => None,
         }

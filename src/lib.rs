@@ -17,6 +17,8 @@
 //!   [`coord::election`] and [`coord::lock`]: what only each recipe adds; [`coord::error`]:
 //!   errors named by meaning; [`coord::paging`] keeps every ZooKeeper packet under
 //!   `--zk-max-packet`; [`coord::zk`]: the instrumented ZooKeeper client.
+//! - [`auth`]: tenancy: identities, the `--auth-policy` decision core, signed leases (the
+//!   fleet key) and the audit trail.
 //! - [`server`]: `run(config, listener, http, shutdown)`: the gateway, in-process for tests.
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`metrics`]: every metric name, described once; [`grpc_metrics`]: the tower layer that
@@ -32,6 +34,7 @@
 //!   CMD that `elect -- CMD` / `lock -- CMD` run while they hold, in its own process group.
 
 pub mod api;
+pub mod auth;
 pub mod cli;
 pub mod codec;
 pub mod config;

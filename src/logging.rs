@@ -37,6 +37,48 @@ pub fn init(json: bool) {
     }
 }
 
+/// [`init`] for `zkgate serve`: with `--audit-log FILE` the audit trail (target
+/// [`crate::auth::audit::TARGET`]) goes as JSON lines to that file, appended, whatever
+/// `ZKGATE_LOG` says, and not to stderr; without it, audit events are ordinary `info` lines.
+///
+/// # Errors
+/// The audit file cannot be opened for appending.
+pub fn init_serve(json: bool, audit: Option<&std::path::Path>) -> std::io::Result<()> {
+    let Some(path) = audit else {
+        init(json);
+        return Ok(());
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let filter =
+        EnvFilter::try_from_env(LOG_ENV).unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    let is_audit = |meta: &Metadata<'_>| meta.target() == crate::auth::audit::TARGET;
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let stderr: Box<dyn tracing_subscriber::Layer<_> + Send + Sync> = if json {
+        Box::new(fmt.json())
+    } else {
+        Box::new(fmt)
+    };
+    let audit_layer = tracing_subscriber::fmt::layer()
+        .json()
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_writer(std::sync::Mutex::new(file))
+        .with_filter(filter_fn(is_audit));
+    tracing_subscriber::registry()
+        .with(zk_client_cap())
+        .with(
+            stderr
+                .with_filter(filter)
+                .with_filter(filter_fn(move |m| !is_audit(m))),
+        )
+        .with(audit_layer)
+        .init();
+    Ok(())
+}
+
 /// A global filter that drops the `zookeeper_client` crate's spans and events more verbose than
 /// [`ZK_CLIENT_MAX_LEVEL`], whatever other filters allow.
 pub fn zk_client_cap() -> FilterFn<impl Fn(&Metadata<'_>) -> bool + Clone> {

@@ -61,7 +61,15 @@ async fn serve(matches: &ArgMatches) -> Result<(), String> {
     let r = zkgate::config::load(matches)
         .and_then(zkgate::config::ServeArgs::resolve)
         .map_err(|e| e.to_string())?;
-    zkgate::logging::init(r.log_json);
+    zkgate::logging::init_serve(r.log_json, r.audit_log.as_deref()).map_err(|e| {
+        format!(
+            "--audit-log {}: {e}",
+            r.audit_log
+                .as_deref()
+                .unwrap_or_else(|| "".as_ref())
+                .display()
+        )
+    })?;
     let listener = TcpListener::bind(r.listen)
         .await
         .map_err(|e| format!("listen {}: {e}", r.listen))?;

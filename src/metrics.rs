@@ -64,6 +64,8 @@ pub const ZK_REQUEST_DURATION: &str = "zkgate_zk_request_duration_seconds";
 pub const GRPC_REQUESTS: &str = "zkgate_grpc_requests_total";
 pub const GRPC_STREAMS_ACTIVE: &str = "zkgate_grpc_streams_active";
 pub const LIMIT_REJECTIONS: &str = "zkgate_limit_rejections_total";
+pub const AUTH_POLICY_RELOADS: &str = "zkgate_auth_policy_reloads_total";
+pub const IDENTITY_LIMIT_REJECTIONS: &str = "zkgate_identity_limit_rejections_total";
 
 /// Label value used for names beyond the cardinality cap.
 pub const OTHER: &str = "other";
@@ -177,6 +179,14 @@ fn describe() {
         LIMIT_REJECTIONS,
         "Requests and streams refused by a configured limit (RESOURCE_EXHAUSTED, or the status named in README for value size and the first-message timeout), by limit."
     );
+    describe_counter!(
+        IDENTITY_LIMIT_REJECTIONS,
+        "Streams refused by a per-identity limit (under --auth-policy), by limit and identity (capped like names)."
+    );
+    describe_counter!(
+        AUTH_POLICY_RELOADS,
+        "SIGHUP reloads of --auth-policy by result: ok, or error (the file did not parse; the old policy stays, the log says why)."
+    );
 }
 
 /// Creates every series without labels at its zero, so `/metrics` shows each one (with its
@@ -279,6 +289,35 @@ impl Drop for ZkConnected {
 /// A request or stream refused by the limit named `limit` (a fixed set of names: README).
 pub fn limit_rejected(limit: &'static str) {
     counter!(LIMIT_REJECTIONS, "limit" => limit).increment(1);
+}
+
+/// A per-identity limit refused a stream (beside `zkgate_limit_rejections_total{limit}`). The
+/// identity label is capped like names: past the cap it is `other`.
+pub fn identity_limit_rejected(limit: &'static str, identity: &str) {
+    counter!(IDENTITY_LIMIT_REJECTIONS, "limit" => limit, "identity" => identity_label(identity))
+        .increment(1);
+}
+
+static IDENTITIES: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+
+/// The label for an identity: itself for the first [`DEFAULT_NAME_LABEL_CAP`] identities
+/// seen, then `other`.
+pub fn identity_label(identity: &str) -> String {
+    let mut seen = IDENTITIES
+        .get_or_init(|| Mutex::new(HashSet::new()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if seen.contains(identity)
+        || seen.len() < DEFAULT_NAME_LABEL_CAP && seen.insert(identity.to_owned())
+    {
+        return identity.to_owned();
+    }
+    OTHER.to_owned()
+}
+
+/// A SIGHUP reload of `--auth-policy`: `ok`, or `error` (the old policy stays).
+pub fn auth_policy_reload(result: &'static str) {
+    counter!(AUTH_POLICY_RELOADS, "result" => result).increment(1);
 }
 
 pub fn zk_session_lost() {

@@ -12,6 +12,7 @@ use tonic_health::ServingStatus;
 
 use crate::api::limits::{Admission, StreamLimits};
 use crate::api::{ElectionApi, LockApi};
+use crate::auth::{Auth, LeaseKeys};
 use crate::coord::timing::{Timing, TimingError};
 use crate::coord::{CoordConfig, Coordinator};
 use crate::proto::election_server::ElectionServer;
@@ -27,8 +28,14 @@ pub struct ServeConfig {
     /// Distinct election/lock names with their own metric label.
     pub name_label_cap: usize,
     pub tls: Option<tonic::transport::ServerTlsConfig>,
-    /// Stream limits per gateway and per client connection, and the first-message timeout.
+    /// Stream limits per gateway, per client connection and per identity, and the
+    /// first-message timeout.
     pub limits: StreamLimits,
+    /// The keys that sign and verify leases (`--lease-key-file`; default: this process's
+    /// random key, see [`LeaseKeys`]).
+    pub lease_keys: LeaseKeys,
+    /// The policy (`--auth-policy`; default: none, everything allowed).
+    pub auth: Arc<Auth>,
 }
 
 impl ServeConfig {
@@ -39,6 +46,8 @@ impl ServeConfig {
             name_label_cap: crate::metrics::DEFAULT_NAME_LABEL_CAP,
             tls: None,
             limits: StreamLimits::default(),
+            lease_keys: LeaseKeys::per_process(),
+            auth: Auth::open(),
         }
     }
 
@@ -159,17 +168,35 @@ pub async fn run_with(
         drain_coord.drain(grace).await;
         drained_tx.notify_one();
     };
+    announce_tenancy(&cfg);
+    if cfg.auth.path().is_some() {
+        tokio::spawn(reload_on_sighup(cfg.auth.clone()));
+    }
+    let interceptor = cfg.auth.interceptor();
     let local = listener.local_addr().ok();
     tracing::info!(grpc = ?local, zk = %cfg.coord.zk, root = %cfg.coord.root, "zkgate serving");
     let serve = builder
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(ElectionServer::new(ElectionApi::new(
-            coord.clone(),
-            admission.clone(),
-        )))
-        .add_service(LockServer::new(LockApi::new(coord.clone(), admission)))
+        .add_service(ElectionServer::with_interceptor(
+            ElectionApi::new(
+                coord.clone(),
+                admission.clone(),
+                cfg.auth.clone(),
+                cfg.lease_keys.clone(),
+            ),
+            interceptor.clone(),
+        ))
+        .add_service(LockServer::with_interceptor(
+            LockApi::new(
+                coord.clone(),
+                admission,
+                cfg.auth.clone(),
+                cfg.lease_keys.clone(),
+            ),
+            interceptor,
+        ))
         .serve_with_incoming_shutdown(incoming(listener), signal);
     // After the drain every stream has ended on our side, but HTTP/2 still owes a client that
     // stopped reading the bytes its flow-control window has no room for, and graceful shutdown
@@ -188,6 +215,45 @@ pub async fn run_with(
         }
     }
     Ok(())
+}
+
+/// Says at start what protects this gateway: warnings where it is open to everyone.
+fn announce_tenancy(cfg: &ServeConfig) {
+    match cfg.auth.path() {
+        Some(path) => tracing::info!(policy = %path.display(), "--auth-policy in force; SIGHUP reloads it"),
+        None if cfg.auth.enforced() => tracing::info!("an authorisation policy is in force"),
+        None => tracing::warn!(
+            "no --auth-policy: every caller may campaign on, lock, observe and resign any name (README \"Security\")"
+        ),
+    }
+    if cfg.lease_keys.is_per_process() {
+        tracing::warn!(
+            "no --lease-key-file: leases are signed with a random key of this process, so Resign/Release/Proclaim by lease work only on this gateway (README \"Security\")"
+        );
+    } else {
+        tracing::info!(keys = %cfg.lease_keys.origin(), "leases signed with the fleet key");
+    }
+}
+
+/// SIGHUP re-reads `--auth-policy`; a file that does not parse keeps the old policy, and the
+/// log says why (`zkgate_auth_policy_reloads_total{result="error"}` counts it).
+async fn reload_on_sighup(auth: Arc<Auth>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGHUP: the policy will not reload");
+            return;
+        }
+    };
+    while hup.recv().await.is_some() {
+        match auth.reload() {
+            Ok(()) => tracing::info!("SIGHUP: --auth-policy reloaded"),
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: --auth-policy not reloaded; the old policy stays")
+            }
+        }
+    }
 }
 
 /// How long connections may take to deliver the ends of their streams once the drain is done.

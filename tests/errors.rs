@@ -10,6 +10,8 @@ use zkgate::proto as pb;
 use zkgate::proto::campaign_request::Request as Req;
 use zkgate_testkit::*;
 
+/// A lease for a znode that never existed, signed like a real one (the in-process gateway's
+/// key is this process's), so only the znode's absence makes it `NOT_FOUND`.
 fn fake_lease(kind: QueueKind, queue: &str) -> String {
     let id = ProtectedId::random();
     let member = MemberName::parse(&format!(
@@ -23,7 +25,7 @@ fn fake_lease(kind: QueueKind, queue: &str) -> String {
         queue: QueueName::new(queue).unwrap(),
         member,
     }
-    .encode()
+    .encode(&zkgate::auth::LeaseKeys::per_process())
 }
 
 #[tokio::test]

@@ -285,7 +285,7 @@ fn readme_walkthrough_runs_against_zkgate_dev() {
     let mut alice = Background::start("alice", &cmd("campaign-alice"));
     let queued = alice.wait_message("queued", |m| m.starts_with(r#"{"queued":"#));
     assert_eq!(field(&queued, "position").as_deref(), Some("0"), "{queued}");
-    assert!(field(&queued, "lease").unwrap().starts_with("zkg1."));
+    assert!(field(&queued, "lease").unwrap().starts_with("zkg2."));
     let elected_a = alice.wait_message("elected", |m| m.starts_with(r#"{"elected":"#));
     assert!(is_leader(&elected_a, "alice"), "{elected_a}");
     assert_eq!(
@@ -332,7 +332,7 @@ fn readme_walkthrough_runs_against_zkgate_dev() {
         &observer.out.text(),
         &many.out.text(),
     ] {
-        assert!(!out.contains("zkg1."), "a lease leaked: {out}");
+        assert!(!out.contains("zkg2."), "a lease leaked: {out}");
     }
     assert_eq!(bob.messages().len(), 1, "bob heard more than queued");
 

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::auth::LeaseKeys;
 use crate::coord::election::JoinSpec;
 use crate::coord::types::{
     Holder, InvalidInput, Lease, MemberInfo, PageSpec, Participant, QueueKind, QueueName, Value,
@@ -21,9 +22,10 @@ pub fn value(bytes: Vec<u8>, limit: usize) -> Converted<Value> {
     Ok(Value::new(bytes, limit)?)
 }
 
-/// Malformed leases are simply unknown ones: `NOT_FOUND` (contract "API").
-pub fn lease(s: &str, kind: QueueKind) -> Converted<Lease> {
-    Lease::decode(s.trim(), kind).ok_or(CoordError::LeaseNotFound)
+/// Malformed, unsigned or wrongly signed leases are simply unknown ones: `NOT_FOUND`
+/// (contract "API").
+pub fn lease(s: &str, kind: QueueKind, keys: &LeaseKeys) -> Converted<Lease> {
+    Lease::decode(s.trim(), kind, keys).ok_or(CoordError::LeaseNotFound)
 }
 
 /// A `join{…}` with its value checked against the gateway's limit.
@@ -66,6 +68,7 @@ pub(super) fn suspended(
         Suspension::Drain => pb::SuspendReason::Drain,
         Suspension::LeaseExpired => pb::SuspendReason::LeaseExpired,
         Suspension::EndRequested => pb::SuspendReason::EndRequested,
+        Suspension::PolicyWithdrawn => pb::SuspendReason::Unspecified,
     };
     pb::Suspended {
         stop_within: Some(duration(stop_within)),

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
-use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step, Suspension};
+use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step, Suspension, Tenant};
 use super::limits::Admission;
 use super::outbox::{self, Outbox, TrySend};
+use crate::auth::{self, audit, Auth, LeaseKeys, Verb};
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
 use crate::coord::link::LossReason;
 use crate::coord::member::Member;
@@ -23,11 +24,28 @@ use crate::proto::election_server::Election;
 pub struct ElectionApi {
     coord: Arc<Coordinator>,
     admission: Arc<Admission>,
+    auth: Arc<Auth>,
+    keys: LeaseKeys,
 }
 
 impl ElectionApi {
-    pub fn new(coord: Arc<Coordinator>, admission: Arc<Admission>) -> Self {
-        Self { coord, admission }
+    pub fn new(
+        coord: Arc<Coordinator>,
+        admission: Arc<Admission>,
+        auth: Arc<Auth>,
+        keys: LeaseKeys,
+    ) -> Self {
+        Self {
+            coord,
+            admission,
+            auth,
+            keys,
+        }
+    }
+
+    /// The caller may `observe` `name` (the check of every read).
+    fn may_observe<T>(&self, request: &Request<T>, name: &str) -> Result<(), CoordError> {
+        self.auth.check(&auth::caller(request), Verb::Observe, name)
     }
 
     fn max_value(&self) -> usize {
@@ -43,6 +61,7 @@ fn event(e: Event) -> pb::CampaignResponse {
 struct CampaignStream {
     candidacy: Candidacy,
     max_value: usize,
+    keys: LeaseKeys,
 }
 
 #[tonic::async_trait]
@@ -52,7 +71,7 @@ impl HolderStream for CampaignStream {
 
     fn queued(&self) -> pb::CampaignResponse {
         event(Event::Queued(pb::Queued {
-            lease: self.candidacy.member().lease().encode(),
+            lease: self.candidacy.member().lease().encode(&self.keys),
             position: self.candidacy.member().position(),
         }))
     }
@@ -79,10 +98,18 @@ impl HolderStream for CampaignStream {
 
     async fn next_event(&mut self) -> Step<pb::CampaignResponse> {
         match self.candidacy.next_event().await {
-            CandidacyEvent::Elected(l) => Step::Granted(event(Event::Elected(pb::Elected {
-                leader: Some(convert::leader(l)),
-                silence_limit: Some(convert::duration(self.candidacy.member().silence_limit())),
-            }))),
+            CandidacyEvent::Elected(l) => {
+                let token = l.fencing_token.0;
+                Step::Granted(
+                    event(Event::Elected(pb::Elected {
+                        leader: Some(convert::leader(l)),
+                        silence_limit: Some(convert::duration(
+                            self.candidacy.member().silence_limit(),
+                        )),
+                    })),
+                    token,
+                )
+            }
             CandidacyEvent::Proclaimed(l) => Step::Send(event(Event::Proclaimed(pb::Proclaimed {
                 leader: Some(convert::leader(l)),
             }))),
@@ -147,27 +174,39 @@ impl Election for ElectionApi {
         request: Request<Streaming<pb::CampaignRequest>>,
     ) -> Result<Response<Self::CampaignStream>, Status> {
         let (coord, max_value) = (self.coord.clone(), self.max_value());
+        let keys = self.keys.clone();
+        let tenant = Tenant {
+            auth: self.auth.clone(),
+            identity: auth::caller(&request),
+            verb: Verb::Campaign,
+        };
         holder_stream::open(
             &self.admission,
             &self.coord,
+            tenant,
             request,
             "join",
-            |first: pb::CampaignRequest| async move {
-                let join = match first.request {
-                    Some(CampaignMsg::Join(j)) => convert::join(j, max_value)?,
-                    _ => {
-                        return Err(InvalidInput::FirstMessage {
-                            stream: "Campaign",
-                            expected: "join{election, candidate, value}",
+            |first: pb::CampaignRequest, tenant: &Tenant| {
+                let (auth, identity) = (tenant.auth.clone(), tenant.identity.clone());
+                async move {
+                    let join = match first.request {
+                        Some(CampaignMsg::Join(j)) => convert::join(j, max_value)?,
+                        _ => {
+                            return Err(InvalidInput::FirstMessage {
+                                stream: "Campaign",
+                                expected: "join{election, candidate, value}",
+                            }
+                            .into())
                         }
-                        .into())
-                    }
-                };
-                let candidacy = coord.campaign(join).await?;
-                Ok(CampaignStream {
-                    candidacy,
-                    max_value,
-                })
+                    };
+                    auth.check(&identity, Verb::Campaign, join.election.as_str())?;
+                    let candidacy = coord.campaign(join).await?;
+                    Ok(CampaignStream {
+                        candidacy,
+                        max_value,
+                        keys,
+                    })
+                }
             },
         )
         .await
@@ -177,8 +216,11 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::ProclaimRequest>,
     ) -> Result<Response<pb::ProclaimResponse>, Status> {
+        let identity = auth::caller(&request);
         let r = request.into_inner();
-        let lease = convert::lease(&r.lease, QueueKind::Election)?;
+        let lease = convert::lease(&r.lease, QueueKind::Election, &self.keys)?;
+        self.auth
+            .check(&identity, Verb::Campaign, lease.queue.as_str())?;
         let value = convert::value(r.value, self.max_value())?;
         let leader = self.coord.proclaim(&lease, value).await?;
         Ok(Response::new(pb::ProclaimResponse {
@@ -190,8 +232,18 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::ResignRequest>,
     ) -> Result<Response<pb::ResignResponse>, Status> {
-        let lease = convert::lease(&request.into_inner().lease, QueueKind::Election)?;
+        let identity = auth::caller(&request);
+        let lease = convert::lease(&request.into_inner().lease, QueueKind::Election, &self.keys)?;
+        self.auth
+            .check(&identity, Verb::Campaign, lease.queue.as_str())?;
         self.coord.resign(&lease).await?;
+        audit::gave_up(
+            &identity,
+            Verb::Campaign,
+            lease.queue.as_str(),
+            None,
+            "by lease",
+        );
         Ok(Response::new(pb::ResignResponse {}))
     }
 
@@ -199,7 +251,8 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::LeaderRequest>,
     ) -> Result<Response<pb::LeaderResponse>, Status> {
-        let election = convert::queue_name(request.into_inner().election, "election")?;
+        let election = convert::queue_name(request.get_ref().election.clone(), "election")?;
+        self.may_observe(&request, election.as_str())?;
         let leader = self.coord.leader(&election).await?;
         Ok(Response::new(pb::LeaderResponse {
             leader: Some(convert::leader(leader)),
@@ -210,8 +263,14 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::ObserveRequest>,
     ) -> Result<Response<Self::ObserveStream>, Status> {
-        let permit = self.admission.observer(request.remote_addr())?;
-        let election = convert::queue_name(request.into_inner().election, "election")?;
+        let identity = auth::caller(&request);
+        let election = convert::queue_name(request.get_ref().election.clone(), "election")?;
+        self.auth
+            .check(&identity, Verb::Observe, election.as_str())?;
+        let permit = self.admission.observer(
+            request.remote_addr(),
+            self.auth.enforced().then_some(&identity),
+        )?;
         let mut observation = self.coord.observe(&election).await?;
         let draining = self.coord.draining();
         let (out, responses) = Outbox::new();
@@ -259,8 +318,9 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::CandidatesRequest>,
     ) -> Result<Response<pb::CandidatesResponse>, Status> {
+        let election = convert::queue_name(request.get_ref().election.clone(), "election")?;
+        self.may_observe(&request, election.as_str())?;
         let r = request.into_inner();
-        let election = convert::queue_name(r.election, "election")?;
         let page = convert::page(r.page_size, &r.page_token)?;
         let page = self.coord.candidates(&election, page).await?;
         Ok(Response::new(pb::CandidatesResponse {
@@ -274,8 +334,9 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::ElectionValidateRequest>,
     ) -> Result<Response<pb::ElectionValidateResponse>, Status> {
+        let election = convert::queue_name(request.get_ref().election.clone(), "election")?;
+        self.may_observe(&request, election.as_str())?;
         let r = request.into_inner();
-        let election = convert::queue_name(r.election, "election")?;
         let (current, leader) = self
             .coord
             .validate_leader(&election, FencingToken(r.fencing_token))

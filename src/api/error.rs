@@ -22,7 +22,10 @@ pub fn code(e: &CoordError) -> Code {
         ) => Code::Aborted,
         CoordError::Draining | CoordError::Unavailable(_) => Code::Unavailable,
         CoordError::LimitReached(_) => Code::ResourceExhausted,
-        CoordError::NotAuthorised(_) => Code::PermissionDenied,
+        CoordError::NotAuthorised(_) | CoordError::PermissionDenied { .. } => {
+            Code::PermissionDenied
+        }
+        CoordError::Unauthenticated(_) => Code::Unauthenticated,
         CoordError::Zk(_) => Code::Internal,
     }
 }
@@ -58,6 +61,15 @@ mod tests {
             ),
             (CoordError::SessionLost(LossReason::Expired), Code::Aborted),
             (CoordError::Draining, Code::Unavailable),
+            (CoordError::Unauthenticated("no"), Code::Unauthenticated),
+            (
+                CoordError::PermissionDenied {
+                    identity: "billing".into(),
+                    verb: crate::auth::Verb::Lock,
+                    name: "cron".into(),
+                },
+                Code::PermissionDenied,
+            ),
         ] {
             let text = e.to_string();
             let status = Status::from(e);

@@ -43,8 +43,17 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::limits::{self, Admission};
 use super::outbox::{self, Outbox, TrySend};
+use crate::auth::{audit, Auth, Identity, Verb};
 use crate::coord::member::Member;
 use crate::coord::{CoordError, Coordinator};
+
+/// Who holds a stream and under which verb: for the audit trail and for a policy reload that
+/// withdraws the right (G3c: such a holder is revoked like a drained one).
+pub(super) struct Tenant {
+    pub auth: Arc<Auth>,
+    pub identity: Identity,
+    pub verb: Verb,
+}
 
 /// The response stream of a streaming call.
 pub(super) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -56,16 +65,20 @@ pub(super) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Se
 pub(super) async fn open<H, F, Fut>(
     admission: &Arc<Admission>,
     coord: &Coordinator,
+    tenant: Tenant,
     request: Request<Streaming<H::Request>>,
     what: &'static str,
     open: F,
 ) -> Result<Response<BoxStream<H::Response>>, Status>
 where
     H: HolderStream,
-    F: FnOnce(H::Request) -> Fut,
+    F: FnOnce(H::Request, &Tenant) -> Fut,
     Fut: Future<Output = Result<H, CoordError>>,
 {
-    let permit = admission.holder(request.remote_addr())?;
+    let permit = admission.holder(
+        request.remote_addr(),
+        tenant.auth.enforced().then_some(&tenant.identity),
+    )?;
     let mut inbound = request.into_inner();
     let first = limits::first_message(
         &mut inbound,
@@ -74,12 +87,12 @@ where
         what,
     )
     .await?;
-    let holder = open(first).await?;
+    let holder = open(first, &tenant).await?;
     let (out, responses) = Outbox::new();
     let draining = coord.draining();
     tokio::spawn(async move {
         let _permit = permit;
-        drive(holder, inbound, out, draining).await;
+        drive(holder, inbound, out, draining, tenant).await;
     });
     Ok(Response::new(Box::pin(responses)))
 }
@@ -88,8 +101,9 @@ where
 pub(super) enum Step<T> {
     /// Tell the client.
     Send(T),
-    /// Tell the client it holds now: also restarts the heartbeat clock.
-    Granted(T),
+    /// Tell the client it holds now, with this fencing token: also restarts the heartbeat
+    /// clock.
+    Granted(T, u64),
     /// Nothing to tell.
     Quiet,
     /// End the stream with this error (the hold is dropped, releasing what is left).
@@ -124,6 +138,9 @@ pub(super) enum Suspension {
     LeaseExpired,
     /// A resign/release by lease, on any gateway (G3c).
     EndRequested,
+    /// A policy reload withdrew the caller's right to the name (G3c). Sent with the reason
+    /// unset: helpers read it as a loss, and the stream ends `PERMISSION_DENIED`.
+    PolicyWithdrawn,
 }
 
 /// A resign/release in flight, and the error to end with once it is done (`None`: OK).
@@ -222,13 +239,77 @@ pub(super) mod revocation {
 /// sent from inside the `select!` (see the module docs).
 async fn drive<H: HolderStream>(
     mut holder: H,
+    inbound: Streaming<H::Request>,
+    out: Outbox<H::Response>,
+    draining: CancellationToken,
+    tenant: Tenant,
+) {
+    let name = holder.member().lease().queue.as_str().to_owned();
+    let mut ended = Ended {
+        tenant: &tenant,
+        name: &name,
+        held: None,
+        how: "stream ended",
+    };
+    drive_audited(
+        &mut holder,
+        inbound,
+        out,
+        draining,
+        &tenant,
+        &name,
+        &mut ended,
+    )
+    .await;
+}
+
+/// Audits the end of a hold that was granted (resign/release, loss, lapse), once, when the
+/// loop is left whichever way.
+struct Ended<'a> {
+    tenant: &'a Tenant,
+    name: &'a str,
+    /// The fencing token while granted.
+    held: Option<u64>,
+    /// How the holder gave up, if it was its own word: "in-stream", "stream ended".
+    how: &'static str,
+}
+
+impl Ended<'_> {
+    fn lost(&mut self, e: &CoordError) {
+        let Some(token) = self.held.take() else {
+            return;
+        };
+        let t = self.tenant;
+        match e {
+            CoordError::LeaseExpired { .. } => audit::lapsed(&t.identity, self.name, Some(token)),
+            e => audit::lost(&t.identity, t.verb, self.name, Some(token), &e.to_string()),
+        }
+    }
+}
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        if let Some(token) = self.held {
+            let t = self.tenant;
+            audit::gave_up(&t.identity, t.verb, self.name, Some(token), self.how);
+        }
+    }
+}
+
+async fn drive_audited<H: HolderStream>(
+    holder: &mut H,
     mut inbound: Streaming<H::Request>,
     out: Outbox<H::Response>,
     draining: CancellationToken,
+    tenant: &Tenant,
+    name: &str,
+    ended: &mut Ended<'_>,
 ) {
     if !matches!(out.try_send(holder.queued()), TrySend::Sent) {
         return;
     }
+    let mut policy = tenant.auth.changes();
+    let mut follow_policy = true;
     let silence_limit = holder.silence_limit();
     let period = (silence_limit / 3).max(Duration::from_millis(50));
     let mut heartbeat = tokio::time::interval(period);
@@ -254,11 +335,34 @@ async fn drive<H: HolderStream>(
                     Step::Fail(CoordError::Draining)
                 }
             }
+            changed = policy.changed(), if follow_policy && !revoking => match changed {
+                Err(_) => {
+                    follow_policy = false;
+                    Step::Quiet
+                }
+                Ok(()) if tenant.auth.allows(&tenant.identity, tenant.verb, name) => Step::Quiet,
+                // A reload withdrew the right: ended like a drain, the holder told first (G3c).
+                Ok(()) => {
+                    let e = CoordError::PermissionDenied {
+                        identity: tenant.identity.to_string(),
+                        verb: tenant.verb,
+                        name: name.to_owned(),
+                    };
+                    if holder.holds() && leaving.is_none() {
+                        Step::Revoke(Suspension::PolicyWithdrawn, Some(e))
+                    } else {
+                        Step::Fail(e)
+                    }
+                }
+            },
             _ = out.closed() => return,
             done = async { leaving.as_mut().expect("guarded").0.as_mut().await }, if leaving.is_some() => {
                 let (_, then) = leaving.take().expect("guarded");
                 match (done, then) {
-                    (_, Some(e)) | (Err(e), None) => out.end(Status::from(e)),
+                    (_, Some(e)) | (Err(e), None) => {
+                        ended.lost(&e);
+                        out.end(Status::from(e));
+                    }
                     (Ok(()), None) => {}
                 }
                 return;
@@ -330,12 +434,15 @@ async fn drive<H: HolderStream>(
         };
         let msg = match step {
             Step::Send(msg) => msg,
-            Step::Granted(msg) => {
+            Step::Granted(msg, token) => {
+                audit::granted(&tenant.identity, tenant.verb, name, token);
+                ended.held = Some(token);
                 heartbeat.reset();
                 msg
             }
             Step::Quiet => continue,
             Step::Fail(e) => {
+                ended.lost(&e);
                 out.end(Status::from(e));
                 return;
             }
@@ -345,6 +452,7 @@ async fn drive<H: HolderStream>(
             }
             Step::Leave => {
                 if leaving.is_none() {
+                    ended.how = "in-stream";
                     leaving = Some((holder.begin_leave(), None));
                 }
                 continue;
@@ -365,10 +473,17 @@ async fn drive<H: HolderStream>(
                 continue;
             }
             Step::Revoke(_, Some(e)) if !holder.holds() || leaving.is_some() => {
+                ended.lost(&e);
                 out.end(Status::from(e));
                 return;
             }
             Step::Revoke(why, then) => {
+                match &then {
+                    Some(e) => ended.lost(e),
+                    // Asked by lease: audited where that call was served (the caller's
+                    // identity) and here as the holder's end.
+                    None => ended.how = "by lease, holder told first",
+                }
                 let stop_within =
                     revocation::stop_within(silence_limit, Instant::now(), holder.link_deadline());
                 tracing::info!(
@@ -382,7 +497,11 @@ async fn drive<H: HolderStream>(
                 unsent = None;
                 H::suspended(stop_within, why)
             }
-            Step::Done => return,
+            Step::Done => {
+                // Resigned or released by lease: audited where that call was served.
+                ended.held = None;
+                return;
+            }
         };
         match out.try_send(msg) {
             TrySend::Sent => {}

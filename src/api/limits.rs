@@ -6,6 +6,12 @@
 //! number of distinct queues per gateway is the coordination layer's limit
 //! (`CoordConfig::max_queues`).
 //!
+//! With an `--auth-policy` in force the holder and Observe streams are also counted per
+//! identity (G10: one tenant's flood meets its own limit before a gateway-wide one); the
+//! rejection names the limit, the identity and the value, and
+//! `zkgate_identity_limit_rejections_total{limit,identity}` counts it (identities capped like
+//! names). Without a policy there are no tenants to tell apart, and only the limits above apply.
+//!
 //! A client connection is told apart by its peer address (one per TCP connection). The
 //! HTTP/2 limit on concurrent streams is set above these (`server::run_with`), so a client
 //! over the limit gets this status instead of waiting for an HTTP/2 slot.
@@ -19,6 +25,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
 
+use crate::auth::Identity;
 use crate::coord::types::InvalidInput;
 use crate::coord::{CoordError, Limit};
 use crate::metrics as m;
@@ -26,6 +33,10 @@ use crate::metrics as m;
 pub const DEFAULT_HOLDER_STREAMS_PER_GATEWAY: usize = 50_000;
 pub const DEFAULT_HOLDER_STREAMS_PER_CONNECTION: usize = 1_000;
 pub const DEFAULT_OBSERVE_STREAMS_PER_CONNECTION: usize = 1_000;
+/// Per identity, under a policy: a fifth of the gateway-wide holder limit, so one tenant can
+/// never take it all.
+pub const DEFAULT_HOLDER_STREAMS_PER_IDENTITY: usize = 10_000;
+pub const DEFAULT_OBSERVE_STREAMS_PER_IDENTITY: usize = 10_000;
 pub const DEFAULT_FIRST_MESSAGE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The configured stream limits (flags/env/TOML: README "zkgate serve").
@@ -36,6 +47,9 @@ pub struct StreamLimits {
     pub observe_streams_per_connection: usize,
     /// Elections one ObserveMany stream may follow at once (it counts as one Observe stream).
     pub observe_many_elections: usize,
+    /// Under a policy only (see the module docs).
+    pub holder_streams_per_identity: usize,
+    pub observe_streams_per_identity: usize,
     pub first_message_timeout: Duration,
 }
 
@@ -46,6 +60,8 @@ impl Default for StreamLimits {
             holder_streams_per_connection: DEFAULT_HOLDER_STREAMS_PER_CONNECTION,
             observe_streams_per_connection: DEFAULT_OBSERVE_STREAMS_PER_CONNECTION,
             observe_many_elections: crate::coord::observe_many::DEFAULT_MAX_OBSERVE_MANY_ELECTIONS,
+            holder_streams_per_identity: DEFAULT_HOLDER_STREAMS_PER_IDENTITY,
+            observe_streams_per_identity: DEFAULT_OBSERVE_STREAMS_PER_IDENTITY,
             first_message_timeout: DEFAULT_FIRST_MESSAGE_TIMEOUT,
         }
     }
@@ -78,6 +94,8 @@ pub struct Admission {
     limits: StreamLimits,
     holders: AtomicUsize,
     connections: Mutex<HashMap<SocketAddr, PerConnection>>,
+    /// Under a policy: open streams per identity.
+    identities: Mutex<HashMap<Identity, PerConnection>>,
 }
 
 /// One admitted stream; dropping it (the stream ended) gives its place back.
@@ -85,6 +103,7 @@ pub struct Admission {
 pub struct StreamPermit {
     admission: Arc<Admission>,
     connection: Option<SocketAddr>,
+    identity: Option<Identity>,
     kind: StreamKind,
 }
 
@@ -94,6 +113,7 @@ impl Admission {
             limits,
             holders: AtomicUsize::new(0),
             connections: Mutex::new(HashMap::new()),
+            identities: Mutex::new(HashMap::new()),
         })
     }
 
@@ -101,44 +121,109 @@ impl Admission {
         &self.limits
     }
 
-    /// Admits a Campaign or Acquire stream from `connection`.
+    /// Admits a Campaign or Acquire stream from `connection` by `identity` (`None`: no policy,
+    /// no per-identity limit). The identity's own limit is checked first, so a tenant's flood
+    /// meets it before the gateway-wide one.
     ///
     /// # Errors
-    /// `RESOURCE_EXHAUSTED` past the per-gateway or per-connection holder limit.
+    /// `RESOURCE_EXHAUSTED` past the per-identity, per-gateway or per-connection holder limit.
     pub fn holder(
         self: &Arc<Self>,
         connection: Option<SocketAddr>,
+        identity: Option<&Identity>,
     ) -> Result<StreamPermit, CoordError> {
+        self.count_identity(identity, StreamKind::Holder)?;
+        let identity = identity.cloned();
+        let undo_identity = |a: &Self| a.uncount_identity(identity.as_ref(), StreamKind::Holder);
         let max = self.limits.holder_streams_per_gateway;
         if self.holders.fetch_add(1, Ordering::AcqRel) >= max {
             self.holders.fetch_sub(1, Ordering::AcqRel);
+            undo_identity(self);
             return Err(Limit::HolderStreamsPerGateway(max).reject());
         }
         if let Err(status) = self.count(connection, StreamKind::Holder) {
             self.holders.fetch_sub(1, Ordering::AcqRel);
+            undo_identity(self);
             return Err(status);
         }
         Ok(StreamPermit {
             admission: self.clone(),
             connection,
+            identity,
             kind: StreamKind::Holder,
         })
     }
 
-    /// Admits an Observe stream from `connection`.
+    /// Admits an Observe stream from `connection` by `identity` (as [`Admission::holder`]).
     ///
     /// # Errors
-    /// `RESOURCE_EXHAUSTED` past the per-connection Observe limit.
+    /// `RESOURCE_EXHAUSTED` past the per-identity or per-connection Observe limit.
     pub fn observer(
         self: &Arc<Self>,
         connection: Option<SocketAddr>,
+        identity: Option<&Identity>,
     ) -> Result<StreamPermit, CoordError> {
-        self.count(connection, StreamKind::Observer)?;
+        self.count_identity(identity, StreamKind::Observer)?;
+        if let Err(e) = self.count(connection, StreamKind::Observer) {
+            self.uncount_identity(identity, StreamKind::Observer);
+            return Err(e);
+        }
         Ok(StreamPermit {
             admission: self.clone(),
             connection,
+            identity: identity.cloned(),
             kind: StreamKind::Observer,
         })
+    }
+
+    fn count_identity(
+        &self,
+        identity: Option<&Identity>,
+        kind: StreamKind,
+    ) -> Result<(), CoordError> {
+        let Some(id) = identity else {
+            return Ok(());
+        };
+        let mut map = self.identities.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = map.entry(id.clone()).or_default();
+        let (open, max, limit) = match kind {
+            StreamKind::Holder => (
+                &mut entry.holders,
+                self.limits.holder_streams_per_identity,
+                Limit::HolderStreamsPerIdentity as fn(String, usize) -> Limit,
+            ),
+            StreamKind::Observer => (
+                &mut entry.observers,
+                self.limits.observe_streams_per_identity,
+                Limit::ObserveStreamsPerIdentity as fn(String, usize) -> Limit,
+            ),
+        };
+        if *open >= max {
+            let limit = limit(id.to_string(), max);
+            m::identity_limit_rejected(limit.label(), id.as_str());
+            if entry.holders == 0 && entry.observers == 0 {
+                map.remove(id);
+            }
+            return Err(limit.reject());
+        }
+        *open += 1;
+        Ok(())
+    }
+
+    fn uncount_identity(&self, identity: Option<&Identity>, kind: StreamKind) {
+        let Some(id) = identity else {
+            return;
+        };
+        let mut map = self.identities.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = map.get_mut(id) {
+            match kind {
+                StreamKind::Holder => entry.holders = entry.holders.saturating_sub(1),
+                StreamKind::Observer => entry.observers = entry.observers.saturating_sub(1),
+            }
+            if entry.holders == 0 && entry.observers == 0 {
+                map.remove(id);
+            }
+        }
     }
 
     fn count(&self, connection: Option<SocketAddr>, kind: StreamKind) -> Result<(), CoordError> {
@@ -177,6 +262,8 @@ impl Drop for StreamPermit {
         if self.kind == StreamKind::Holder {
             self.admission.holders.fetch_sub(1, Ordering::AcqRel);
         }
+        self.admission
+            .uncount_identity(self.identity.as_ref(), self.kind);
         let Some(addr) = self.connection else {
             return;
         };
@@ -242,24 +329,64 @@ mod tests {
             observe_streams_per_connection: 1,
             ..Default::default()
         });
-        let h1 = a.holder(addr(1)).unwrap();
-        let _h2 = a.holder(addr(1)).unwrap();
-        let e = Status::from(a.holder(addr(1)).unwrap_err());
+        let h1 = a.holder(addr(1), None).unwrap();
+        let _h2 = a.holder(addr(1), None).unwrap();
+        let e = Status::from(a.holder(addr(1), None).unwrap_err());
         assert_eq!(e.code(), tonic::Code::ResourceExhausted);
         assert!(
             e.message()
                 .contains("--max-holder-streams-per-connection = 2"),
             "{e:?}"
         );
-        let _h3 = a.holder(addr(2)).unwrap();
-        let e = Status::from(a.holder(addr(3)).unwrap_err());
+        let _h3 = a.holder(addr(2), None).unwrap();
+        let e = Status::from(a.holder(addr(3), None).unwrap_err());
         assert!(e.message().contains("--max-holder-streams = 3"), "{e:?}");
         assert_eq!(a.holder_streams(), 3);
         drop(h1);
         assert_eq!(a.holder_streams(), 2);
-        let _h4 = a.holder(addr(1)).unwrap();
-        let _o1 = a.observer(addr(1)).unwrap();
-        assert!(a.observer(addr(1)).is_err());
-        assert!(a.observer(addr(2)).is_ok());
+        let _h4 = a.holder(addr(1), None).unwrap();
+        let _o1 = a.observer(addr(1), None).unwrap();
+        assert!(a.observer(addr(1), None).is_err());
+        assert!(a.observer(addr(2), None).is_ok());
+    }
+
+    #[test]
+    fn per_identity_limits_come_first_and_spare_other_tenants() {
+        let a = Admission::new(StreamLimits {
+            holder_streams_per_gateway: 4,
+            holder_streams_per_identity: 2,
+            observe_streams_per_identity: 1,
+            ..Default::default()
+        });
+        let flood = Identity::Named("flood".into());
+        let quiet = Identity::Named("quiet".into());
+        let h1 = a.holder(addr(1), Some(&flood)).unwrap();
+        let _h2 = a.holder(addr(2), Some(&flood)).unwrap();
+        let e = Status::from(a.holder(addr(3), Some(&flood)).unwrap_err());
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        for part in ["flood", "--max-holder-streams-per-identity = 2"] {
+            assert!(e.message().contains(part), "{e:?}");
+        }
+        assert_eq!(a.holder_streams(), 2, "a refused stream takes no place");
+        let _q1 = a.holder(addr(3), Some(&quiet)).unwrap();
+        let _q2 = a.holder(addr(3), Some(&quiet)).unwrap();
+        drop(h1);
+        let _h3 = a.holder(addr(1), Some(&flood)).unwrap();
+        // The gateway-wide limit still stands behind them, and a refusal there gives the
+        // identity's place back.
+        let e = Status::from(a.holder(addr(4), Some(&Identity::Anonymous)).unwrap_err());
+        assert!(e.message().contains("--max-holder-streams = 4"), "{e:?}");
+        let _o = a.observer(addr(1), Some(&flood)).unwrap();
+        let e = Status::from(a.observer(addr(2), Some(&flood)).unwrap_err());
+        assert!(
+            e.message()
+                .contains("--max-observe-streams-per-identity = 1"),
+            "{e:?}"
+        );
+        assert!(a.observer(addr(2), Some(&quiet)).is_ok());
+        assert!(
+            a.observer(addr(2), None).is_ok(),
+            "no policy: no per-identity limit"
+        );
     }
 }

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert::{self, Converted};
-use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step, Suspension};
+use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step, Suspension, Tenant};
 use super::limits::Admission;
+use crate::auth::{self, audit, Auth, LeaseKeys, Verb};
 use crate::coord::lock::{AcquireSpec, LockEnd, LockEvent, LockHold, LockMode};
 use crate::coord::member::Member;
 use crate::coord::types::{FencingToken, InvalidInput, MemberInfo, Participant, QueueKind};
@@ -21,11 +22,23 @@ use crate::proto::lock_server::Lock;
 pub struct LockApi {
     coord: Arc<Coordinator>,
     admission: Arc<Admission>,
+    auth: Arc<Auth>,
+    keys: LeaseKeys,
 }
 
 impl LockApi {
-    pub fn new(coord: Arc<Coordinator>, admission: Arc<Admission>) -> Self {
-        Self { coord, admission }
+    pub fn new(
+        coord: Arc<Coordinator>,
+        admission: Arc<Admission>,
+        auth: Arc<Auth>,
+        keys: LeaseKeys,
+    ) -> Self {
+        Self {
+            coord,
+            admission,
+            auth,
+            keys,
+        }
     }
 }
 
@@ -114,11 +127,14 @@ impl HolderStream for AcquireStream {
 
     async fn next_event(&mut self) -> Step<pb::AcquireResponse> {
         match self.hold.next_event().await {
-            LockEvent::Acquired(a) => Step::Granted(event(Event::Acquired(pb::Acquired {
-                lease: self.lease.clone(),
-                fencing_token: a.fencing_token.0,
-                silence_limit: Some(convert::duration(self.hold.member().silence_limit())),
-            }))),
+            LockEvent::Acquired(a) => Step::Granted(
+                event(Event::Acquired(pb::Acquired {
+                    lease: self.lease.clone(),
+                    fencing_token: a.fencing_token.0,
+                    silence_limit: Some(convert::duration(self.hold.member().silence_limit())),
+                })),
+                a.fencing_token.0,
+            ),
             LockEvent::Suspended { stop_within } => {
                 Step::Send(Self::suspended(stop_within, Suspension::Connection))
             }
@@ -180,25 +196,36 @@ impl Lock for LockApi {
         request: Request<Streaming<pb::AcquireRequest>>,
     ) -> Result<Response<Self::AcquireStream>, Status> {
         let coord = self.coord.clone();
+        let keys = self.keys.clone();
+        let tenant = Tenant {
+            auth: self.auth.clone(),
+            identity: auth::caller(&request),
+            verb: Verb::Lock,
+        };
         holder_stream::open(
             &self.admission,
             &self.coord,
+            tenant,
             request,
             "acquire",
-            |first: pb::AcquireRequest| async move {
-                let spec = match first.request {
-                    Some(AcquireMsg::Acquire(a)) => AcquireSpec::try_from(a)?,
-                    _ => {
-                        return Err(InvalidInput::FirstMessage {
-                            stream: "Acquire",
-                            expected: "acquire{name, owner, permits, mode, wait_timeout, ttl}",
+            |first: pb::AcquireRequest, tenant: &Tenant| {
+                let (auth, identity) = (tenant.auth.clone(), tenant.identity.clone());
+                async move {
+                    let spec = match first.request {
+                        Some(AcquireMsg::Acquire(a)) => AcquireSpec::try_from(a)?,
+                        _ => {
+                            return Err(InvalidInput::FirstMessage {
+                                stream: "Acquire",
+                                expected: "acquire{name, owner, permits, mode, wait_timeout, ttl}",
+                            }
+                            .into())
                         }
-                        .into())
-                    }
-                };
-                let hold = coord.acquire(spec).await?;
-                let lease = hold.member().lease().encode();
-                Ok(AcquireStream { hold, lease })
+                    };
+                    auth.check(&identity, Verb::Lock, spec.name.as_str())?;
+                    let hold = coord.acquire(spec).await?;
+                    let lease = hold.member().lease().encode(&keys);
+                    Ok(AcquireStream { hold, lease })
+                }
             },
         )
         .await
@@ -208,8 +235,18 @@ impl Lock for LockApi {
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
-        let lease = convert::lease(&request.into_inner().lease, QueueKind::Lock)?;
+        let identity = auth::caller(&request);
+        let lease = convert::lease(&request.into_inner().lease, QueueKind::Lock, &self.keys)?;
+        self.auth
+            .check(&identity, Verb::Lock, lease.queue.as_str())?;
         self.coord.release(&lease).await?;
+        audit::gave_up(
+            &identity,
+            Verb::Lock,
+            lease.queue.as_str(),
+            None,
+            "by lease",
+        );
         Ok(Response::new(pb::ReleaseResponse {}))
     }
 
@@ -217,8 +254,10 @@ impl Lock for LockApi {
         &self,
         request: Request<pb::HoldersRequest>,
     ) -> Result<Response<pb::HoldersResponse>, Status> {
+        let name = convert::queue_name(request.get_ref().name.clone(), "name")?;
+        self.auth
+            .check(&auth::caller(&request), Verb::Observe, name.as_str())?;
         let r = request.into_inner();
-        let name = convert::queue_name(r.name, "name")?;
         let page = convert::page(r.page_size, &r.page_token)?;
         let h = self.coord.holders(&name, page).await?;
         Ok(Response::new(pb::HoldersResponse {
@@ -233,8 +272,10 @@ impl Lock for LockApi {
         &self,
         request: Request<pb::LockValidateRequest>,
     ) -> Result<Response<pb::LockValidateResponse>, Status> {
+        let name = convert::queue_name(request.get_ref().name.clone(), "name")?;
+        self.auth
+            .check(&auth::caller(&request), Verb::Observe, name.as_str())?;
         let r = request.into_inner();
-        let name = convert::queue_name(r.name, "name")?;
         let current = self
             .coord
             .validate_holder(&name, FencingToken(r.fencing_token))

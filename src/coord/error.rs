@@ -66,6 +66,16 @@ pub enum CoordError {
     Unavailable(Retry),
     #[error("ZooKeeper refused the request: not authorised ({0})")]
     NotAuthorised(zkc::Error),
+    /// A policy is in force and the caller's credentials are not ones it accepts.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(&'static str),
+    /// The policy does not let this identity do this verb on this name.
+    #[error("permission denied: identity {identity:?} may not {verb} on {name:?} (--auth-policy)")]
+    PermissionDenied {
+        identity: String,
+        verb: crate::auth::Verb,
+        name: String,
+    },
     /// A ZooKeeper answer the gateway has no rule for.
     #[error("ZooKeeper error: {0}")]
     Zk(zkc::Error),
@@ -132,6 +142,10 @@ pub enum Limit {
     ObserveStreamsPerConnection(usize),
     #[error("limit reached: elections on one ObserveMany stream (--max-observe-many-elections = {0}); use a longer prefix or more streams")]
     ElectionsPerObserveMany(usize),
+    #[error("limit reached: open Campaign and Acquire streams of identity {0:?} on this gateway (--max-holder-streams-per-identity = {1}); close some streams")]
+    HolderStreamsPerIdentity(String, usize),
+    #[error("limit reached: open Observe streams of identity {0:?} on this gateway (--max-observe-streams-per-identity = {1}); close some streams")]
+    ObserveStreamsPerIdentity(String, usize),
 }
 
 fn kind_word(kind: QueueKind) -> &'static str {
@@ -152,6 +166,8 @@ impl Limit {
             Limit::HolderStreamsPerConnection(_) => "holder_streams_per_connection",
             Limit::ObserveStreamsPerConnection(_) => "observe_streams_per_connection",
             Limit::ElectionsPerObserveMany(_) => "observe_many_elections",
+            Limit::HolderStreamsPerIdentity(..) => "holder_streams_per_identity",
+            Limit::ObserveStreamsPerIdentity(..) => "observe_streams_per_identity",
         }
     }
 

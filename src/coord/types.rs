@@ -6,6 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use rand::RngCore;
 
+use crate::auth::lease_key::{hex_decode, hex_encode, LeaseKeys};
+
 /// Names are 1–200 characters of `[A-Za-z0-9._-]`, and not `.` or `..` (contract "Errors"): safe as
 /// a single ZooKeeper path segment and as a Prometheus label value.
 pub const MAX_NAME_LEN: usize = 200;
@@ -360,8 +362,10 @@ impl MemberName {
 }
 
 /// A capability naming exactly one znode: given only on the holder's own stream, honoured by
-/// any gateway. Its secret is the znode's 128-bit protected id, so it cannot be guessed, and a
-/// late `Resign`/`Release` can never touch a newer candidacy (a new znode has a new id).
+/// any gateway of the fleet. What it names — kind, queue, member znode — anyone who can list
+/// ZooKeeper can see; what makes it a capability is its HMAC-SHA256 tag under the fleet's lease
+/// key ([`LeaseKeys`]), which ZooKeeper never sees (G9). A late `Resign`/`Release` can never
+/// touch a newer candidacy (a new znode has a new name, so a new tag).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Lease {
     pub kind: QueueKind,
@@ -380,40 +384,48 @@ impl fmt::Debug for Lease {
     }
 }
 
-const LEASE_PREFIX: &str = "zkg1";
+/// The lease format's version. `zkg1.` leases (the hex of the znode path, unsigned, so
+/// forgeable from any listing) are no longer honoured: they are `NOT_FOUND`.
+const LEASE_PREFIX: &str = "zkg2";
 
 impl Lease {
-    /// The opaque text form handed to clients: `zkg1.<kind>.<queue>.<node>`, hex-armoured as a
-    /// whole so clients are not tempted to parse it.
-    pub fn encode(&self) -> String {
-        let raw = format!(
-            "{}/{}/{}",
+    /// The text the tag covers: the format's version, kind, queue and member znode name.
+    fn signed_text(&self) -> String {
+        format!(
+            "{LEASE_PREFIX}/{}/{}/{}",
             self.kind.tag(),
             self.queue,
             self.member.node_name()
-        );
-        let mut out = String::with_capacity(LEASE_PREFIX.len() + 1 + raw.len() * 2);
-        out.push_str(LEASE_PREFIX);
-        out.push('.');
-        for b in raw.bytes() {
-            out.push_str(&format!("{b:02x}"));
-        }
-        out
+        )
     }
 
-    /// Parses a lease of the given kind. Anything malformed — or a lock lease given to the
-    /// election service — is `None`, which the API reports as `NOT_FOUND` (contract "API": a lease the
-    /// gateway cannot honour is not found, whatever the reason).
-    pub fn decode(text: &str, kind: QueueKind) -> Option<Self> {
-        let hex = text.strip_prefix(LEASE_PREFIX)?.strip_prefix('.')?;
-        if hex.len() % 2 != 0 || hex.len() > 2 * 512 {
+    /// The opaque text form handed to clients: `zkg2.<hex of kind/queue/node>.<hex of the
+    /// HMAC-SHA256 tag under the signing key>`, so clients are not tempted to parse it.
+    pub fn encode(&self, keys: &LeaseKeys) -> String {
+        let signed = self.signed_text();
+        let raw = &signed[LEASE_PREFIX.len() + 1..];
+        format!(
+            "{LEASE_PREFIX}.{}.{}",
+            hex_encode(raw.as_bytes()),
+            hex_encode(keys.sign(signed.as_bytes()).as_ref())
+        )
+    }
+
+    /// Parses a lease of the given kind whose tag verifies under one of `keys`. Anything
+    /// malformed, unsigned (`zkg1.`), signed under a key this gateway does not hold — or a lock
+    /// lease given to the election service — is `None`, which the API reports as `NOT_FOUND`
+    /// (contract "API": a lease the gateway cannot honour is not found, whatever the reason).
+    pub fn decode(text: &str, kind: QueueKind, keys: &LeaseKeys) -> Option<Self> {
+        let rest = text.strip_prefix(LEASE_PREFIX)?.strip_prefix('.')?;
+        let (hex, tag) = rest.split_once('.')?;
+        if hex.len() > 2 * 512 || tag.len() != 64 {
             return None;
         }
-        let bytes: Option<Vec<u8>> = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-            .collect();
-        let raw = String::from_utf8(bytes?).ok()?;
+        let raw = String::from_utf8(hex_decode(hex)?).ok()?;
+        let tag = hex_decode(tag)?;
+        if !keys.verify(format!("{LEASE_PREFIX}/{raw}").as_bytes(), &tag) {
+            return None;
+        }
         let mut parts = raw.splitn(3, '/');
         let tag = parts.next()?.chars().next()?;
         if QueueKind::from_tag(tag)? != kind {
@@ -664,6 +676,7 @@ mod tests {
 
     #[test]
     fn leases_round_trip_and_reject_garbage() {
+        let keys = LeaseKeys::from_secrets([vec![7u8; 32]], "test");
         let id = ProtectedId::random();
         let member = MemberName::parse(&format!(
             "{}{:010}",
@@ -676,26 +689,60 @@ mod tests {
             queue: QueueName::new("db").unwrap(),
             member,
         };
-        let text = lease.encode();
+        let text = lease.encode(&keys);
         assert_eq!(
-            Lease::decode(&text, QueueKind::Election),
+            Lease::decode(&text, QueueKind::Election, &keys),
             Some(lease.clone())
         );
         assert_eq!(
-            Lease::decode(&text, QueueKind::Lock),
+            Lease::decode(&text, QueueKind::Lock, &keys),
             None,
             "a lock service must not accept an election lease"
         );
+        let other = LeaseKeys::from_secrets([vec![8u8; 32]], "other");
+        assert_eq!(
+            Lease::decode(&text, QueueKind::Election, &other),
+            None,
+            "a lease signed under a key the gateway does not hold"
+        );
+        let rotated = LeaseKeys::from_secrets([vec![8u8; 32], vec![7u8; 32]], "rotated");
+        assert_eq!(
+            Lease::decode(&text, QueueKind::Election, &rotated),
+            Some(lease.clone()),
+            "a lease signed under the file's second key"
+        );
+        // The forgery of issue 20: the old unsigned form, built from a listing.
+        let raw = format!("e/db/{}", lease.member.node_name());
+        let zkg1 = format!("zkg1.{}", hex_encode(raw.as_bytes()));
+        assert_eq!(Lease::decode(&zkg1, QueueKind::Election, &keys), None);
+        // The new form with the tag of another lease, or a flipped bit.
+        let (body, tag) = text.rsplit_once('.').unwrap();
+        let other_queue = Lease {
+            queue: QueueName::new("dc").unwrap(),
+            ..lease.clone()
+        }
+        .encode(&keys);
+        let (_, other_tag) = other_queue.rsplit_once('.').unwrap();
+        let mut flipped = tag.to_owned();
+        flipped.replace_range(0..1, if tag.starts_with('0') { "1" } else { "0" });
         for bad in [
             "",
-            "zkg1",
-            "zkg1.",
-            "zkg1.zz",
-            "zkg1.6",
+            "zkg2",
+            "zkg2.",
+            "zkg2.zz",
+            "zkg2.6",
             "nonsense",
             "zkg1.652f2e2e2f63",
+            &format!("{body}.{other_tag}"),
+            &format!("{body}.{flipped}"),
+            &format!("{body}."),
+            body,
         ] {
-            assert_eq!(Lease::decode(bad, QueueKind::Election), None, "{bad}");
+            assert_eq!(
+                Lease::decode(bad, QueueKind::Election, &keys),
+                None,
+                "{bad}"
+            );
         }
         assert!(
             !format!("{lease:?}").contains(&id.hex()),

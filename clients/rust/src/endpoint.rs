@@ -11,6 +11,9 @@ use crate::Error;
 
 /// The environment variable every zkgate client and the CLI read when no endpoint is given.
 pub const ENDPOINT_ENV: &str = "ZKGATE_ENDPOINT";
+/// The bearer token sent as `authorization: Bearer <token>` (gateways with `--auth-policy`
+/// identify the caller by it).
+pub const TOKEN_ENV: &str = "ZKGATE_TOKEN";
 /// The endpoint used when neither code nor `ZKGATE_ENDPOINT` names one.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:50051";
 /// The deadline of unary calls (and of opening a hold until its `queued`), unless configured.
@@ -274,11 +277,25 @@ impl TlsOptions {
 }
 
 /// The gateway fleet and how to talk to it: what [`crate::Client::connect`] takes.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Endpoints {
     pub(crate) list: Vec<Endpoint>,
     pub(crate) tls: Option<TlsOptions>,
     pub(crate) timeout: Duration,
+    /// The bearer token sent with every call and stream.
+    pub(crate) token: Option<String>,
+}
+
+impl fmt::Debug for Endpoints {
+    // Never print the token.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoints")
+            .field("list", &self.list)
+            .field("tls", &self.tls)
+            .field("timeout", &self.timeout)
+            .field("token", &self.token.is_some())
+            .finish()
+    }
 }
 
 impl Endpoints {
@@ -295,18 +312,46 @@ impl Endpoints {
             list: parse_list(items)?,
             tls: None,
             timeout: DEFAULT_TIMEOUT,
+            token: None,
         })
     }
 
-    /// `ZKGATE_ENDPOINT`, or [`DEFAULT_ENDPOINT`] when it is unset or blank.
+    /// `ZKGATE_ENDPOINT`, or [`DEFAULT_ENDPOINT`] when it is unset or blank; with the bearer
+    /// token of `ZKGATE_TOKEN` when that is set.
     ///
     /// # Errors
     /// [`Error::InvalidEndpoint`] when the variable holds an invalid endpoint.
     pub fn from_env() -> Result<Self, Error> {
-        match std::env::var(ENDPOINT_ENV) {
+        let e = match std::env::var(ENDPOINT_ENV) {
             Ok(v) if !v.trim().trim_matches(',').trim().is_empty() => Self::new([v]),
             _ => Self::new([DEFAULT_ENDPOINT]),
+        }?;
+        Ok(match std::env::var(TOKEN_ENV) {
+            Ok(t) if !t.trim().is_empty() => e.token(t.trim()),
+            _ => e,
+        })
+    }
+
+    /// Send `authorization: Bearer <token>` with every call and stream (a gateway with
+    /// `--auth-policy` identifies the caller by it).
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// The bearer token from a file (its content, trimmed: `--token-file`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidEndpoint`] naming the file when it cannot be read or is empty.
+    pub fn token_file(self, path: &Path) -> Result<Self, Error> {
+        let bad =
+            |why: String| Error::InvalidEndpoint(format!("--token-file {}", path.display()), why);
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let token = text.trim();
+        if token.is_empty() {
+            return Err(bad("the file is empty".into()));
         }
+        Ok(self.token(token))
     }
 
     /// The given endpoints, or [`Endpoints::from_env`] when there are none.

@@ -175,6 +175,8 @@ struct Inner {
     /// The endpoint new calls and holds use; advanced round robin on failure.
     current: AtomicUsize,
     timeout: Duration,
+    /// `authorization: Bearer <token>`, sent with every call and stream.
+    authorization: Option<tonic::metadata::AsciiMetadataValue>,
 }
 
 /// A client of a gateway fleet. Cheap to clone; all clones share one HTTP/2 connection per
@@ -209,6 +211,15 @@ impl Client {
     /// [`Error::InvalidEndpoint`] or [`Error::Tls`] (bad certificate material).
     pub async fn connect(endpoints: Endpoints) -> Result<Client, Error> {
         let tls_configured = endpoints.tls.is_some();
+        let authorization = match &endpoints.token {
+            Some(t) => Some(format!("Bearer {t}").parse().map_err(|_| {
+                Error::InvalidEndpoint(
+                    "token".into(),
+                    "a bearer token must be printable ASCII".into(),
+                )
+            })?),
+            None => None,
+        };
         let list = endpoint::expand(endpoints.list, endpoints.timeout).await;
         let mut channels = Vec::with_capacity(list.len());
         for ep in &list {
@@ -265,6 +276,7 @@ impl Client {
                 channels,
                 current: AtomicUsize::new(0),
                 timeout: endpoints.timeout,
+                authorization,
             }),
         })
     }
@@ -318,7 +330,7 @@ impl Client {
     }
 
     fn request_within<T>(&self, msg: T, timeout: Duration) -> tonic::Request<T> {
-        let mut r = tonic::Request::new(msg);
+        let mut r = self.authorized(msg);
         r.set_timeout(timeout);
         r
     }
@@ -329,6 +341,15 @@ impl Client {
     /// its stream (contract G3c).
     fn by_lease_timeout(&self) -> Duration {
         self.inner.timeout + BY_LEASE_EXTRA
+    }
+
+    /// `msg` with the bearer token, if the client has one (streams: no deadline).
+    pub(crate) fn authorized<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        if let Some(a) = &self.inner.authorization {
+            r.metadata_mut().insert("authorization", a.clone());
+        }
+        r
     }
 
     /// Runs a unary call with the deadline, trying each endpoint at most once (starting with
@@ -614,10 +635,15 @@ impl Client {
         let core = self
             .open_hold(|ch, ep| {
                 let join = join.clone();
+                let auth = self.authorized(());
                 async move {
-                    let stream = raw::CampaignStream::join(ch, join)
-                        .await
-                        .map_err(Error::Status)?;
+                    let stream = raw::CampaignStream::open_request(
+                        ch,
+                        [pb::campaign_request::Request::Join(join).into()],
+                        auth,
+                    )
+                    .await
+                    .map_err(Error::Status)?;
                     let (requests, responses) = stream.into_parts();
                     let give_up = Box::new(move || {
                         let _ = requests.try_send(
@@ -679,10 +705,15 @@ impl Client {
         let core = self
             .open_hold(|ch, ep| {
                 let acquire = acquire.clone();
+                let auth = self.authorized(());
                 async move {
-                    let stream = raw::AcquireStream::acquire(ch, acquire)
-                        .await
-                        .map_err(Error::Status)?;
+                    let stream = raw::AcquireStream::open_request(
+                        ch,
+                        [pb::acquire_request::Request::Acquire(acquire).into()],
+                        auth,
+                    )
+                    .await
+                    .map_err(Error::Status)?;
                     let (requests, responses) = stream.into_parts();
                     let keep_alive = ttl.map(|ttl| {
                         let requests = requests.clone();

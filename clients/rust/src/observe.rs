@@ -100,7 +100,7 @@ async fn run(
         let opened = tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            r = tokio::time::timeout(client.timeout(), stub.observe(req)) => r,
+            r = tokio::time::timeout(client.timeout(), stub.observe(client.authorized(req))) => r,
         };
         match opened {
             Ok(Ok(resp)) => {

@@ -142,7 +142,7 @@ async fn run(
         let opened = tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            r = tokio::time::timeout(client.timeout(), stub.observe_many(req)) => r,
+            r = tokio::time::timeout(client.timeout(), stub.observe_many(client.authorized(req))) => r,
         };
         match opened {
             Ok(Ok(resp)) => {

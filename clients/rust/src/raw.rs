@@ -133,6 +133,29 @@ impl CampaignStream {
         })
     }
 
+    /// [`CampaignStream::open`] with the metadata of `meta` (a bearer token: the body is
+    /// ignored).
+    ///
+    /// # Errors
+    /// As [`CampaignStream::open`].
+    pub async fn open_request(
+        channel: Channel,
+        first: impl IntoIterator<Item = pb::CampaignRequest>,
+        meta: tonic::Request<()>,
+    ) -> Result<Self, Status> {
+        let (requests, rx) = request_buffer(first.into_iter().collect());
+        let (metadata, extensions, ()) = meta.into_parts();
+        let request = tonic::Request::from_parts(metadata, extensions, rx);
+        let responses = ElectionClient::new(channel)
+            .campaign(request)
+            .await?
+            .into_inner();
+        Ok(Duplex {
+            requests,
+            responses,
+        })
+    }
+
     /// Starts `Campaign` with `join`.
     ///
     /// # Errors
@@ -190,6 +213,29 @@ impl AcquireStream {
     ) -> Result<Self, Status> {
         let (requests, rx) = request_buffer(first.into_iter().collect());
         let responses = client.acquire(rx).await?.into_inner();
+        Ok(Duplex {
+            requests,
+            responses,
+        })
+    }
+
+    /// [`AcquireStream::open`] with the metadata of `meta` (a bearer token: the body is
+    /// ignored).
+    ///
+    /// # Errors
+    /// As [`AcquireStream::open`].
+    pub async fn open_request(
+        channel: Channel,
+        first: impl IntoIterator<Item = pb::AcquireRequest>,
+        meta: tonic::Request<()>,
+    ) -> Result<Self, Status> {
+        let (requests, rx) = request_buffer(first.into_iter().collect());
+        let (metadata, extensions, ()) = meta.into_parts();
+        let request = tonic::Request::from_parts(metadata, extensions, rx);
+        let responses = LockClient::new(channel)
+            .acquire(request)
+            .await?
+            .into_inner();
         Ok(Duplex {
             requests,
             responses,

@@ -51,6 +51,11 @@ impl GatewaySpec {
     }
 }
 
+/// The lease key of every test fleet ([`GatewayProc`] passes it as `--lease-key-file` unless
+/// the spec names one). Public, so a test must never rely on it being secret.
+pub const TEST_FLEET_LEASE_KEY: &str =
+    "7a6b6761746520746573742066656c6c6f77206b657920e28094206e6f7420736563726574\n";
+
 /// The tick every ZooKeeper of the suite runs with unless a test says otherwise
 /// (`LocalZkOptions::default`).
 pub const HARNESS_TICK: Duration = Duration::from_millis(250);
@@ -103,6 +108,15 @@ impl GatewayProc {
         cmd.arg("--session-timeout")
             .arg(format!("{}ms", spec.session_timeout.as_millis()));
         cmd.args(&spec.extra);
+        // One fleet, one lease key: every gateway process of a test honours the others'
+        // leases (by-lease resign/release across gateways), unless the test chose a key.
+        let chose_key = spec.extra.iter().any(|a| a.starts_with("--lease-key-file"))
+            || spec.env.iter().any(|(k, _)| k == "ZKGATE_LEASE_KEY_FILE");
+        if !chose_key {
+            let keys = dir.path().join("lease.keys");
+            std::fs::write(&keys, TEST_FLEET_LEASE_KEY).map_err(|e| e.to_string())?;
+            cmd.arg("--lease-key-file").arg(&keys);
+        }
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("ZKGATE_") {
                 cmd.env_remove(k);
