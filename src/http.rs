@@ -17,19 +17,27 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 
+use crate::auth::Auth;
 use crate::coord::Coordinator;
 
 /// Serves the operator endpoints until the task is dropped.
-pub async fn serve(listener: TcpListener, coord: Arc<Coordinator>, metrics: PrometheusHandle) {
+pub async fn serve(
+    listener: TcpListener,
+    coord: Arc<Coordinator>,
+    metrics: PrometheusHandle,
+    auth: Arc<Auth>,
+) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let coord = coord.clone();
         let metrics = metrics.clone();
+        let auth = auth.clone();
         tokio::spawn(async move {
-            let svc =
-                hyper::service::service_fn(move |req| respond(req, coord.clone(), metrics.clone()));
+            let svc = hyper::service::service_fn(move |req| {
+                respond(req, coord.clone(), metrics.clone(), auth.clone())
+            });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
@@ -88,11 +96,12 @@ async fn respond(
     req: Request<Incoming>,
     coord: Arc<Coordinator>,
     metrics: PrometheusHandle,
+    auth: Arc<Auth>,
 ) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path();
     if path == "/ui/events" {
         let prefix = prefix_of(req.uri().query());
-        let visible = crate::ui::visible_to(req.headers());
+        let visible = crate::ui::visible_to(req.headers(), &auth);
         let (tx, rx) = tokio::sync::mpsc::channel::<String>(4);
         tokio::spawn(crate::ui::events(coord, prefix, visible, tx));
         let frames = tokio_stream::wrappers::ReceiverStream::new(rx)
@@ -112,7 +121,8 @@ async fn respond(
         // One state, without the fleet-wide leaders' observation: this gateway's board and the
         // leaders its own watches know (for scripts; the page uses the event stream).
         let prefix = prefix_of(req.uri().query());
-        let view = coord.board.view(&prefix);
+        let visible = crate::ui::visible_to(req.headers(), &auth);
+        let view = crate::ui::only_visible(coord.board.view(&prefix), &visible);
         let body = crate::ui::state(&Default::default(), &view, &[], None).to_string();
         return Ok(with_type(
             Response::new(Full::new(Bytes::from(body)).boxed()),

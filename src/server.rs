@@ -123,7 +123,12 @@ pub async fn run_with(
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let health_task = tokio::spawn(follow_health(coord.clone(), health_reporter.clone()));
     if let Some(http) = http {
-        tokio::spawn(crate::http::serve(http, coord.clone(), metrics));
+        tokio::spawn(crate::http::serve(
+            http,
+            coord.clone(),
+            metrics,
+            cfg.auth.clone(),
+        ));
     }
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()

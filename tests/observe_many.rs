@@ -312,3 +312,131 @@ async fn cost_per_change_does_not_grow_with_streams() {
         "100 streams cost {hundred:?}, 1 stream {one:?}"
     );
 }
+
+/// SPEC §7: under a policy ObserveMany shows only the names the caller may observe — a prefix
+/// filters, a listed name it may not observe is `PERMISSION_DENIED` — and so does the `/ui`
+/// state for the identity of its `authorization` header.
+#[tokio::test]
+async fn under_a_policy_only_names_the_caller_may_observe_are_shown() {
+    let sha = |t: &str| -> String {
+        ring::digest::digest(&ring::digest::SHA256, t.as_bytes())
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            r#"
+[[token]]
+identity = "billing"
+sha256 = "{}"
+[[allow]]
+identity = "billing"
+names = ["billing.*"]
+verbs = ["observe"]
+[[allow]]
+identity = "anonymous"
+names = ["*"]
+verbs = ["campaign"]
+[[allow]]
+identity = "anonymous"
+names = ["public"]
+verbs = ["observe"]
+"#,
+            sha("billing-token")
+        ),
+    )
+    .unwrap();
+    let zk = shared_zk();
+    let auth = zkgate::auth::Auth::from_file(&policy).unwrap();
+    let gw = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            configure: Some(Box::new(move |cfg| cfg.auth = auth)),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = gw.client().await;
+    let mut held = Vec::new();
+    for name in ["billing.a", "search.b", "public"] {
+        let mut m = Campaign::join(&mut c, name, "x", b"").await;
+        m.elected().await;
+        held.push(m);
+    }
+    let as_billing = |msg: pb::ObserveManyRequest| {
+        let mut r = tonic::Request::new(msg);
+        r.metadata_mut()
+            .insert("authorization", "Bearer billing-token".parse().unwrap());
+        r
+    };
+    let everything = || pb::ObserveManyRequest {
+        prefix: String::new(),
+        elections: Vec::new(),
+    };
+
+    let mut s = c
+        .observe_many(as_billing(everything()))
+        .await
+        .unwrap()
+        .into_inner();
+    let names: Vec<String> = snapshot(&mut s).await.into_keys().collect();
+    assert_eq!(names, ["billing.a"], "billing sees its own names only");
+    let mut s = observe_many(&mut c, "", &[]).await.unwrap();
+    let names: Vec<String> = snapshot(&mut s).await.into_keys().collect();
+    assert_eq!(
+        names,
+        ["public"],
+        "anonymous sees what anonymous may observe"
+    );
+    let e = c
+        .observe_many(as_billing(pb::ObserveManyRequest {
+            prefix: "billing.".into(),
+            elections: vec!["search.b".into()],
+        }))
+        .await
+        .expect_err("a listed name the caller may not observe is refused");
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("search.b"), "{e:?}");
+
+    // The page's state, as an authenticating proxy in front of it would ask for it.
+    let get = |auth: Option<&'static str>| {
+        let addr = gw.http;
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let header = auth.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
+            conn.write_all(
+                format!("GET /ui/state HTTP/1.1\r\nhost: x\r\n{header}connection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await
+            .unwrap();
+            let mut body = String::new();
+            conn.read_to_string(&mut body).await.unwrap();
+            body
+        }
+    };
+    let page = get(Some("billing-token")).await;
+    assert!(page.contains("billing.a"), "{page}");
+    assert!(
+        !page.contains("search.b") && !page.contains("\"public\""),
+        "{page}"
+    );
+    let page = get(None).await;
+    assert!(page.contains("\"public\""), "{page}");
+    assert!(
+        !page.contains("billing.a") && !page.contains("search.b"),
+        "{page}"
+    );
+    let page = get(Some("guessed")).await;
+    assert!(
+        !page.contains("billing.a") && !page.contains("search.b") && !page.contains("\"public\""),
+        "{page}"
+    );
+    drop(held);
+}

@@ -347,11 +347,11 @@ impl Election for ElectionApi {
         }))
     }
 
-    /// See `api::observe_many` (its `visible_to` is where a policy filters the names).
+    /// See `api::observe_many` (under a policy it shows only the names the caller may observe).
     async fn observe_many(
         &self,
         request: Request<pb::ObserveManyRequest>,
     ) -> Result<Response<Self::ObserveManyStream>, Status> {
-        super::observe_many::serve(&self.coord, &self.admission, request).await
+        super::observe_many::serve(&self.coord, &self.admission, &self.auth, request).await
     }
 }

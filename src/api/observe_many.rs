@@ -14,18 +14,21 @@ use super::convert;
 use super::holder_stream::BoxStream;
 use super::limits::Admission;
 use super::outbox::{self, Outbox, TrySend};
+use crate::auth::{self, Auth, Identity, Verb};
 use crate::coord::link::LossReason;
 use crate::coord::observe_many::{ManyEvent, ManySpec, Visible};
+use crate::coord::types::QueueName;
 use crate::coord::{CoordError, Coordinator};
 use crate::proto as pb;
 use crate::proto::observe_many_response::Event;
 
-/// **Policy hook (§7: "ObserveMany shows only allowed names").** The names the caller of
-/// `request` may observe. This is the single place the identity/policy layer plugs in: it
-/// should return the caller's `observe` filter. Until then (no policy configured) every name
-/// is visible.
-pub fn visible_to<T>(_request: &Request<T>) -> Visible {
-    Arc::new(|_| true)
+/// The names `identity` may observe (SPEC §7: "ObserveMany shows only allowed names"): the
+/// policy's `observe` verb, judged against the policy in force whenever the elections folder
+/// changes (a reload alone does not re-judge the names already followed: documented in
+/// docs/observability.md). Without a policy every name is visible.
+fn visible_to(auth: &Arc<Auth>, identity: Identity) -> Visible {
+    let auth = Arc::clone(auth);
+    Arc::new(move |name: &QueueName| auth.allows(&identity, Verb::Observe, name.as_str()))
 }
 
 /// Validates the request into what the coordination layer follows.
@@ -86,10 +89,17 @@ fn keep(unsent: &mut VecDeque<pb::ObserveManyResponse>, msg: pb::ObserveManyResp
 pub async fn serve(
     coord: &Arc<Coordinator>,
     admission: &Arc<Admission>,
+    auth: &Arc<Auth>,
     request: Request<pb::ObserveManyRequest>,
 ) -> Result<Response<BoxStream<pb::ObserveManyResponse>>, Status> {
-    let permit = admission.observer(request.remote_addr())?;
-    let visible = visible_to(&request);
+    let identity = auth::caller(&request);
+    // Every name listed by the caller must be one it may observe; a prefix shows only the
+    // allowed names under it.
+    for name in &request.get_ref().elections {
+        auth.check(&identity, Verb::Observe, name)?;
+    }
+    let permit = admission.observer(request.remote_addr(), auth.enforced().then_some(&identity))?;
+    let visible = visible_to(auth, identity);
     let spec = spec(
         request.into_inner(),
         admission.limits().observe_many_elections,

@@ -30,8 +30,8 @@ use crate::metrics as m;
 /// Elections one `ObserveMany` stream may follow at once, by default.
 pub const DEFAULT_MAX_OBSERVE_MANY_ELECTIONS: usize = 1_000;
 
-/// Which names a caller may see. **Policy hook:** the API layer passes the caller's filter
-/// here (`api::observe_many::visible_to`); until a policy is wired in, it allows every name.
+/// Which names a caller may see: the API layer passes the caller's `observe` filter under a
+/// policy (`api::observe_many::visible_to`), judged at every change of the folder.
 pub type Visible = Arc<dyn Fn(&QueueName) -> bool + Send + Sync>;
 
 /// What an `ObserveMany` stream asks for.

@@ -20,11 +20,12 @@ use std::time::{Duration, SystemTime};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::auth::{Auth, Verb};
 use crate::coord::board::BoardView;
 use crate::coord::observe_many::{
     ManyEvent, ManySpec, Visible, DEFAULT_MAX_OBSERVE_MANY_ELECTIONS,
 };
-use crate::coord::types::Holder;
+use crate::coord::types::{Holder, QueueName};
 use crate::coord::Coordinator;
 
 /// The page: HTML, CSS and script in one file.
@@ -36,11 +37,36 @@ const RECENT: usize = 50;
 /// How often an idle event stream sends a comment, so proxies keep it open.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 
-/// **Policy hook (§7):** the names the page's caller may observe. The identity/policy layer
-/// plugs in here (the HTTP request's bearer token → its `observe` filter); until then every
-/// name is visible.
-pub fn visible_to(_headers: &hyper::HeaderMap) -> Visible {
-    Arc::new(|_| true)
+/// The names the page's caller may observe (SPEC §7). Under a policy the HTTP request's
+/// `authorization: Bearer` header names the identity (a browser's `EventSource` cannot send
+/// one, so a page opened directly is `anonymous`; an authenticating proxy in front can add
+/// it); a token the policy does not know sees nothing. Without a policy every name is visible.
+pub fn visible_to(headers: &hyper::HeaderMap, auth: &Arc<Auth>) -> Visible {
+    if !auth.enforced() {
+        return Arc::new(|_| true);
+    }
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    if let Some(v) = headers.get(hyper::header::AUTHORIZATION) {
+        if let Ok(v) = tonic::metadata::MetadataValue::try_from(v.as_bytes()) {
+            metadata.insert("authorization", v);
+        }
+    }
+    match auth.identify(&metadata, None) {
+        Ok(identity) => {
+            let auth = Arc::clone(auth);
+            Arc::new(move |name: &QueueName| auth.allows(&identity, Verb::Observe, name.as_str()))
+        }
+        Err(_) => Arc::new(|_| false),
+    }
+}
+
+/// This gateway's board with only the names `visible` allows (locks included: `observe`
+/// covers `Holders`).
+pub fn only_visible(mut view: BoardView, visible: &Visible) -> BoardView {
+    let shown = |name: &str| QueueName::new(name).is_ok_and(|n| visible(&n));
+    view.names.retain(|n| shown(&n.name));
+    view.recent.retain(|c| shown(&c.name));
+    view
 }
 
 fn epoch(t: SystemTime) -> f64 {
@@ -179,7 +205,7 @@ pub async fn events(
             dirty = true;
         }
         if dirty && (ready || observation.is_none()) {
-            let view = coord.board.view(&prefix);
+            let view = only_visible(coord.board.view(&prefix), &visible);
             let s = state(&leaders, &view, &observed, note.as_deref());
             if out.send(format!("data: {s}\n\n")).await.is_err() {
                 return;
