@@ -837,6 +837,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
     // Below the request, the ensemble grants its maximum (the gateways reconnect asking for it).
     let t = args.granted_below.map_or(t_asked, |g| g.min(t_asked));
     let epoch = Instant::now();
+    let wall0 = now_ns();
     println!(
         "soak: {} min, seed {seed}, {} gateways, {} elections and {} locks ({} permits) x {} clients, \
          {} ttl holders (ttl {:?}), {} CLI verbs per name, session timeout {t_asked:?} asked, {t:?} granted",
@@ -1011,7 +1012,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
         t,
         t_asked,
         epoch,
-        wall0: now_ns(),
+        wall0,
         gateways,
         slots,
         verb_slots,
@@ -1140,7 +1141,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
                 continue;
             }
             checked += 1;
-            let r = checker::recovery(&report, e, f.from, f.bound, &f.what, epoch);
+            let r = checker::recovery(&report, e, f.recover_from, f.bound, &f.what, epoch);
             details.push_str(&format!(
                 "{} {:?} {e}: {r:?}\n",
                 checker::ms(f.from, epoch),
