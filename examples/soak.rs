@@ -1,9 +1,12 @@
 //! Randomized soak for safety under faults (issue 4, issue 10 item 8). Not part of CI.
 //!
 //! ```text
+//! cargo build --release --bin zkgate       # the CLI verbs run target/release/zkgate
 //! cargo run --release --example soak -- --minutes 10
 //! cargo run --release --example soak -- --minutes 35 --gap 1 --client-gap 1.5 --seed N
 //! cargo run --release --example soak -- --minutes 5 --zk-sessions 2   # a pool per gateway
+//! cargo run --release --example soak -- --minutes 5 --granted-below 3s # granted 3 s of 4 s
+//! cargo run --release --example soak -- --minutes 3 --faults KillZkLeader --verbs 0
 //! ```
 //!
 //! Starts a 3-node ZooKeeper ensemble whose quorum and election links pass through link
@@ -28,6 +31,18 @@
 //! lose the reply of every `--lose-create-every`th member create and fail every
 //! `--fail-delete-every`th delete unsent; their firings are counted from the gateways' logs.
 //!
+//! At the edges (issue 19 item 6): CLI verb slots (`--verbs`) run `zkgate elect soak-cmd-elect
+//! -- CMD` and `zkgate lock soak-cmd-lock --requeue -- CMD` through stable link cutters in front
+//! of the gateways, CMD appending wall-clock timestamps every 20 ms to a file per process named
+//! by its hold's fencing token (a start script leaving two workers behind, one in a session of
+//! its own, one time in four; a CMD slow to stop on SIGTERM one in four); the verbs meet
+//! SIGHUP, SIGKILL and SIGSTOP (for T + 1 s) while holding, and drains of their gateway. Lock
+//! `soak-ttl-0` is held by `--ttl-clients` with a ttl and keep-alives, some of which stop
+//! (`TtlLapse`) or are blackholed. `Drain` SIGTERMs a gateway on which something holds, and
+//! `DrainUnreachable` does so after blackholing every client link to it; both restart it, and
+//! a drain still running silence limit + 5 s after SIGTERM fails the run. `--granted-below D`
+//! sets the ensemble's `maxSessionTimeout` to D, below what the gateways ask.
+//!
 //! At the end the checker of `zkgate_testkit::checker` runs over every stream: exclusion and
 //! fencing violations, the time each election took to have a holder again after each fault
 //! (skipped where another fault on the same election overlapped), and the znodes left once
@@ -35,8 +50,13 @@
 //! a leader's stream never silent past its silence limit, `suspended` followed by `resumed` or
 //! the end within `stop_within`, a resign/release ended within T + 3 s; and liveness as
 //! strictly as safety: a candidate waiting through a vacancy longer than 2 T + 6 s (longer than
-//! any fault and its recovery) is a stall. Exit status 1 on any safety or in-stream violation,
-//! stall or leftover znode.
+//! any fault and its recovery) is a stall. The verbs' commands are checked at the process
+//! level: two commands of one name alive in the same window, a command process left once its
+//! verb is gone, or no command of a name running for longer than that stall bound, each fails
+//! the run. A ZooKeeper leader kill's recovery is measured from the moment a leader serves
+//! again (polled with `srvr`), not from the kill: the ensemble's own election is not the
+//! gateway's to bound. Exit status 1 on any safety or in-stream violation, stall, leftover
+//! znode or command, or held drain.
 
 use zkgate_testkit as support;
 
@@ -109,6 +129,30 @@ struct Args {
     /// Gateways' test seam: every Nth delete fails unsent (ConnectionLoss). 0: off.
     #[arg(long, default_value_t = 5)]
     fail_delete_every: u64,
+    /// CLI verb slots per verb name: this many `zkgate elect soak-cmd-elect -- CMD` and as many
+    /// `zkgate lock soak-cmd-lock --requeue -- CMD`, each CMD appending timestamps to files
+    /// (exclusion checked at the process level). 0: none.
+    #[arg(long, default_value_t = 2)]
+    verbs: usize,
+    /// The `zkgate` binary the verbs run (default: `zkgate` beside this example's directory,
+    /// i.e. `target/release/zkgate`; build it with `cargo build --release --bin zkgate`).
+    #[arg(long)]
+    zkgate: Option<std::path::PathBuf>,
+    /// Client slots holding lock `soak-ttl-0` with a ttl and keep-alives every ttl/3. 0: none.
+    #[arg(long, default_value_t = 3)]
+    ttl_clients: usize,
+    /// The ttl of those holders.
+    #[arg(long, default_value = "1500ms", value_parser = humantime::parse_duration)]
+    ttl: Duration,
+    /// The ensemble's `maxSessionTimeout`: set below `--session-timeout`, the gateways are
+    /// granted less than they ask (they must reconnect asking for the grant and derive every
+    /// bound from it); the soak's bounds then use the grant.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    granted_below: Option<Duration>,
+    /// Only these fault kinds (comma-separated, as printed, e.g. `KillZkLeader,Drain`).
+    /// Default: all.
+    #[arg(long, value_delimiter = ',')]
+    faults: Vec<String>,
 }
 
 /// `soak gateway …`: the gateway, as `zkgate serve` runs it.
@@ -204,15 +248,32 @@ enum Fault {
     ZkFrozenInStreamShort,
     /// The same for T + 1.5 s.
     ZkFrozenInStreamLong,
+    /// A ttl holder stops sending keep-alives (its stream stays open).
+    TtlLapse,
+    /// SIGHUP to a holding CLI verb (a closed terminal).
+    VerbHangup,
+    /// SIGKILL to a holding CLI verb.
+    VerbKill,
+    /// SIGSTOP to a holding CLI verb for T + 1 s, then SIGCONT.
+    VerbFreeze,
+    /// SIGTERM to a gateway on which something holds (a CLI verb if any), then a restart.
+    Drain,
+    /// The same after every client link to that gateway is blackholed: its holders cannot
+    /// hear that they are revoked (G3c).
+    DrainUnreachable,
 }
 
-const CLIENT_FAULTS: [Fault; 3] = [
+const CLIENT_FAULTS: [Fault; 7] = [
     Fault::KillClient,
     Fault::ResetClient,
     Fault::BlackholeClient,
+    Fault::TtlLapse,
+    Fault::VerbHangup,
+    Fault::VerbKill,
+    Fault::VerbFreeze,
 ];
 
-const FAULTS: [Fault; 14] = [
+const FAULTS: [Fault; 20] = [
     Fault::KillClient,
     Fault::ResetClient,
     Fault::BlackholeClient,
@@ -227,27 +288,60 @@ const FAULTS: [Fault; 14] = [
     Fault::FollowerPartitionLong,
     Fault::ZkFrozenInStreamShort,
     Fault::ZkFrozenInStreamLong,
+    Fault::TtlLapse,
+    Fault::VerbHangup,
+    Fault::VerbKill,
+    Fault::VerbFreeze,
+    Fault::Drain,
+    Fault::DrainUnreachable,
 ];
 
-/// One injected fault: recovery is measured from `from` against `bound`.
+/// One injected fault: recovery is measured from `recover_from` against `bound`.
 #[derive(Debug, Clone)]
 struct Injected {
     kind: Fault,
     what: String,
+    /// When the fault began.
     from: Instant,
+    /// Where its recovery bound starts: `from`, except after a ZooKeeper leader kill, where it
+    /// is the moment the ensemble had a quorum (a leader serving) again — nothing can be
+    /// granted before that, and how long ZooKeeper takes to elect is not ours to bound.
+    recover_from: Instant,
     bound: Duration,
     /// The one election or lock a client fault touches (`None`: possibly all of them).
     resource: Option<String>,
 }
 
 impl Injected {
+    fn new(kind: Fault, what: String, from: Instant, bound: Duration) -> Self {
+        Injected {
+            kind,
+            what,
+            from,
+            recover_from: from,
+            bound,
+            resource: None,
+        }
+    }
+
     /// Whether `other` may have delayed this fault's recovery on `resource`: it touches that
-    /// resource and its window `[from, from + bound]` meets this one's.
+    /// resource and its window `[from, recover_from + bound]` meets this one's.
     fn overlaps(&self, other: &Injected, resource: &str) -> bool {
         other.resource.as_deref().is_none_or(|r| r == resource)
-            && other.from <= self.from + self.bound
-            && self.from <= other.from + other.bound
+            && other.from <= self.recover_from + self.bound
+            && self.from <= other.recover_from + other.bound
     }
+}
+
+/// A ZooKeeper leader kill and when the ensemble served again, for the summary.
+#[derive(Debug, Clone)]
+struct LeaderKill {
+    server: usize,
+    at: Instant,
+    /// The first instant a server answered `srvr` with `Mode: leader` (polled every 50 ms).
+    quorum: Option<Instant>,
+    /// The new leader.
+    leader: Option<usize>,
 }
 
 /// A request sent on a stream while its gateway's ZooKeeper was frozen.
@@ -270,6 +364,9 @@ struct GatewaySlot {
     addr: watch::Sender<Option<std::net::SocketAddr>>,
     /// One per ZooKeeper server (index = server), whether or not the connect string uses it.
     zk_cuts: Vec<LinkCutter>,
+    /// A stable address in front of the gateway for the CLI verbs (whose `--endpoint` list
+    /// is fixed when they start), retargeted to each new process.
+    front: LinkCutter,
 }
 
 impl GatewaySlot {
@@ -284,6 +381,17 @@ struct Active {
     client: StreamClient,
     cut: LinkCutter,
     gateway: usize,
+    /// A ttl holder's keep-alive task (aborted for a lapse, and with the slot).
+    keepalive: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        // The task holds its own sender: left running it would keep the request side open.
+        if let Some(k) = self.keepalive.take() {
+            k.abort();
+        }
+    }
 }
 
 struct ClientSlot {
@@ -291,6 +399,8 @@ struct ClientSlot {
     election: String,
     /// `Some(permits)` for a lock slot (Acquire), `None` for an election slot (Campaign).
     permits: Option<u32>,
+    /// A ttl lock holder (keep-alives every ttl/3).
+    ttl: Option<Duration>,
     name: String,
     index: usize,
     current: Mutex<Option<Active>>,
@@ -299,11 +409,91 @@ struct ClientSlot {
     hold_until: Mutex<Option<Instant>>,
 }
 
+/// A CLI verb slot: `zkgate elect|lock RESOURCE -- CMD` run again and again.
+struct VerbSlot {
+    resource: String,
+    /// `elect` or `lock`.
+    verb: &'static str,
+    who: String,
+    index: usize,
+    current: Mutex<Option<VerbRun>>,
+}
+
+/// One verb process.
+struct VerbRun {
+    child: zkgate::localzk::TiedChild,
+    /// Its stdout and stderr (`--output json` lines and diagnostics).
+    out: std::path::PathBuf,
+    /// SIGSTOPped by a fault (SIGCONT comes from the fault's own task).
+    frozen: bool,
+}
+
+impl VerbRun {
+    /// Whether the verb holds (its last event line is `elected`/`acquired`), and the endpoint.
+    fn holding(&self) -> Option<String> {
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        let mut held = None;
+        for line in text.lines().filter(|l| l.starts_with('{')) {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            match v["event"].as_str() {
+                Some("elected" | "acquired") => {
+                    held = Some(v["endpoint"].as_str().unwrap_or_default().to_owned());
+                }
+                Some(_) => held = None,
+                None => {}
+            }
+        }
+        held
+    }
+}
+
+/// CMD for the verbs. `writer.sh BASE MODE`: appends `date +%s%N` every 20 ms to
+/// `BASE.TOKEN.PID` (TOKEN = the hold's fencing token); `slow` ignores SIGTERM for 1.5 s
+/// (keeps writing), then exits 0. `starter.sh BASE fast SECS`: starts two writers, one in a
+/// session of its own, and exits 0 after SECS (a start script that leaves workers behind).
+const WRITER: &str = r#"
+f="$1.${ZKGATE_FENCING_TOKEN:-none}.$$"
+deadline=""
+if [ "$2" = slow ]; then
+  trap 'deadline=$(( $(date +%s%N) + 1500000000 ))' TERM
+fi
+while :; do
+  now=$(date +%s%N)
+  [ -n "$now" ] && echo "$now" >> "$f"
+  if [ -n "$deadline" ] && [ -n "$now" ] && [ "$now" -gt "$deadline" ]; then exit 0; fi
+  sleep 0.02
+done
+"#;
+
+const STARTER: &str = r#"
+sh "$0.writer" "$1" fast &
+setsid sh "$0.writer" "$1" fast &
+sleep "$3"
+exit 0
+"#;
+
 struct World {
+    /// The session timeout the gateways were granted (the soak's bounds use it).
     t: Duration,
+    /// What they asked for (their HTTP/2 keepalive comes from it).
+    t_asked: Duration,
     epoch: Instant,
+    /// The wall clock at `epoch` (ns since the Unix epoch): the commands write wall-clock
+    /// timestamps.
+    wall0: u64,
     gateways: Vec<GatewaySlot>,
     slots: Vec<ClientSlot>,
+    verb_slots: Vec<VerbSlot>,
+    /// The verbs' `zkgate`, and where their commands write.
+    zkgate: std::path::PathBuf,
+    cmd_dir: std::path::PathBuf,
+    /// Verb processes started.
+    verb_runs: std::sync::atomic::AtomicUsize,
+    /// Each drain: what, how long SIGTERM took to end the gateway, whether it did in time.
+    drains: Mutex<Vec<(String, Duration, bool)>>,
+    leader_kills: Mutex<Vec<LeaderKill>>,
     logs: Mutex<Vec<watch::Receiver<StreamLog>>>,
     stop: CancellationToken,
     rng: Mutex<StdRng>,
@@ -318,7 +508,253 @@ struct World {
     fired: Mutex<(u64, u64)>,
 }
 
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// `at` on the commands' wall clock.
+fn wall_ns(world: &World, at: Instant) -> u64 {
+    world.wall0 + at.saturating_duration_since(world.epoch).as_nanos() as u64
+}
+
+/// A wall-clock timestamp as the soak's `+Nms`.
+fn wall_ms(world: &World, ns: u64) -> String {
+    if ns >= world.wall0 {
+        format!("+{}ms", (ns - world.wall0) / 1_000_000)
+    } else {
+        format!("-{}ms", (world.wall0 - ns) / 1_000_000)
+    }
+}
+
+/// Every command hold the verbs' CMDs wrote: files `RESOURCE.WHO.TOKEN.PID` in `dir`, one
+/// timestamp (ns) a line, grouped by (resource, token).
+fn read_cmd_holds(dir: &std::path::Path) -> Vec<checker::CmdHold> {
+    let mut holds: BTreeMap<(String, String), checker::CmdHold> = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let parts: Vec<&str> = name.split('.').collect();
+        let [resource, who, token, pid] = parts[..] else {
+            continue;
+        };
+        if pid.parse::<u32>().is_err() {
+            continue;
+        }
+        let stamps: Vec<u64> = std::fs::read_to_string(e.path())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        let (Some(&first), Some(&last)) = (stamps.iter().min(), stamps.iter().max()) else {
+            continue;
+        };
+        let h = holds
+            .entry((resource.to_owned(), token.to_owned()))
+            .or_insert_with(|| checker::CmdHold {
+                resource: resource.to_owned(),
+                token: token.to_owned(),
+                who: who.to_owned(),
+                first,
+                last,
+                stamps: 0,
+            });
+        h.first = h.first.min(first);
+        h.last = h.last.max(last);
+        h.stamps += stamps.len();
+        if !h.who.split('+').any(|w| w == who) {
+            h.who = format!("{}+{who}", h.who);
+        }
+    }
+    holds.into_values().collect()
+}
+
+/// The commands' processes (pids from the file names) still alive, killed after reporting.
+/// Waits a little first: a verb's last SIGKILL and the reaping take a moment.
+async fn cmd_survivors(dir: &std::path::Path) -> Vec<String> {
+    let pids: Vec<u32> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let parts: Vec<&str> = name.split('.').collect();
+                    (parts.len() == 4).then(|| parts[3].parse().ok()).flatten()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let ours = |pid: u32| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains("zkgate-soak-cmds-"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while pids.iter().any(|&p| ours(p)) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left: Vec<String> = pids
+        .iter()
+        .filter(|&&p| ours(p))
+        .map(|p| format!("pid {p} still running"))
+        .collect();
+    for &p in pids.iter().filter(|&&p| ours(p)) {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &p.to_string()])
+            .status();
+    }
+    left
+}
+
+/// For each ZooKeeper leader kill: when the ensemble served again, the first `suspended` and
+/// the first `ABORTED` end any stream saw after the kill, and when each election/lock had a
+/// holder again — where the time after a leader kill goes.
+fn print_leader_kills(
+    world: &World,
+    logs: &[StreamLog],
+    report: &checker::Report,
+    resources: &[String],
+    zk_logs: &[std::path::PathBuf],
+) {
+    // ZooKeeper's own account: "LEADING/FOLLOWING - LEADER ELECTION TOOK - N MS" and the
+    // leader's "Have quorum of supporters" (log4j ISO8601 timestamps, local time = UTC here).
+    let zk_lines: Vec<(u64, usize, String)> = zk_logs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, path)| {
+            std::fs::read_to_string(path)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| {
+                    l.contains("LEADER ELECTION TOOK") || l.contains("Have quorum of supporters")
+                })
+                .filter_map(|l| {
+                    let stamp = l.get(..23)?.replace(',', ".");
+                    let at = humantime::parse_rfc3339_weak(&stamp).ok()?;
+                    let ns = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos() as u64;
+                    let what = l.rsplit(" - ").next().unwrap_or(l);
+                    let what = if what.contains("Have quorum") {
+                        "quorum of supporters".to_owned()
+                    } else {
+                        what.to_owned()
+                    };
+                    Some((ns, i, what))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let kills = world.leader_kills.lock().unwrap().clone();
+    if kills.is_empty() {
+        return;
+    }
+    let secs = |d: Option<Duration>| {
+        d.map_or_else(|| "-".to_owned(), |d| format!("{:.2}", d.as_secs_f64()))
+    };
+    println!(
+        "ZooKeeper leader kills ({}): seconds after the kill — quorum again (a leader serving), first suspended, first ABORTED, each resource held again [vacancy end]",
+        kills.len()
+    );
+    for k in &kills {
+        let after = |pred: &dyn Fn(&Ev) -> bool| {
+            logs.iter()
+                .flat_map(|l| l.events.iter())
+                .filter(|(at, e)| *at >= k.at && pred(e))
+                .map(|(at, _)| *at - k.at)
+                .min()
+        };
+        let suspended = after(&|e| matches!(e, Ev::Suspended { .. }));
+        let aborted = after(&|e| {
+            matches!(
+                e,
+                Ev::Ended {
+                    code: Some(tonic::Code::Aborted),
+                    ..
+                }
+            )
+        });
+        let held: Vec<String> = resources
+            .iter()
+            .map(|r| {
+                let v = checker::vacancies(report, r)
+                    .into_iter()
+                    .find(|(s, e)| e.is_none_or(|e| e > k.at) && *s <= k.at + world.t * 4);
+                match v {
+                    None => format!("{r} -"),
+                    Some((_, end)) => format!(
+                        "{r} {}",
+                        secs(end.map(|e| e.saturating_duration_since(k.at)))
+                    ),
+                }
+            })
+            .collect();
+        let (a, b) = (
+            wall_ns(world, k.at),
+            wall_ns(world, k.at + Duration::from_secs(30)),
+        );
+        let mut zk_said: Vec<&(u64, usize, String)> = zk_lines
+            .iter()
+            .filter(|(ns, _, _)| (a..b).contains(ns))
+            .collect();
+        zk_said.sort();
+        let zk_said: Vec<String> = zk_said
+            .iter()
+            .map(|(ns, i, what)| format!("{:.2} s server {i} {what}", (ns - a) as f64 / 1e9))
+            .collect();
+        println!(
+            "  {} server {} killed: quorum {} (server {:?} leading), suspended {}, aborted {}; held again: {}\n    ZooKeeper logs: {}",
+            checker::ms(k.at, world.epoch),
+            k.server,
+            secs(k.quorum.map(|q| q - k.at)),
+            k.leader,
+            secs(suspended),
+            secs(aborted),
+            held.join(", "),
+            zk_said.join("; ")
+        );
+    }
+}
+
 impl World {
+    /// The leaders' silence limit: 0.35 × the granted session timeout.
+    fn silence(&self) -> Duration {
+        self.t * 35 / 100
+    }
+
+    /// A ttl slot that holds now, with its keep-alives running.
+    fn pick_ttl_holder(&self) -> Option<usize> {
+        let faulted = self.client_faulted.lock().unwrap().clone();
+        let pool: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| {
+                let s = &self.slots[i];
+                s.ttl.is_some()
+                    && s.current.lock().unwrap().as_ref().is_some_and(|a| {
+                        let log = a.client.log();
+                        log.granted().is_some()
+                            && log.ended().is_none()
+                            && !faulted.contains(&a.client.id)
+                            && a.keepalive.as_ref().is_some_and(|k| !k.is_finished())
+                    })
+            })
+            .collect();
+        (!pool.is_empty()).then(|| pool[self.random(pool.len())])
+    }
+
+    /// A verb slot whose verb holds now (not frozen).
+    fn pick_verb(&self) -> Option<usize> {
+        let pool: Vec<usize> = (0..self.verb_slots.len())
+            .filter(|&i| {
+                self.verb_slots[i]
+                    .current
+                    .lock()
+                    .unwrap()
+                    .as_ref()
+                    .is_some_and(|r| !r.frozen && r.holding().is_some())
+            })
+            .collect();
+        (!pool.is_empty()).then(|| pool[self.random(pool.len())])
+    }
+
     fn say(&self, msg: &str) {
         println!("[{}] {msg}", checker::ms(Instant::now(), self.epoch));
     }
@@ -397,18 +833,68 @@ impl World {
 
 async fn soak(args: Args) -> std::process::ExitCode {
     let seed = args.seed.unwrap_or_else(rand::random);
-    let t = args.session_timeout;
+    let t_asked = args.session_timeout;
+    // Below the request, the ensemble grants its maximum (the gateways reconnect asking for it).
+    let t = args.granted_below.map_or(t_asked, |g| g.min(t_asked));
     let epoch = Instant::now();
+    let wall0 = now_ns();
     println!(
-        "soak: {} min, seed {seed}, {} gateways, {} elections and {} locks ({} permits) x {} clients, session timeout {t:?}",
-        args.minutes, args.gateways, args.elections, args.locks, args.permits, args.clients
+        "soak: {} min, seed {seed}, {} gateways, {} elections and {} locks ({} permits) x {} clients, \
+         {} ttl holders (ttl {:?}), {} CLI verbs per name, session timeout {t_asked:?} asked, {t:?} granted",
+        args.minutes,
+        args.gateways,
+        args.elections,
+        args.locks,
+        args.permits,
+        args.clients,
+        args.ttl_clients,
+        args.ttl,
+        args.verbs,
     );
+    let only: Vec<Fault> = args
+        .faults
+        .iter()
+        .map(|name| {
+            FAULTS
+                .iter()
+                .copied()
+                .find(|k| format!("{k:?}") == *name)
+                .unwrap_or_else(|| panic!("--faults: no fault kind {name:?} (see `enum Fault`)"))
+        })
+        .collect();
+    let exe = std::env::current_exe().expect("own path");
+    // target/release/examples/soak → target/release/zkgate
+    let zkgate_bin = args.zkgate.clone().unwrap_or_else(|| {
+        exe.parent()
+            .and_then(std::path::Path::parent)
+            .map(|d| d.join("zkgate"))
+            .expect("the example's directory")
+    });
+    if args.verbs > 0 && !zkgate_bin.exists() {
+        eprintln!(
+            "soak: {} not found: build it first (cargo build --release --bin zkgate) or pass --zkgate",
+            zkgate_bin.display()
+        );
+        return std::process::ExitCode::FAILURE;
+    }
+    let cmd_dir = tempfile::Builder::new()
+        .prefix("zkgate-soak-cmds-")
+        .tempdir()
+        .expect("a directory for the verbs' commands");
+    std::fs::write(cmd_dir.path().join("writer.sh"), WRITER).expect("writer.sh");
+    std::fs::write(cmd_dir.path().join("starter.sh"), STARTER).expect("starter.sh");
+    std::fs::write(cmd_dir.path().join("starter.sh.writer"), WRITER).expect("starter.sh.writer");
     // Peer links through link cutters, for follower partitions.
-    let (mut zk, peers) = support::ensemble::ensemble_with_peer_cutters(args.sync_limit).await;
+    let (mut zk, peers) =
+        support::ensemble::ensemble_with_peer_cutters_and(support::localzk::LocalZkOptions {
+            sync_limit: args.sync_limit,
+            max_session_timeout: args.granted_below,
+            ..Default::default()
+        })
+        .await;
     let connect = zk.connect_string();
     let root = support::named_root("soak");
     println!("ZooKeeper ensemble {connect}, root {root}");
-    let exe = std::env::current_exe().expect("own path");
     let mut gateways = Vec::new();
     for g in 0..args.gateways {
         let mut cuts = Vec::new();
@@ -437,7 +923,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
             command: vec![exe.clone().into(), "gateway".into()],
             zk: zk_via.join(","),
             root: root.clone(),
-            session_timeout: t,
+            session_timeout: t_asked,
             zk_tick_time: Some(support::procgw::HARNESS_TICK),
             extra: vec!["--zk-sessions".into(), args.zk_sessions.to_string()],
             env,
@@ -450,11 +936,13 @@ async fn soak(args: Args) -> std::process::ExitCode {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let (addr, _) = watch::channel(Some(proc.addr));
+        let front = LinkCutter::start(proc.addr).await.expect("a link cutter");
         gateways.push(GatewaySlot {
             name,
             proc: Mutex::new(Some(proc)),
             addr,
             zk_cuts: cuts,
+            front,
         });
     }
     let mut slots = Vec::new();
@@ -463,6 +951,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
             slots.push(ClientSlot {
                 election: format!("soak-{e}"),
                 permits: None,
+                ttl: None,
                 name: format!("e{e}c{c}"),
                 index: c,
                 current: Mutex::new(None),
@@ -475,6 +964,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
             slots.push(ClientSlot {
                 election: format!("soak-lock-{l}"),
                 permits: Some(args.permits),
+                ttl: None,
                 name: format!("l{l}c{c}"),
                 index: c,
                 current: Mutex::new(None),
@@ -482,6 +972,34 @@ async fn soak(args: Args) -> std::process::ExitCode {
             });
         }
     }
+    for c in 0..args.ttl_clients {
+        slots.push(ClientSlot {
+            election: "soak-ttl-0".into(),
+            permits: Some(1),
+            ttl: Some(args.ttl),
+            name: format!("t0c{c}"),
+            index: c,
+            current: Mutex::new(None),
+            hold_until: Mutex::new(None),
+        });
+    }
+    let mut verb_slots = Vec::new();
+    for (verb, resource) in [("elect", "soak-cmd-elect"), ("lock", "soak-cmd-lock")] {
+        for v in 0..args.verbs {
+            verb_slots.push(VerbSlot {
+                resource: resource.into(),
+                verb,
+                who: format!("{}{v}", &verb[..1]),
+                index: v,
+                current: Mutex::new(None),
+            });
+        }
+    }
+    let verb_resources: Vec<String> = if args.verbs > 0 {
+        vec!["soak-cmd-elect".into(), "soak-cmd-lock".into()]
+    } else {
+        Vec::new()
+    };
     let permits = args.permits.max(1) as usize;
     let capacity = move |r: &str| {
         if r.starts_with("soak-lock-") {
@@ -492,9 +1010,17 @@ async fn soak(args: Args) -> std::process::ExitCode {
     };
     let world = Arc::new(World {
         t,
+        t_asked,
         epoch,
+        wall0,
         gateways,
         slots,
+        verb_slots,
+        zkgate: zkgate_bin,
+        cmd_dir: cmd_dir.path().to_owned(),
+        verb_runs: std::sync::atomic::AtomicUsize::new(0),
+        drains: Mutex::new(Vec::new()),
+        leader_kills: Mutex::new(Vec::new()),
         logs: Mutex::new(Vec::new()),
         stop: CancellationToken::new(),
         rng: Mutex::new(StdRng::seed_from_u64(seed)),
@@ -508,7 +1034,11 @@ async fn soak(args: Args) -> std::process::ExitCode {
     for i in 0..world.slots.len() {
         tasks.push(tokio::spawn(run_slot(world.clone(), i)));
     }
+    for i in 0..world.verb_slots.len() {
+        tasks.push(tokio::spawn(run_verb(world.clone(), i)));
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let faults_start = Instant::now();
 
     let until = Instant::now() + Duration::from_secs_f64(args.minutes * 60.0);
     let mut next_report = Instant::now() + Duration::from_secs(60);
@@ -516,9 +1046,14 @@ async fn soak(args: Args) -> std::process::ExitCode {
     let client_injector = concurrent_clients.then(|| {
         let world = world.clone();
         let gap = args.client_gap;
+        let kinds: Vec<Fault> = CLIENT_FAULTS
+            .iter()
+            .copied()
+            .filter(|k| only.is_empty() || only.contains(k))
+            .collect();
         tokio::spawn(async move {
-            while Instant::now() < until {
-                let kind = CLIENT_FAULTS[world.random(CLIENT_FAULTS.len())];
+            while Instant::now() < until && !kinds.is_empty() {
+                let kind = kinds[world.random(kinds.len())];
                 if let Some(f) = inject_client(&world, kind) {
                     world.injected.lock().unwrap().push(f);
                 }
@@ -531,8 +1066,13 @@ async fn soak(args: Args) -> std::process::ExitCode {
         .iter()
         .copied()
         .filter(|k| !(concurrent_clients && CLIENT_FAULTS.contains(k)))
+        .filter(|k| only.is_empty() || only.contains(k))
         .collect();
     while Instant::now() < until {
+        if kinds.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
         let kind = kinds[world.random(kinds.len())];
         if let Some(f) = inject(&world, &mut zk, &peers, kind).await {
             world.injected.lock().unwrap().push(f);
@@ -566,6 +1106,10 @@ async fn soak(args: Args) -> std::process::ExitCode {
     for task in tasks {
         let _ = task.await;
     }
+    // Every verb has exited (SIGTERM, or SIGKILL after 20 s): no process of any CMD may be
+    // left (a worker that left the group included).
+    let cmd_holds = read_cmd_holds(&world.cmd_dir);
+    let survivors = cmd_survivors(&world.cmd_dir).await;
     let znodes = support::members_gone_at(&connect, &root, t + Duration::from_secs(5)).await;
 
     // Recovery: for each fault and election, the time until it had a holder again.
@@ -573,6 +1117,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
     let elections: Vec<String> = (0..args.elections)
         .map(|e| format!("soak-{e}"))
         .chain((0..args.locks).map(|l| format!("soak-lock-{l}")))
+        .chain((args.ttl_clients > 0).then(|| "soak-ttl-0".to_owned()))
         .collect();
     let mut by_kind: BTreeMap<Fault, (usize, Duration, Duration)> = BTreeMap::new();
     let mut slow = Vec::new();
@@ -596,7 +1141,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
                 continue;
             }
             checked += 1;
-            let r = checker::recovery(&report, e, f.from, f.bound, &f.what, epoch);
+            let r = checker::recovery(&report, e, f.recover_from, f.bound, &f.what, epoch);
             details.push_str(&format!(
                 "{} {:?} {e}: {r:?}\n",
                 checker::ms(f.from, epoch),
@@ -685,6 +1230,81 @@ async fn soak(args: Args) -> std::process::ExitCode {
     // Liveness as strictly as safety: a queue whose candidates wait through a vacancy longer
     // than any fault and its recovery can explain has stalled.
     let stall_bound = t * 2 + Duration::from_secs(6);
+    // The CLI verbs, at the process level: no two commands of one name alive in the same
+    // window, none left once its verb is gone, and no stretch without one longer than the
+    // stall bound while the verbs kept campaigning.
+    let cmd_violations = checker::cmd_overlaps(&cmd_holds, |_| 1);
+    let w: &World = &world;
+    let cmd_gaps: Vec<String> = verb_resources
+        .iter()
+        .flat_map(|r| {
+            checker::cmd_gaps(
+                &cmd_holds,
+                r,
+                wall_ns(w, faults_start),
+                wall_ns(w, faults_over),
+                stall_bound,
+            )
+            .into_iter()
+            .map(move |(a, b)| {
+                format!(
+                    "{r}: no command ran from {} to {} ({:.1} s)",
+                    wall_ms(w, a),
+                    wall_ms(w, b),
+                    (b - a) as f64 / 1e9
+                )
+            })
+        })
+        .collect();
+    if !verb_resources.is_empty() {
+        let faults_on_verbs = injected
+            .iter()
+            .filter(|f| {
+                matches!(
+                    f.kind,
+                    Fault::VerbHangup | Fault::VerbKill | Fault::VerbFreeze
+                )
+            })
+            .count();
+        println!(
+            "CLI verbs: {} verb processes, {} commands held ({} elect, {} lock; {} timestamps), {} verb faults; \
+             command overlaps: {}, gaps over {stall_bound:?}: {}, commands left after their verb: {}",
+            world.verb_runs.load(std::sync::atomic::Ordering::Relaxed),
+            cmd_holds.len(),
+            cmd_holds.iter().filter(|h| h.resource == "soak-cmd-elect").count(),
+            cmd_holds.iter().filter(|h| h.resource == "soak-cmd-lock").count(),
+            cmd_holds.iter().map(|h| h.stamps).sum::<usize>(),
+            faults_on_verbs,
+            cmd_violations.len(),
+            cmd_gaps.len(),
+            survivors.len()
+        );
+        for v in &cmd_violations {
+            println!("  VIOLATION {v}");
+        }
+        for v in &cmd_gaps {
+            println!("  STALL {v}");
+        }
+        for v in &survivors {
+            println!("  COMMAND LEFT {v}");
+        }
+    }
+    let drains = world.drains.lock().unwrap().clone();
+    let drain_limit = world.silence() + Duration::from_secs(5);
+    let slow_drains: Vec<&(String, Duration, bool)> = drains.iter().filter(|d| !d.2).collect();
+    if !drains.is_empty() {
+        println!(
+            "drains: {} (longest SIGTERM → exit {:?}); not over within silence limit + 5 s ({drain_limit:?}): {}",
+            drains.len(),
+            drains.iter().map(|d| d.1).max().unwrap_or_default(),
+            slow_drains.len()
+        );
+        for d in &slow_drains {
+            println!("  DRAIN HELD {} ({:?})", d.0, d.1);
+        }
+    }
+    let zk_logs: Vec<std::path::PathBuf> = (0..zk.len()).map(|i| zk.log_path(i)).collect();
+    print_leader_kills(&world, &logs, &report, &elections, &zk_logs);
     let stalled: Vec<String> = elections
         .iter()
         .flat_map(|e| {
@@ -756,11 +1376,20 @@ async fn soak(args: Args) -> std::process::ExitCode {
         }
     }
     zk.shutdown().await;
-    if report.violations.is_empty()
+    let clean = report.violations.is_empty()
         && instream.violations.is_empty()
         && znodes.is_ok()
         && stalled.is_empty()
-    {
+        && cmd_violations.is_empty()
+        && cmd_gaps.is_empty()
+        && survivors.is_empty()
+        && slow_drains.is_empty();
+    if !clean {
+        // Keep the commands' timestamps for a look.
+        let kept = cmd_dir.keep();
+        println!("the commands' timestamps are kept in {}", kept.display());
+    }
+    if clean {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::FAILURE
@@ -814,10 +1443,20 @@ async fn run_slot(world: Arc<World>, i: usize) {
         };
         let via = format!("{}+cut", world.gateways[g].name);
         let joined = tokio::time::timeout(Duration::from_secs(5), async {
-            match slot.permits {
-                None => StreamClient::join(&cut.url(), &slot.election, &slot.name, &via).await,
-                Some(p) => {
+            match (slot.permits, slot.ttl) {
+                (None, _) => StreamClient::join(&cut.url(), &slot.election, &slot.name, &via).await,
+                (Some(p), None) => {
                     StreamClient::acquire(&cut.url(), &slot.election, &slot.name, p, &via).await
+                }
+                (Some(p), Some(ttl)) => {
+                    let a = zkgate::proto::AcquireLock {
+                        name: slot.election.clone(),
+                        owner: slot.name.clone(),
+                        permits: p,
+                        ttl: prost_types::Duration::try_from(ttl).ok(),
+                        ..Default::default()
+                    };
+                    StreamClient::acquire_with(&cut.url(), a, &via).await
                 }
             }
         })
@@ -830,10 +1469,12 @@ async fn run_slot(world: Arc<World>, i: usize) {
             }
         };
         world.logs.lock().unwrap().push(client.watch());
+        let keepalive = slot.ttl.and_then(|ttl| client.keep_alive_every(ttl / 3));
         *slot.current.lock().unwrap() = Some(Active {
             client,
             cut,
             gateway: g,
+            keepalive,
         });
         let lifetime = world.millis(5_000, 60_000);
         let leave_at = Instant::now() + lifetime;
@@ -893,10 +1534,21 @@ async fn run_slot(world: Arc<World>, i: usize) {
 fn inject_client(world: &Arc<World>, kind: Fault) -> Option<Injected> {
     let keepalive = {
         let mut cfg = zkgate::coord::CoordConfig::new("unused");
-        cfg.session_timeout = world.t;
+        // The HTTP/2 keepalive comes from the requested timeout.
+        cfg.session_timeout = world.t_asked;
         zkgate::coord::timing::Timing::requested(&cfg).dead_client_bound()
     };
-    let i = world.pick_client()?;
+    if matches!(
+        kind,
+        Fault::VerbHangup | Fault::VerbKill | Fault::VerbFreeze
+    ) {
+        return inject_verb(world, kind);
+    }
+    let i = if kind == Fault::TtlLapse {
+        world.pick_ttl_holder()?
+    } else {
+        world.pick_client()?
+    };
     let slot = &world.slots[i];
     let from = Instant::now();
     let what = format!("{kind:?} {}", slot.name);
@@ -907,21 +1559,178 @@ fn inject_client(world: &Arc<World>, kind: Fault) -> Option<Injected> {
         match kind {
             Fault::KillClient => a.client.kill(),
             Fault::ResetClient => a.cut.drop_all(),
+            Fault::TtlLapse => {
+                if let Some(k) = a.keepalive.take() {
+                    k.abort();
+                }
+            }
             _ => a.cut.blackhole(),
         }
     }
     world.say(&format!("FAULT {what}"));
     let bound = match kind {
         Fault::BlackholeClient => keepalive + Duration::from_secs(1),
+        // The ttl runs out, the holder is told (`suspended`) and its znode goes once its
+        // silence limit has passed since the last message sent to it (G3c).
+        Fault::TtlLapse => slot.ttl.unwrap_or_default() + world.silence() + Duration::from_secs(1),
         _ => Duration::from_secs(1),
     };
     Some(Injected {
-        kind,
-        what,
-        from,
-        bound,
         resource: Some(slot.election.clone()),
+        ..Injected::new(kind, what, from, bound)
     })
+}
+
+/// A fault on a holding CLI verb: SIGHUP, SIGKILL, or SIGSTOP for T + 1 s (then SIGCONT).
+fn inject_verb(world: &Arc<World>, kind: Fault) -> Option<Injected> {
+    let i = world.pick_verb()?;
+    let slot = &world.verb_slots[i];
+    let from = Instant::now();
+    let what = format!("{kind:?} {} ({})", slot.who, slot.resource);
+    {
+        let mut cur = slot.current.lock().unwrap();
+        let run = cur.as_mut()?;
+        let sig = match kind {
+            Fault::VerbHangup => "HUP",
+            Fault::VerbKill => "KILL",
+            _ => "STOP",
+        };
+        let _ = run.child.signal(sig);
+        if kind == Fault::VerbFreeze {
+            run.frozen = true;
+        }
+    }
+    if kind == Fault::VerbFreeze {
+        let world = world.clone();
+        let hold = world.t + Duration::from_secs(1);
+        tokio::spawn(async move {
+            tokio::time::sleep(hold).await;
+            if let Some(run) = world.verb_slots[i].current.lock().unwrap().as_mut() {
+                let _ = run.child.signal("CONT");
+                run.frozen = false;
+            }
+        });
+    }
+    world.say(&format!("FAULT {what}"));
+    Some(Injected {
+        resource: Some(slot.resource.clone()),
+        ..Injected::new(kind, what, from, world.t + Duration::from_secs(1))
+    })
+}
+
+/// One CLI verb slot: `zkgate elect|lock RESOURCE -- CMD` through the gateways' fronts (its own
+/// first, then the others), left after a random lifetime by SIGTERM or SIGINT (SIGKILL if it
+/// has not exited 20 s later), and again. CMD is the writer (fast, or slow to stop) or, one
+/// time in four, a start script that leaves two writers behind and exits after a few seconds.
+async fn run_verb(world: Arc<World>, i: usize) {
+    let slot = &world.verb_slots[i];
+    let mut attempt = 0usize;
+    while !world.stop.is_cancelled() {
+        attempt += 1;
+        let n = world.gateways.len();
+        let first = (slot.index + attempt) % n;
+        let endpoints: Vec<String> = (0..n)
+            .map(|k| format!("http://{}", world.gateways[(first + k) % n].front.addr()))
+            .collect();
+        let mode = match world.random(4) {
+            0 => "starter",
+            1 => "slow",
+            _ => "fast",
+        };
+        let base = world
+            .cmd_dir
+            .join(format!("{}.{}", slot.resource, slot.who));
+        let script = world.cmd_dir.join(if mode == "starter" {
+            "starter.sh"
+        } else {
+            "writer.sh"
+        });
+        let out = world
+            .cmd_dir
+            .join(format!("{}-{}-{attempt}.out", slot.resource, slot.who));
+        let Ok(out_file) = std::fs::File::create(&out) else {
+            return;
+        };
+        let mut cmd =
+            zkgate::localzk::TiedChild::command(&format!("verb-{}", slot.who), &world.zkgate, None);
+        cmd.arg(slot.verb)
+            .arg(&slot.resource)
+            .arg(if slot.verb == "lock" {
+                "--owner"
+            } else {
+                "--candidate"
+            })
+            .arg(&slot.who)
+            .arg("--endpoint")
+            .arg(endpoints.join(","))
+            .args(["--output", "json", "--kill-grace", "2s"]);
+        if slot.verb == "lock" {
+            cmd.arg("--requeue");
+        }
+        cmd.arg("--")
+            .arg("sh")
+            .arg(&script)
+            .arg(&base)
+            .arg(if mode == "slow" { "slow" } else { "fast" })
+            .arg(format!("{}", 1 + world.random(5)));
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("ZKGATE_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.stderr(out_file);
+        let child = match zkgate::localzk::TiedChild::spawn(cmd).await {
+            Ok(c) => c,
+            Err(e) => {
+                world.say(&format!("starting verb {} failed: {e}", slot.who));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        world
+            .verb_runs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *slot.current.lock().unwrap() = Some(VerbRun {
+            child,
+            out,
+            frozen: false,
+        });
+        let leave_at = Instant::now() + world.millis(5_000, 40_000);
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut cur = slot.current.lock().unwrap();
+            let Some(run) = cur.as_mut() else { break };
+            if run.child.exited() {
+                break;
+            }
+            if run.frozen || (Instant::now() < leave_at && !world.stop.is_cancelled()) {
+                continue;
+            }
+            let _ = run.child.signal("CONT");
+            let _ = run
+                .child
+                .signal(if world.random(2) == 0 { "TERM" } else { "INT" });
+            break;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            {
+                let mut cur = slot.current.lock().unwrap();
+                let Some(run) = cur.as_mut() else { break };
+                if run.child.exited() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    world.say(&format!("verb {} did not exit: SIGKILL", slot.who));
+                    let _ = run.child.signal("KILL");
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        slot.current.lock().unwrap().take();
+        let pause = world.millis(0, 500);
+        tokio::time::sleep(pause).await;
+    }
 }
 
 /// Sends in-stream requests on the live streams of gateway `g` whose ZooKeeper is frozen:
@@ -1003,11 +1812,18 @@ async fn inject(
 ) -> Option<Injected> {
     let t = world.t;
     match kind {
-        Fault::KillClient | Fault::ResetClient | Fault::BlackholeClient => {
+        Fault::KillClient
+        | Fault::ResetClient
+        | Fault::BlackholeClient
+        | Fault::TtlLapse
+        | Fault::VerbHangup
+        | Fault::VerbKill
+        | Fault::VerbFreeze => {
             let f = inject_client(world, kind)?;
             tokio::time::sleep(f.bound).await;
             Some(f)
         }
+        Fault::Drain | Fault::DrainUnreachable => drain(world, kind).await,
         Fault::KillGateway | Fault::FreezeGateway => {
             let running = world.running_gateways();
             if running.len() < 2 {
@@ -1032,6 +1848,7 @@ async fn inject(
                 tokio::time::sleep(t + Duration::from_secs(1)).await;
                 match GatewayProc::spawn(&slot.name, spec).await {
                     Ok(p) => {
+                        slot.front.retarget(p.addr);
                         slot.addr.send_replace(Some(p.addr));
                         *slot.proc.lock().unwrap() = Some(p);
                     }
@@ -1051,13 +1868,7 @@ async fn inject(
                 }
                 world.say(&format!("healed {what}"));
             }
-            Some(Injected {
-                kind,
-                what,
-                from,
-                bound: t + Duration::from_secs(1),
-                resource: None,
-            })
+            Some(Injected::new(kind, what, from, t + Duration::from_secs(1)))
         }
         Fault::KillZkLeader | Fault::RestartZkServer => {
             let target = if kind == Fault::KillZkLeader {
@@ -1078,17 +1889,57 @@ async fn inject(
             if let Err(e) = r {
                 world.say(&format!("{what} failed: {e}"));
             }
+            // When does a leader serve again? Polled beside the restart.
+            let quorum = (kind == Fault::KillZkLeader).then(|| {
+                let addrs: Vec<std::net::SocketAddr> =
+                    (0..zk.len()).map(|i| zk.server_address(i)).collect();
+                tokio::spawn(async move {
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while Instant::now() < deadline {
+                        for (i, a) in addrs.iter().enumerate() {
+                            let answer = zkgate::localzk::four_letter_word(
+                                *a,
+                                "srvr",
+                                Duration::from_millis(500),
+                            )
+                            .await;
+                            if answer
+                                .as_deref()
+                                .is_ok_and(|s| zkgate::localzk::parse_mode(s) == Some("leader"))
+                            {
+                                return Some((Instant::now(), i));
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    None
+                })
+            });
             tokio::time::sleep(world.millis(1_000, 3_000)).await;
             if let Err(e) = zk.start(target).await {
                 world.say(&format!("restarting ZooKeeper server {target} failed: {e}"));
             }
             world.say(&format!("healed {what}"));
+            let Some(quorum) = quorum else {
+                return Some(Injected::new(kind, what, from, t));
+            };
+            let quorum = quorum.await.ok().flatten();
+            world.leader_kills.lock().unwrap().push(LeaderKill {
+                server: target,
+                at: from,
+                quorum: quorum.map(|q| q.0),
+                leader: quorum.map(|q| q.1),
+            });
+            if let Some((q, _)) = quorum {
+                world.say(&format!(
+                    "ZooKeeper serving again {:?} after the leader kill",
+                    q - from
+                ));
+            }
+            // The rule (docs/faults.md): a leader kill's recovery counts from the quorum.
             Some(Injected {
-                kind,
-                what,
-                from,
-                bound: t,
-                resource: None,
+                recover_from: quorum.map_or(from, |q| q.0),
+                ..Injected::new(kind, what, from, t + Duration::from_secs(1))
             })
         }
         Fault::PartitionShort | Fault::PartitionLong | Fault::PartitionOneWay => {
@@ -1115,13 +1966,7 @@ async fn inject(
             }
             world.say(&format!("healed {what}"));
             tokio::time::sleep(Duration::from_secs(1)).await;
-            Some(Injected {
-                kind,
-                what,
-                from,
-                bound,
-                resource: None,
-            })
+            Some(Injected::new(kind, what, from, bound))
         }
         Fault::FollowerPartitionShort | Fault::FollowerPartitionLong => {
             let leader = zk.leader_index().await?;
@@ -1157,13 +2002,7 @@ async fn inject(
             world.say(&format!("healed {what}"));
             // The follower syncs with the leader again before it serves.
             tokio::time::sleep(Duration::from_secs(1)).await;
-            Some(Injected {
-                kind,
-                what,
-                from,
-                bound: t + Duration::from_secs(1),
-                resource: None,
-            })
+            Some(Injected::new(kind, what, from, t + Duration::from_secs(1)))
         }
         Fault::ZkFrozenInStreamShort | Fault::ZkFrozenInStreamLong => {
             // A gateway with live streams, and the server its session uses.
@@ -1238,15 +2077,105 @@ async fn inject(
             }
             world.say(&format!("healed {what}"));
             tokio::time::sleep(Duration::from_secs(1)).await;
-            Some(Injected {
-                kind,
-                what,
-                from,
-                bound: t + Duration::from_secs(1),
-                resource: None,
-            })
+            Some(Injected::new(kind, what, from, t + Duration::from_secs(1)))
         }
     }
+}
+
+/// Drains a gateway (SIGTERM) on which something holds — a CLI verb if any holds, for a plain
+/// `Drain` — and restarts it. `DrainUnreachable` first blackholes every client link to it (the
+/// streams' link cutters and the verbs' front): its holders cannot hear `suspended`, so the
+/// gateway may delete their znodes only `silence_limit` after the last message it sent them
+/// (G3c), and the drain must still end within its bound (silence limit + 5 s here).
+async fn drain(world: &Arc<World>, kind: Fault) -> Option<Injected> {
+    let t = world.t;
+    let running = world.running_gateways();
+    if running.len() < 2 {
+        return None;
+    }
+    let verb_on = |g: usize| {
+        let front = world.gateways[g].front.addr().to_string();
+        world.verb_slots.iter().any(|v| {
+            v.current
+                .lock()
+                .unwrap()
+                .as_ref()
+                .and_then(VerbRun::holding)
+                .is_some_and(|e| e.contains(&front))
+        })
+    };
+    let stream_on = |g: usize| {
+        world.slots.iter().any(|s| {
+            s.current.lock().unwrap().as_ref().is_some_and(|a| {
+                let log = a.client.log();
+                a.gateway == g && log.granted().is_some() && log.ended().is_none()
+            })
+        })
+    };
+    let verbs: Vec<usize> = running.iter().copied().filter(|&g| verb_on(g)).collect();
+    let streams: Vec<usize> = running.iter().copied().filter(|&g| stream_on(g)).collect();
+    let pool = match kind {
+        Fault::Drain if !verbs.is_empty() => verbs,
+        _ if !streams.is_empty() => streams,
+        _ => running,
+    };
+    let g = pool[world.random(pool.len())];
+    let slot = &world.gateways[g];
+    let mut p = slot.proc.lock().unwrap().take()?;
+    slot.addr.send_replace(None);
+    let mut cut = 0usize;
+    if kind == Fault::DrainUnreachable {
+        slot.front.blackhole();
+        for s in &world.slots {
+            if let Some(a) = s.current.lock().unwrap().as_ref() {
+                if a.gateway == g && !a.client.ended() {
+                    a.cut.blackhole();
+                    world.client_faulted.lock().unwrap().insert(a.client.id);
+                    cut += 1;
+                }
+            }
+        }
+    }
+    let what = format!(
+        "{kind:?} {}{}{}",
+        slot.name,
+        if verb_on(g) { " (a verb holds)" } else { "" },
+        if kind == Fault::DrainUnreachable {
+            format!(" ({cut} client links and the verbs' blackholed)")
+        } else {
+            String::new()
+        }
+    );
+    let from = Instant::now();
+    world.say(&format!("FAULT {what}"));
+    let limit = world.silence() + Duration::from_secs(5);
+    let done = p.terminate(limit).await;
+    let took = from.elapsed();
+    if !done {
+        world.say(&format!(
+            "{what}: still running {took:?} after SIGTERM: SIGKILL"
+        ));
+        p.kill9().await;
+    }
+    world.count_fired(&p);
+    world
+        .drains
+        .lock()
+        .unwrap()
+        .push((what.clone(), took, done));
+    let spec = p.spec.clone();
+    drop(p);
+    match GatewayProc::spawn(&slot.name, spec).await {
+        Ok(p) => {
+            slot.front.retarget(p.addr);
+            slot.front.pass();
+            slot.addr.send_replace(Some(p.addr));
+            *slot.proc.lock().unwrap() = Some(p);
+        }
+        Err(e) => world.say(&format!("restarting {} failed: {e}", slot.name)),
+    }
+    world.say(&format!("healed {what} (the drain took {took:?})"));
+    Some(Injected::new(kind, what, from, t))
 }
 
 /// What the in-stream requests sent during frozen-ZooKeeper faults led to.

@@ -543,6 +543,106 @@ pub fn stalls(
     out
 }
 
+/// One hold of a command run by a CLI verb (`zkgate elect NAME -- CMD`, `zkgate lock NAME --
+/// CMD`), seen at the process level: every process CMD started appends a wall-clock timestamp
+/// (ns) to a file of its own every few milliseconds, named by the hold's fencing token, so
+/// `first..=last` is when any process of that hold was alive and running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CmdHold {
+    pub resource: String,
+    /// `ZKGATE_FENCING_TOKEN` as CMD saw it.
+    pub token: String,
+    /// Which verb (slot) ran it, for reports.
+    pub who: String,
+    /// Earliest and latest timestamp written by any of the hold's processes (ns since the
+    /// Unix epoch).
+    pub first: u64,
+    pub last: u64,
+    /// How many timestamps its processes wrote.
+    pub stamps: usize,
+}
+
+/// Exclusion at the process level: two holds of one resource whose commands were alive in
+/// the same window (more than `capacity(resource)` holds' `first..=last` containing one
+/// instant) is a violation, whatever the streams said. Timestamps are written every few ms,
+/// so an overlap shorter than that can be missed, never invented.
+pub fn cmd_overlaps(holds: &[CmdHold], capacity: impl Fn(&str) -> usize) -> Vec<Violation> {
+    let mut by_resource: BTreeMap<&str, Vec<&CmdHold>> = BTreeMap::new();
+    for h in holds {
+        by_resource.entry(h.resource.as_str()).or_default().push(h);
+    }
+    let mut out = Vec::new();
+    for (resource, hs) in by_resource {
+        let cap = capacity(resource).max(1);
+        // Sweep over closed intervals: at one instant, starts before ends.
+        let mut points: Vec<(u64, i8, usize)> = Vec::new();
+        for (i, h) in hs.iter().enumerate() {
+            points.push((h.first, -1, i));
+            points.push((h.last, 1, i));
+        }
+        points.sort();
+        let mut active: Vec<usize> = Vec::new();
+        for (at, kind, i) in points {
+            if kind > 0 {
+                active.retain(|&j| j != i);
+                continue;
+            }
+            active.push(i);
+            if active.len() > cap {
+                let until = active.iter().map(|&j| hs[j].last).min().unwrap_or(at);
+                let who: Vec<String> = active
+                    .iter()
+                    .map(|&j| {
+                        let h = hs[j];
+                        format!(
+                            "{} token {} ({} stamps, {}..{})",
+                            h.who, h.token, h.stamps, h.first, h.last
+                        )
+                    })
+                    .collect();
+                out.push(Violation {
+                    kind: "command overlap",
+                    detail: format!(
+                        "{resource}: {} commands alive at once (capacity {cap}) for {:.1} ms: {}",
+                        active.len(),
+                        (until - at) as f64 / 1e6,
+                        who.join("; ")
+                    ),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Liveness at the process level: stretches of `from..until` (ns) longer than `bound` in
+/// which no command of `resource` ran, as `(start, end)` of each gap.
+pub fn cmd_gaps(
+    holds: &[CmdHold],
+    resource: &str,
+    from: u64,
+    until: u64,
+    bound: Duration,
+) -> Vec<(u64, u64)> {
+    let mut hs: Vec<(u64, u64)> = holds
+        .iter()
+        .filter(|h| h.resource == resource)
+        .map(|h| (h.first, h.last))
+        .collect();
+    hs.sort();
+    let bound = bound.as_nanos() as u64;
+    let mut out = Vec::new();
+    let mut covered = from;
+    for (a, b) in hs.into_iter().chain(std::iter::once((until, until))) {
+        let a = a.min(until);
+        if a > covered && a - covered > bound {
+            out.push((covered, a));
+        }
+        covered = covered.max(b);
+    }
+    out
+}
+
 /// A readable timeline of every stream, for failure messages.
 pub fn timeline(logs: &[StreamLog], epoch: Instant) -> String {
     let mut out = String::new();
@@ -717,6 +817,97 @@ mod tests {
             .collect();
         assert!(check(&logs, |_| 3, epoch).violations.is_empty());
         assert_eq!(check(&logs, |_| 2, epoch).violations.len(), 1);
+    }
+
+    fn cmd(resource: &str, token: &str, first: u64, last: u64) -> CmdHold {
+        CmdHold {
+            resource: resource.into(),
+            token: token.into(),
+            who: format!("v{token}"),
+            first,
+            last,
+            stamps: 1,
+        }
+    }
+
+    /// Table: commands of one resource must never be alive in the same window; touching
+    /// ends count (a timestamp of each at the same ns), other resources and permits do not.
+    #[test]
+    fn command_overlaps_are_found_at_the_process_level() {
+        let cases: Vec<(&str, Vec<CmdHold>, usize, usize)> = vec![
+            (
+                "apart",
+                vec![cmd("e", "1", 0, 10), cmd("e", "2", 11, 20)],
+                1,
+                0,
+            ),
+            (
+                "overlap",
+                vec![cmd("e", "1", 0, 10), cmd("e", "2", 5, 20)],
+                1,
+                1,
+            ),
+            (
+                "touching",
+                vec![cmd("e", "1", 0, 10), cmd("e", "2", 10, 20)],
+                1,
+                1,
+            ),
+            (
+                "inside",
+                vec![cmd("e", "1", 0, 30), cmd("e", "2", 5, 20)],
+                1,
+                1,
+            ),
+            (
+                "other resource",
+                vec![cmd("e", "1", 0, 10), cmd("f", "2", 5, 20)],
+                1,
+                0,
+            ),
+            (
+                "two permits",
+                vec![cmd("e", "1", 0, 10), cmd("e", "2", 5, 20)],
+                2,
+                0,
+            ),
+            (
+                "three on two permits",
+                vec![
+                    cmd("e", "1", 0, 10),
+                    cmd("e", "2", 5, 20),
+                    cmd("e", "3", 8, 9),
+                ],
+                2,
+                1,
+            ),
+        ];
+        for (name, holds, cap, want) in cases {
+            let got = cmd_overlaps(&holds, |_| cap);
+            assert_eq!(got.len(), want, "{name}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn command_gaps_longer_than_the_bound() {
+        let ms = |n: u64| n * 1_000_000;
+        let holds = vec![
+            cmd("e", "1", ms(100), ms(200)),
+            cmd("e", "2", ms(250), ms(400)),
+            cmd("e", "3", ms(2_000), ms(2_100)),
+        ];
+        let bound = Duration::from_millis(500);
+        // 400 → 2000 is a gap; so is 2100 → 3000 (until); 0 → 100 and 200 → 250 are not.
+        assert_eq!(
+            cmd_gaps(&holds, "e", 0, ms(3_000), bound),
+            vec![(ms(400), ms(2_000)), (ms(2_100), ms(3_000))]
+        );
+        assert_eq!(
+            cmd_gaps(&holds, "e", 0, ms(2_100), bound),
+            vec![(ms(400), ms(2_000))]
+        );
+        // Nothing at all: one gap over the whole stretch.
+        assert_eq!(cmd_gaps(&holds, "f", 0, ms(600), bound), vec![(0, ms(600))]);
     }
 
     /// With two permits, a holder suspended and resumed keeps its older token while another
