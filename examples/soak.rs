@@ -1037,6 +1037,18 @@ async fn soak(args: Args) -> std::process::ExitCode {
     for i in 0..world.verb_slots.len() {
         tasks.push(tokio::spawn(run_verb(world.clone(), i)));
     }
+    let queue_trace = std::env::temp_dir().join(format!("zkgate-soak-{seed}-queues.txt"));
+    tasks.push(tokio::spawn(trace_queues(
+        connect.clone(),
+        root.clone(),
+        epoch,
+        queue_trace.clone(),
+        world.stop.clone(),
+    )));
+    println!(
+        "queue members over time (znode, owning session): {}",
+        queue_trace.display()
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     let faults_start = Instant::now();
 
@@ -2335,5 +2347,63 @@ fn check_instream(world: &World, logs: &[StreamLog]) -> InStreamReport {
     InStreamReport {
         summary,
         violations,
+    }
+}
+
+/// Writes every queue's members (znode name and owning session) to `path` each time they
+/// change, polled every 250 ms from a ZooKeeper client of the soak's own: the forensics of a
+/// stall (which session held the member at the head while nobody was granted), to be read
+/// beside the gateways' logs (`ZKGATE_KEEP_GATEWAY_LOGS=DIR` keeps them).
+async fn trace_queues(
+    connect: String,
+    root: String,
+    epoch: Instant,
+    path: std::path::PathBuf,
+    stop: CancellationToken,
+) {
+    use std::io::Write;
+    let Ok(mut out) = std::fs::File::create(&path) else {
+        return;
+    };
+    let mut client: Option<zookeeper_client::Client> = None;
+    let mut last: BTreeMap<String, String> = BTreeMap::new();
+    while !stop.is_cancelled() {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if client.as_ref().is_none_or(|c| c.state().is_terminated()) {
+            client = tokio::time::timeout(
+                Duration::from_secs(5),
+                zookeeper_client::Client::connect(&connect),
+            )
+            .await
+            .ok()
+            .and_then(Result::ok);
+        }
+        let Some(c) = &client else { continue };
+        for folder in ["elections", "locks"] {
+            let Ok(queues) = c.list_children(&format!("{root}/{folder}")).await else {
+                continue;
+            };
+            for q in queues {
+                let qpath = format!("{root}/{folder}/{q}");
+                let Ok(mut kids) = c.list_children(&qpath).await else {
+                    continue;
+                };
+                kids.sort_by_key(|k| k.rsplit('-').next().unwrap_or("").to_owned());
+                let mut line = Vec::new();
+                for k in &kids {
+                    let owner = match c.check_stat(&format!("{qpath}/{k}")).await {
+                        Ok(Some(st)) => format!("{:#x}", st.ephemeral_owner),
+                        _ => "gone".to_owned(),
+                    };
+                    let short = k.rsplit('-').next().unwrap_or(k);
+                    line.push(format!("{short}@{owner}"));
+                }
+                let line = line.join(" ");
+                if last.get(&q) != Some(&line) {
+                    let _ = writeln!(out, "+{}ms {q}: [{line}]", epoch.elapsed().as_millis());
+                    last.insert(q, line);
+                }
+            }
+        }
     }
 }

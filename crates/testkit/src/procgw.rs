@@ -336,5 +336,15 @@ impl Drop for GatewayProc {
             self.signal("KILL");
             let _ = self.child.wait();
         }
+        // A long run's logs outlive the process when asked (the soak's forensics: which
+        // session held a member that nobody was granted after).
+        if let Some(dir) = std::env::var_os("ZKGATE_KEEP_GATEWAY_LOGS") {
+            let dir = PathBuf::from(dir);
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::copy(
+                &self.log,
+                dir.join(format!("{}-{}.log", self.name, self.pid)),
+            );
+        }
     }
 }
