@@ -103,7 +103,13 @@ async fn respond(
         let prefix = prefix_of(req.uri().query());
         let visible = crate::ui::visible_to(req.headers(), &auth);
         let (tx, rx) = tokio::sync::mpsc::channel::<String>(4);
-        tokio::spawn(crate::ui::events(coord, prefix, visible, tx));
+        tokio::spawn(crate::ui::events(
+            coord,
+            prefix,
+            visible,
+            Some(auth.changes()),
+            tx,
+        ));
         let frames = tokio_stream::wrappers::ReceiverStream::new(rx)
             .map(|s| Ok::<_, Infallible>(hyper::body::Frame::data(Bytes::from(s))));
         let mut resp = with_type(

@@ -440,3 +440,117 @@ verbs = ["observe"]
     );
     drop(held);
 }
+
+/// A policy reload re-judges the names open streams follow, without any change of the
+/// elections folder: a prefix's name the caller may no longer observe leaves the stream with a
+/// vacancy (and comes back, with its leader, when a later reload allows it again); a name the
+/// caller listed ends the stream `PERMISSION_DENIED` naming it.
+#[tokio::test]
+async fn a_policy_reload_rejudges_the_names_a_stream_follows() {
+    let policy = |billing_names: &str| {
+        format!(
+            r#"
+[[token]]
+identity = "billing"
+sha256 = "{}"
+[[allow]]
+identity = "billing"
+names = [{billing_names}]
+verbs = ["observe"]
+[[allow]]
+identity = "anonymous"
+names = ["*"]
+verbs = ["campaign"]
+"#,
+            ring::digest::digest(&ring::digest::SHA256, b"billing-token")
+                .as_ref()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.toml");
+    std::fs::write(&file, policy(r#""billing.*", "shared""#)).unwrap();
+    let auth = zkgate::auth::Auth::from_file(&file).unwrap();
+    let zk = shared_zk();
+    let gw = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            configure: Some(Box::new({
+                let auth = auth.clone();
+                move |cfg| cfg.auth = auth
+            })),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = gw.client().await;
+    let mut held = Vec::new();
+    for name in ["billing.a", "billing.b", "shared"] {
+        let mut m = Campaign::join(&mut c, name, "x", b"").await;
+        m.elected().await;
+        held.push(m);
+    }
+    let as_billing = |prefix: &str, names: &[&str]| {
+        let mut r = tonic::Request::new(pb::ObserveManyRequest {
+            prefix: prefix.into(),
+            elections: names.iter().map(|s| s.to_string()).collect(),
+        });
+        r.metadata_mut()
+            .insert("authorization", "Bearer billing-token".parse().unwrap());
+        r
+    };
+    let mut by_prefix = c
+        .observe_many(as_billing("billing.", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let snap = snapshot(&mut by_prefix).await;
+    assert_eq!(
+        snap.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["billing.a", "billing.b"]
+    );
+    let mut listed = c
+        .observe_many(as_billing("", &["shared"]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(snapshot(&mut listed).await.len(), 1);
+
+    // The reload withdraws billing.b and shared.
+    std::fs::write(&file, policy(r#""billing.a""#)).unwrap();
+    auth.reload().unwrap();
+    assert_eq!(
+        next(&mut by_prefix).await,
+        Some(("billing.b".to_owned(), None)),
+        "a prefix's withdrawn name leaves with a vacancy"
+    );
+    let end = tokio::time::timeout(STEP, listed.message())
+        .await
+        .expect("the listed stream ends in time")
+        .expect_err("a withdrawn listed name ends the stream");
+    assert_eq!(end.code(), Code::PermissionDenied, "{end:?}");
+    assert!(end.message().contains("shared"), "{end:?}");
+
+    // The prefix's stream goes on: billing.b's changes no longer come, billing.a's do.
+    let mut b2 = Campaign::join(&mut c, "billing.b", "b2", b"").await;
+    drop(held.remove(1));
+    b2.elected().await;
+    let mut a2 = Campaign::join(&mut c, "billing.a", "a2", b"").await;
+    drop(held.remove(0));
+    a2.elected().await;
+    loop {
+        let (e, l) = next(&mut by_prefix).await.expect("a state");
+        assert_eq!(e, "billing.a", "only billing.a is followed now");
+        if who(&l) == Some("a2") {
+            break;
+        }
+    }
+    // A reload that allows billing.b again: it is followed again, with its leader.
+    std::fs::write(&file, policy(r#""billing.*""#)).unwrap();
+    auth.reload().unwrap();
+    let (e, l) = next(&mut by_prefix).await.expect("a state");
+    assert_eq!((e.as_str(), who(&l)), ("billing.b", Some("b2")));
+    drop((held, a2, b2));
+}

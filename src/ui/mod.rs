@@ -169,6 +169,7 @@ pub async fn events(
     coord: Arc<Coordinator>,
     prefix: String,
     visible: Visible,
+    mut policy: Option<tokio::sync::watch::Receiver<u64>>,
     out: mpsc::Sender<String>,
 ) {
     let draining = coord.draining();
@@ -189,6 +190,7 @@ pub async fn events(
                 names: Default::default(),
                 max_elections: DEFAULT_MAX_OBSERVE_MANY_ELECTIONS,
                 visible: visible.clone(),
+                rejudge: policy.clone(),
             };
             match coord.observe_many(spec).await {
                 Ok(o) => {
@@ -249,11 +251,21 @@ pub async fn events(
                         }
                     }
                     Ok(ManyEvent::SnapshotComplete) => ready = true,
+                    // The page lists no names, only a prefix.
+                    Ok(ManyEvent::Withdrawn(_)) => {}
                     Err(e) => {
                         observation = None;
                         note = Some(format!("elections' leaders unavailable: {e}"));
                         retry_at = tokio::time::Instant::now() + Duration::from_secs(1);
                     }
+                }
+                dirty = true;
+            }
+            // A reload: the observation judges its names again itself; the rest is filtered
+            // at the next state.
+            r = crate::coord::observe_many::moved(&mut policy) => {
+                if r.is_err() {
+                    policy = None;
                 }
                 dirty = true;
             }
