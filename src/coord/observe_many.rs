@@ -10,6 +10,12 @@
 //! elections the stream follows, given the folder, the request and the caller's filter) and
 //! [`next_state`] (whether a queue's view is news for this stream: first state once the view is
 //! synced, then only changes, and never a leader with a smaller token than the last one sent).
+//!
+//! Under a policy the caller's filter is judged again at every reload ([`ManySpec::rejudge`]),
+//! not only when the folder changes: a listed name withdrawn is reported
+//! ([`ManyEvent::Withdrawn`]: the API ends the stream `PERMISSION_DENIED`), a prefix's name
+//! withdrawn leaves the stream as an election leaving the folder does (a vacancy if a leader was
+//! sent), a name newly allowed is followed.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::pin::Pin;
