@@ -103,7 +103,13 @@ async fn respond(
         let prefix = prefix_of(req.uri().query());
         let visible = crate::ui::visible_to(req.headers(), &auth);
         let (tx, rx) = tokio::sync::mpsc::channel::<String>(4);
-        tokio::spawn(crate::ui::events(coord, prefix, visible, tx));
+        tokio::spawn(crate::ui::events(
+            coord,
+            prefix,
+            visible,
+            Some(auth.changes()),
+            tx,
+        ));
         let frames = tokio_stream::wrappers::ReceiverStream::new(rx)
             .map(|s| Ok::<_, Infallible>(hyper::body::Frame::data(Bytes::from(s))));
         let mut resp = with_type(
@@ -118,15 +124,19 @@ async fn respond(
         return Ok(resp);
     }
     if path == "/ui/state" {
-        // One state, without the fleet-wide leaders' observation: this gateway's board and the
-        // leaders its own watches know (for scripts; the page uses the event stream).
+        // The page's first state (fleet-wide, like the page's): for scripts.
         let prefix = prefix_of(req.uri().query());
         let visible = crate::ui::visible_to(req.headers(), &auth);
-        let view = crate::ui::only_visible(coord.board.view(&prefix), &visible);
-        let body = crate::ui::state(&Default::default(), &view, &[], None).to_string();
+        let (status, body) = match crate::ui::one_state(coord, prefix, visible).await {
+            Some(body) => (StatusCode::OK, body),
+            None => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{\"note\": \"the gateway is draining\"}".to_owned(),
+            ),
+        };
         return Ok(with_type(
             Response::new(Full::new(Bytes::from(body)).boxed()),
-            StatusCode::OK,
+            status,
             "application/json",
         ));
     }

@@ -1,6 +1,7 @@
 //! `Election.ObserveMany` end to end, against a real ZooKeeper: the snapshot then changes,
 //! elections appearing later, vacancies and resigns, a ZooKeeper reconnect, the per-stream
-//! election limit, and the cost per change with 1 and 100 streams (G4).
+//! election limit, the cost per change with 1 and 100 streams (G4), a policy reload, and the
+//! `/ui` page built on it: fleet-wide, and costing nothing per viewer.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -439,4 +440,359 @@ verbs = ["observe"]
         "{page}"
     );
     drop(held);
+}
+
+/// A policy reload re-judges the names open streams follow, without any change of the
+/// elections folder: a prefix's name the caller may no longer observe leaves the stream with a
+/// vacancy (and comes back, with its leader, when a later reload allows it again); a name the
+/// caller listed ends the stream `PERMISSION_DENIED` naming it.
+#[tokio::test]
+async fn a_policy_reload_rejudges_the_names_a_stream_follows() {
+    let policy = |billing_names: &str| {
+        format!(
+            r#"
+[[token]]
+identity = "billing"
+sha256 = "{}"
+[[allow]]
+identity = "billing"
+names = [{billing_names}]
+verbs = ["observe"]
+[[allow]]
+identity = "anonymous"
+names = ["*"]
+verbs = ["campaign"]
+"#,
+            ring::digest::digest(&ring::digest::SHA256, b"billing-token")
+                .as_ref()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.toml");
+    std::fs::write(&file, policy(r#""billing.*", "shared""#)).unwrap();
+    let auth = zkgate::auth::Auth::from_file(&file).unwrap();
+    let zk = shared_zk();
+    let gw = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            configure: Some(Box::new({
+                let auth = auth.clone();
+                move |cfg| cfg.auth = auth
+            })),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = gw.client().await;
+    let mut held = Vec::new();
+    for name in ["billing.a", "billing.b", "shared"] {
+        let mut m = Campaign::join(&mut c, name, "x", b"").await;
+        m.elected().await;
+        held.push(m);
+    }
+    let as_billing = |prefix: &str, names: &[&str]| {
+        let mut r = tonic::Request::new(pb::ObserveManyRequest {
+            prefix: prefix.into(),
+            elections: names.iter().map(|s| s.to_string()).collect(),
+        });
+        r.metadata_mut()
+            .insert("authorization", "Bearer billing-token".parse().unwrap());
+        r
+    };
+    let mut by_prefix = c
+        .observe_many(as_billing("billing.", &[]))
+        .await
+        .unwrap()
+        .into_inner();
+    let snap = snapshot(&mut by_prefix).await;
+    assert_eq!(
+        snap.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["billing.a", "billing.b"]
+    );
+    let mut listed = c
+        .observe_many(as_billing("", &["shared"]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(snapshot(&mut listed).await.len(), 1);
+
+    // The reload withdraws billing.b and shared.
+    std::fs::write(&file, policy(r#""billing.a""#)).unwrap();
+    auth.reload().unwrap();
+    assert_eq!(
+        next(&mut by_prefix).await,
+        Some(("billing.b".to_owned(), None)),
+        "a prefix's withdrawn name leaves with a vacancy"
+    );
+    let end = tokio::time::timeout(STEP, listed.message())
+        .await
+        .expect("the listed stream ends in time")
+        .expect_err("a withdrawn listed name ends the stream");
+    assert_eq!(end.code(), Code::PermissionDenied, "{end:?}");
+    assert!(end.message().contains("shared"), "{end:?}");
+
+    // The prefix's stream goes on: billing.b's changes no longer come, billing.a's do.
+    let mut b2 = Campaign::join(&mut c, "billing.b", "b2", b"").await;
+    drop(held.remove(1));
+    b2.elected().await;
+    let mut a2 = Campaign::join(&mut c, "billing.a", "a2", b"").await;
+    drop(held.remove(0));
+    a2.elected().await;
+    loop {
+        let (e, l) = next(&mut by_prefix).await.expect("a state");
+        assert_eq!(e, "billing.a", "only billing.a is followed now");
+        if who(&l) == Some("a2") {
+            break;
+        }
+    }
+    // A reload that allows billing.b again: it is followed again, with its leader.
+    std::fs::write(&file, policy(r#""billing.*""#)).unwrap();
+    auth.reload().unwrap();
+    let (e, l) = next(&mut by_prefix).await.expect("a state");
+    assert_eq!((e.as_str(), who(&l)), ("billing.b", Some("b2")));
+    drop((held, a2, b2));
+}
+
+/// The `/ui` page's event stream, read as a browser would: one JSON state per `data:` line.
+struct PageViewer {
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::net::TcpStream>>,
+}
+
+impl PageViewer {
+    async fn open(http: std::net::SocketAddr, prefix: &str) -> PageViewer {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let mut conn = tokio::net::TcpStream::connect(http).await.unwrap();
+        conn.write_all(
+            format!("GET /ui/events?prefix={prefix} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        PageViewer {
+            lines: tokio::io::BufReader::new(conn).lines(),
+        }
+    }
+
+    /// Reads states until one satisfies `done`.
+    async fn until(&mut self, what: &str, done: impl Fn(&serde_json::Value) -> bool) {
+        tokio::time::timeout(STEP, async {
+            loop {
+                let line = self.lines.next_line().await.unwrap().expect("stream open");
+                // Chunked framing lines and keep-alives are not states.
+                let Some(data) = line.strip_prefix("data: ") else {
+                    continue;
+                };
+                if done(&serde_json::from_str(data).unwrap()) {
+                    return;
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("the page never showed {what}"));
+    }
+}
+
+/// `/ui/state` on `http` for `prefix`, as JSON.
+async fn ui_state(http: std::net::SocketAddr, prefix: &str) -> serde_json::Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(http).await.unwrap();
+    conn.write_all(
+        format!("GET /ui/state?prefix={prefix} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply).await.unwrap();
+    let body = reply.split_once("\r\n\r\n").expect("a body").1;
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+/// The row of `name` in the state's `table` ("elections" or "locks").
+fn row<'a>(state: &'a serde_json::Value, table: &str, name: &str) -> Option<&'a serde_json::Value> {
+    state[table]
+        .as_array()
+        .expect("a table")
+        .iter()
+        .find(|r| r["name"] == name)
+}
+
+/// The page is fleet-wide: the waiters and lock holders whose streams are on gateway B show on
+/// gateway A's page (and its `/ui/state`), and go when they leave.
+#[tokio::test]
+async fn the_page_shows_waiters_and_lock_holders_of_every_gateway() {
+    let zk = shared_zk();
+    let a = Gateway::start(&zk).await;
+    let b = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            root: Some(a.root.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut viewer = PageViewer::open(a.http, "f.").await;
+    let (mut c, mut l) = (b.client().await, b.lock_client().await);
+    let mut leader = Campaign::join(&mut c, "f.e", "lead", b"").await;
+    leader.elected().await;
+    let waiter = Campaign::join(&mut c, "f.e", "wait", b"").await;
+    let mut holder = Acquisition::open(&mut l, acquire_msg("f.lock", "hold")).await;
+    let token = holder.acquired().await.fencing_token.to_string();
+    let lock_waiter = Acquisition::open(&mut l, acquire_msg("f.lock", "queued")).await;
+
+    let shows_all = |s: &serde_json::Value| {
+        let e = row(s, "elections", "f.e");
+        let k = row(s, "locks", "f.lock");
+        e.is_some_and(|e| {
+            e["leader"]["candidate"] == "lead" && e["waiting"] == 1 && e["waiting_since"].is_f64()
+        }) && k.is_some_and(|k| {
+            k["holders"][0]["owner"] == "hold"
+                && k["holders"][0]["fencing_token"] == token.as_str()
+                && k["waiting"] == 1
+                && k["waiting_since"].is_f64()
+        })
+    };
+    viewer.until("B's waiters and lock holder", shows_all).await;
+    let state = ui_state(a.http, "f.").await;
+    assert!(shows_all(&state), "{state}");
+    assert!(
+        !state.to_string().contains("lease"),
+        "never a lease: {state}"
+    );
+
+    // They leave: the hand-over shows, with the recent change.
+    drop(lock_waiter);
+    holder.release().await;
+    drop(waiter);
+    viewer
+        .until("the lock free and no waiter", |s| {
+            row(s, "locks", "f.lock").is_none()
+                && row(s, "elections", "f.e").is_some_and(|e| e["waiting"] == 0)
+                && s["recent"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|c| c["name"] == "f.lock" && c["what"] == "hold released")
+        })
+        .await;
+    drop(leader);
+}
+
+/// The gateway's ZooKeeper requests for a lock hand-over and a new waiter with 1 and with 50
+/// page viewers of the prefix: the same (one watch per prefix per gateway, shared). Prints the
+/// figures, and those without a page open (docs).
+#[tokio::test]
+async fn the_page_costs_nothing_per_viewer() {
+    let zk = shared_zk();
+    let mut costs = Vec::new();
+    for viewers in [0usize, 1, 50] {
+        let gw = Gateway::start(&zk).await;
+        let mut l = gw.lock_client().await;
+        let mut first = Acquisition::open(&mut l, acquire_msg("v.lock", "first")).await;
+        first.acquired().await;
+        let mut second = Acquisition::open(&mut l, acquire_msg("v.lock", "second")).await;
+        let mut pages = Vec::new();
+        for _ in 0..viewers {
+            let mut p = PageViewer::open(gw.http, "v.").await;
+            p.until("first holds, one waits", |s| {
+                row(s, "locks", "v.lock")
+                    .is_some_and(|k| k["holders"][0]["owner"] == "first" && k["waiting"] == 1)
+            })
+            .await;
+            pages.push(p);
+        }
+        // A hand-over: first releases, second acquires; every page shows it.
+        let before = gw.coord.zk_requests();
+        first.release().await;
+        second.acquired().await;
+        for p in pages.iter_mut() {
+            p.until("second holds", |s| {
+                row(s, "locks", "v.lock")
+                    .is_some_and(|k| k["holders"][0]["owner"] == "second" && k["waiting"] == 0)
+            })
+            .await;
+        }
+        let hand_over = gw.coord.zk_requests() - before;
+        // A new waiter; every page shows it.
+        let before = gw.coord.zk_requests();
+        let third = Acquisition::open(&mut l, acquire_msg("v.lock", "third")).await;
+        for p in pages.iter_mut() {
+            p.until("one waiter", |s| {
+                row(s, "locks", "v.lock").is_some_and(|k| k["waiting"] == 1)
+            })
+            .await;
+        }
+        let waiter = gw.coord.zk_requests() - before;
+        eprintln!(
+            "/ui cost with {viewers} viewer(s): {hand_over} ZooKeeper requests per lock \
+             hand-over, {waiter} per new waiter"
+        );
+        costs.push((hand_over, waiter));
+        drop((second, third, pages));
+    }
+    let (one, many) = (costs[1], costs[2]);
+    assert!(one.0 <= 6 && one.1 <= 4, "cost with one viewer: {one:?}");
+    assert!(
+        many.0 <= one.0 + 1 && many.1 <= one.1 + 1,
+        "50 viewers cost {many:?}, 1 viewer {one:?}"
+    );
+}
+
+/// A page on a gateway whose ZooKeeper link is cut while a lock changes hands on another
+/// gateway: once the link is back, the page shows the truth (its watch placed again and the
+/// queues read again), not the holder it saw before the cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_zookeeper_reconnect_the_page_is_truthful() {
+    let zk = shared_zk();
+    let cut = LinkCutter::start(zk.parse().expect("one address"))
+        .await
+        .unwrap();
+    let observed = Gateway::start_with(
+        &cut.addr().to_string(),
+        GatewayOpts {
+            session_timeout: Duration::from_secs(8),
+            ..Default::default()
+        },
+    )
+    .await;
+    let direct = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            root: Some(observed.root.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut l = direct.lock_client().await;
+    let mut x = Acquisition::open(&mut l, acquire_msg("r.lock", "x")).await;
+    x.acquired().await;
+    let mut y = Acquisition::open(&mut l, acquire_msg("r.lock", "y")).await;
+    let mut page = PageViewer::open(observed.http, "r.").await;
+    page.until("x holds", |s| {
+        row(s, "locks", "r.lock").is_some_and(|k| k["holders"][0]["owner"] == "x")
+    })
+    .await;
+
+    cut.blackhole();
+    wait_until("the observed gateway notices the cut", STEP, || async {
+        !observed.coord.is_connected()
+    })
+    .await;
+    x.release().await;
+    y.acquired().await;
+    let z = Acquisition::open(&mut l, acquire_msg("r.lock", "z")).await;
+    // Events queued on the old connection are lost with it: only reading again can tell.
+    cut.drop_all();
+    cut.pass();
+    page.until("y holds and z waits, after the reconnect", |s| {
+        row(s, "locks", "r.lock").is_some_and(|k| {
+            k["holders"].as_array().unwrap().len() == 1
+                && k["holders"][0]["owner"] == "y"
+                && k["waiting"] == 1
+        }) && s["note"].is_null()
+    })
+    .await;
+    drop((y, z));
 }

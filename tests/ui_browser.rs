@@ -1,7 +1,8 @@
 //! `/ui` in a real browser: headless Debian `chromium`, driven over the DevTools protocol by
 //! `tests/browser/cdp.mjs` (node), loads the page from an in-process gateway and the test
-//! asserts what a person would see: an election's leader appearing, the waiter count rising,
-//! a lock's holder, the leader changing on a resign. It prints the page's update latency
+//! asserts what a person would see: an election's leader appearing, the waiter count rising
+//! (waiters on another gateway of the fleet included), a lock's holder and waiter, the leader
+//! changing on a resign. It prints the page's update latency
 //! (change made → visible in the page) and saves a screenshot (to `$ZKGATE_UI_SCREENSHOT`, e.g.
 //! `docs/ui.png`, else under the target directory).
 
@@ -142,7 +143,18 @@ async fn the_page_shows_leaders_waiters_holders_and_changes_live() {
     };
     let zk = shared_zk();
     let gw = Gateway::start(&zk).await;
+    // A second gateway of the fleet: the page on the first shows its streams too.
+    let other_gw = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            root: Some(gw.root.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
     let mut c = gw.client().await;
+    let mut c2 = other_gw.client().await;
+    let mut l2 = other_gw.lock_client().await;
     let mut l = gw.lock_client().await;
     let url = format!("http://{}/ui?prefix=shop.", gw.http);
     let mut b = tokio::task::block_in_place(|| Browser::open(&node, &chromium, &url));
@@ -174,13 +186,14 @@ async fn the_page_shows_leaders_waiters_holders_and_changes_live() {
     )
     .await;
     latencies.push(("waiter count rises", t));
-    let (dave, _) = timed(
+    let (dave, t) = timed(
         &mut b,
-        "two waiters",
+        "two waiters, one through the other gateway",
         &cell("elections", "shop.orders", "waiting", "2"),
-        Campaign::join(&mut c, "shop.orders", "dave", b""),
+        Campaign::join(&mut c2, "shop.orders", "dave", b""),
     )
     .await;
+    latencies.push(("waiter on another gateway", t));
     // A lock and its holder.
     let (carol, t) = timed(
         &mut b,
@@ -194,6 +207,15 @@ async fn the_page_shows_leaders_waiters_holders_and_changes_live() {
     )
     .await;
     latencies.push(("lock holder appears", t));
+    // A waiter for the lock, through the other gateway.
+    let (frank, t) = timed(
+        &mut b,
+        "a lock waiter on the other gateway",
+        &cell("locks", "shop.stock", "waiting", "1"),
+        Acquisition::open(&mut l2, acquire_msg("shop.stock", "frank")),
+    )
+    .await;
+    latencies.push(("lock waiter on another gateway", t));
     // Another prefix's names stay off the page.
     let mut other = Campaign::join(&mut c, "admin.jobs", "eve", b"").await;
     other.elected().await;
@@ -239,5 +261,5 @@ async fn the_page_shows_leaders_waiters_holders_and_changes_live() {
         );
     }
     eprintln!("screenshot: {}", shot.display());
-    drop((bob, dave, carol, other));
+    drop((bob, dave, carol, frank, other));
 }

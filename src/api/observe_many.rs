@@ -24,8 +24,8 @@ use crate::proto::observe_many_response::Event;
 
 /// The names `identity` may observe (SPEC §7: "ObserveMany shows only allowed names"): the
 /// policy's `observe` verb, judged against the policy in force whenever the elections folder
-/// changes (a reload alone does not re-judge the names already followed: documented in
-/// docs/observability.md). Without a policy every name is visible.
+/// changes and at every policy reload ([`ManySpec::rejudge`]). Without a policy every name is
+/// visible.
 fn visible_to(auth: &Arc<Auth>, identity: Identity) -> Visible {
     let auth = Arc::clone(auth);
     Arc::new(move |name: &QueueName| auth.allows(&identity, Verb::Observe, name.as_str()))
@@ -35,7 +35,12 @@ fn visible_to(auth: &Arc<Auth>, identity: Identity) -> Visible {
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` for a bad name in `elections` or a prefix with characters no name has.
-fn spec(r: pb::ObserveManyRequest, max: usize, visible: Visible) -> Result<ManySpec, CoordError> {
+fn spec(
+    r: pb::ObserveManyRequest,
+    max: usize,
+    visible: Visible,
+    rejudge: Option<tokio::sync::watch::Receiver<u64>>,
+) -> Result<ManySpec, CoordError> {
     if !r.prefix.is_empty() {
         // A prefix is the start of a name: the same characters (any length up to a name's).
         convert::queue_name(r.prefix.clone(), "prefix")?;
@@ -50,19 +55,36 @@ fn spec(r: pb::ObserveManyRequest, max: usize, visible: Visible) -> Result<ManyS
         names,
         max_elections: max,
         visible,
+        rejudge,
     })
 }
 
-fn message(e: ManyEvent) -> pb::ObserveManyResponse {
-    pb::ObserveManyResponse {
-        event: Some(match e {
-            ManyEvent::State(election, leader) => Event::State(pb::ElectionState {
-                election: election.as_str().to_owned(),
-                leader: leader.map(convert::leader),
-            }),
-            ManyEvent::SnapshotComplete => Event::SnapshotComplete(pb::SnapshotComplete {}),
+/// The message for `e`; `None` for [`ManyEvent::Withdrawn`], which ends the stream instead.
+fn message(e: ManyEvent) -> Option<pb::ObserveManyResponse> {
+    let event = match e {
+        ManyEvent::State(election, leader) => Event::State(pb::ElectionState {
+            election: election.as_str().to_owned(),
+            leader: leader.map(convert::leader),
         }),
-    }
+        ManyEvent::SnapshotComplete => Event::SnapshotComplete(pb::SnapshotComplete {}),
+        ManyEvent::Withdrawn(_) => return None,
+    };
+    Some(pb::ObserveManyResponse { event: Some(event) })
+}
+
+/// Why a stream ends when a reload withdrew the caller's right to a name it listed: the
+/// `PERMISSION_DENIED` that opening the stream with that name would now get (audited as a
+/// denial). Names matched only by the prefix are not errors: they leave the stream quietly
+/// (a vacancy if a leader was sent), as they are left out of a new stream.
+fn withdrawn(auth: &Auth, identity: &Identity, name: &QueueName) -> CoordError {
+    auth.check(identity, Verb::Observe, name.as_str())
+        .err()
+        // Allowed again by a newer reload meanwhile: the name was still dropped.
+        .unwrap_or_else(|| CoordError::PermissionDenied {
+            identity: identity.to_string(),
+            verb: Verb::Observe,
+            name: name.as_str().to_owned(),
+        })
 }
 
 /// Keeps `msg` for a client that is not reading: it replaces an unsent state of the same
@@ -99,12 +121,14 @@ pub async fn serve(
         auth.check(&identity, Verb::Observe, name)?;
     }
     let permit = admission.observer(request.remote_addr(), auth.enforced().then_some(&identity))?;
-    let visible = visible_to(auth, identity);
+    let visible = visible_to(auth, identity.clone());
     let spec = spec(
         request.into_inner(),
         admission.limits().observe_many_elections,
         visible,
+        Some(auth.changes()),
     )?;
+    let auth = Arc::clone(auth);
     let mut observation = coord.observe_many(spec).await?;
     let draining = coord.draining();
     let (out, responses) = Outbox::new();
@@ -127,7 +151,14 @@ pub async fn serve(
                     continue;
                 }
                 next = observation.next() => match next {
-                    Ok(e) => message(e),
+                    Ok(ManyEvent::Withdrawn(name)) => {
+                        out.end(Status::from(withdrawn(&auth, &identity, &name)));
+                        return;
+                    }
+                    Ok(e) => match message(e) {
+                        Some(m) => m,
+                        None => continue,
+                    },
                     Err(e) => {
                         out.end(Status::from(e));
                         return;
@@ -152,8 +183,12 @@ pub async fn serve(
 mod tests {
     use super::*;
 
+    fn msg(e: ManyEvent) -> pb::ObserveManyResponse {
+        message(e).expect("a message")
+    }
+
     fn state(e: &str, token: u64) -> pb::ObserveManyResponse {
-        message(ManyEvent::State(
+        msg(ManyEvent::State(
             crate::coord::types::QueueName::new(e).unwrap(),
             Some(crate::coord::types::Holder {
                 queue: crate::coord::types::QueueName::new(e).unwrap(),
@@ -170,7 +205,7 @@ mod tests {
         let mut unsent = VecDeque::new();
         keep(&mut unsent, state("a", 1));
         keep(&mut unsent, state("b", 2));
-        keep(&mut unsent, message(ManyEvent::SnapshotComplete));
+        keep(&mut unsent, msg(ManyEvent::SnapshotComplete));
         keep(&mut unsent, state("a", 3));
         let order: Vec<_> = unsent
             .iter()

@@ -1,7 +1,9 @@
 //! What this gateway's own streams are doing, per election and lock name: who holds (and
 //! since when, with which token), who waits (and since when), and the recent changes. It feeds
 //! the per-name metrics (waiters now, wait time until granted, hold time — names capped like
-//! every name label, [`crate::metrics::name_label`]) and the `/ui` page.
+//! every name label, [`crate::metrics::name_label`]), which are per gateway by nature: each
+//! gateway counts its own streams. The `/ui` page shows the fleet's instead, as ZooKeeper has
+//! them ([`super::fleet`]).
 //!
 //! Every Campaign and Acquire stream holds a [`Presence`] guard from the moment its znode is
 //! queued: granting moves it from waiting to holding, and dropping it (the stream ended, for

@@ -11,7 +11,8 @@
 //!   observing) and [`lock`] (adds the wait and the ttl).
 //! - [`error`]: every refusal, named by meaning; [`types`]: validated domain types;
 //!   [`record`]: what a member znode stores; [`zk`], [`paging`]: the ZooKeeper client.
-//! - [`board`]: this gateway's holders and waiters per name, for the per-name metrics and `/ui`.
+//! - [`board`]: this gateway's holders and waiters per name, for the per-name metrics; [`fleet`]:
+//!   every gateway's, as ZooKeeper shows them, for `/ui` (one watch per prefix per gateway).
 //! - [`directory`]: the elections folder's one watch per session, and [`observe_many`]: the
 //!   `ObserveMany` stream over it and the elections' queue actors.
 
@@ -20,6 +21,7 @@ pub mod clock;
 pub mod directory;
 pub mod election;
 pub mod error;
+pub mod fleet;
 pub mod link;
 pub mod lock;
 pub mod member;
@@ -171,8 +173,10 @@ pub struct Coordinator {
     shutdown: CancellationToken,
     supervisors: TaskTracker,
     streams: TaskTracker,
-    /// This gateway's holders and waiters per name (per-name metrics, `/ui`).
+    /// This gateway's holders and waiters per name (per-name metrics).
     pub board: Arc<board::Board>,
+    /// The fleet's holders and waiters per prefix, as ZooKeeper shows them (`/ui`).
+    fleet: fleet::FleetRegistry,
 }
 
 impl Coordinator {
@@ -207,6 +211,7 @@ impl Coordinator {
             supervisors,
             streams: TaskTracker::new(),
             board: Arc::default(),
+            fleet: Default::default(),
         })
     }
 

@@ -10,6 +10,12 @@
 //! elections the stream follows, given the folder, the request and the caller's filter) and
 //! [`next_state`] (whether a queue's view is news for this stream: first state once the view is
 //! synced, then only changes, and never a leader with a smaller token than the last one sent).
+//!
+//! Under a policy the caller's filter is judged again at every reload ([`ManySpec::rejudge`]),
+//! not only when the folder changes: a listed name withdrawn is reported
+//! ([`ManyEvent::Withdrawn`]: the API ends the stream `PERMISSION_DENIED`), a prefix's name
+//! withdrawn leaves the stream as an election leaving the folder does (a vacancy if a leader was
+//! sent), a name newly allowed is followed.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::pin::Pin;
@@ -31,7 +37,8 @@ use crate::metrics as m;
 pub const DEFAULT_MAX_OBSERVE_MANY_ELECTIONS: usize = 1_000;
 
 /// Which names a caller may see: the API layer passes the caller's `observe` filter under a
-/// policy (`api::observe_many::visible_to`), judged at every change of the folder.
+/// policy (`api::observe_many::visible_to`), judged at every change of the folder and whenever
+/// [`ManySpec::rejudge`] moves (a policy reload).
 pub type Visible = Arc<dyn Fn(&QueueName) -> bool + Send + Sync>;
 
 /// What an `ObserveMany` stream asks for.
@@ -45,6 +52,12 @@ pub struct ManySpec {
     pub max_elections: usize,
     /// The caller's filter (policy hook).
     pub visible: Visible,
+    /// Moves when `visible` may answer differently (a policy reload): the names followed are
+    /// judged again at once, not only at the folder's next change. A listed name no longer
+    /// visible is reported as [`ManyEvent::Withdrawn`]; a prefix's name no longer visible is
+    /// dropped like an election that left the folder (a vacancy if a leader was sent); a name
+    /// newly visible is followed (its first state, then its changes).
+    pub rejudge: Option<watch::Receiver<u64>>,
 }
 
 impl std::fmt::Debug for ManySpec {
@@ -64,6 +77,11 @@ pub enum ManyEvent {
     State(QueueName, Option<Holder>),
     /// Every election followed when the stream opened has had its first state.
     SnapshotComplete,
+    /// A name of [`ManySpec::names`] that the caller's filter no longer allows (a reload
+    /// withdrew it): it is no longer followed and nothing more is said of it. The API layer
+    /// ends the stream `PERMISSION_DENIED` naming it, the answer opening the stream with that
+    /// name would now get.
+    Withdrawn(QueueName),
 }
 
 /// The elections a stream follows: the listed names, plus the folder's children that start
@@ -121,6 +139,16 @@ pub fn next_state(sent: &Sent, view: &QueueView) -> Option<Option<Holder>> {
     Some(view.leader.clone())
 }
 
+/// Resolves when `rejudge` moves (`Err` once its sender is gone); never without one.
+pub async fn moved(
+    rejudge: &mut Option<watch::Receiver<u64>>,
+) -> Result<(), watch::error::RecvError> {
+    match rejudge {
+        Some(r) => r.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
 type Views = Pin<Box<dyn Stream<Item = Option<QueueView>> + Send>>;
 
 struct Followed {
@@ -140,6 +168,7 @@ pub struct ManyObservation {
     /// Elections still owed their first state before `snapshot_complete`; `None` once sent.
     snapshot: Option<HashSet<QueueName>>,
     out: VecDeque<ManyEvent>,
+    rejudge: Option<watch::Receiver<u64>>,
     _gauge: m::GaugeGuard,
     _stream: tokio_util::task::task_tracker::TaskTrackerToken,
 }
@@ -160,8 +189,15 @@ impl Coordinator {
         // slot 0), so a pool has one such watch, not one per session.
         let session = self.session_from(0)?;
         let directory = session.directory().await?;
+        let mut spec = spec;
+        let mut rejudge = spec.rejudge.take();
+        // Changes before the opening's own judgement below are already in it.
+        if let Some(r) = rejudge.as_mut() {
+            r.borrow_and_update();
+        }
         let mut obs = ManyObservation {
             spec,
+            rejudge,
             coord: self.clone(),
             folder: directory.view(),
             _directory: directory,
@@ -223,6 +259,15 @@ impl ManyObservation {
                     Some(view) => self.on_view(name, &view),
                     None => return Err(Retry::WatchEnded.into()),
                 },
+                r = moved(&mut self.rejudge) => {
+                    if r.is_err() {
+                        // Nothing can change the filter any more: judged by the folder alone.
+                        self.rejudge = None;
+                    } else if self.folder.borrow().synced {
+                        // (An unsynced folder is judged again by its next listing.)
+                        self.follow_folder().await?;
+                    }
+                }
             }
         }
     }
@@ -246,6 +291,15 @@ impl ManyObservation {
     /// folder (and not named) dropped, with a vacancy sent if the stream last saw a leader.
     async fn follow_folder(&mut self) -> Result<(), CoordError> {
         let names = self.folder.borrow_and_update().names.clone();
+        // Listed names the filter no longer allows are reported once and forgotten.
+        let visible = self.spec.visible.clone();
+        let (kept, withdrawn): (BTreeSet<QueueName>, BTreeSet<QueueName>) =
+            std::mem::take(&mut self.spec.names)
+                .into_iter()
+                .partition(|n| visible(n));
+        self.spec.names = kept;
+        self.out
+            .extend(withdrawn.into_iter().map(ManyEvent::Withdrawn));
         let want = wanted(
             &self.spec.prefix,
             &self.spec.names,

@@ -2,28 +2,32 @@
 //! owner, fencing token, since), waiters and the longest wait, the recent changes — filtered
 //! by name prefix. The page (`index.html`, compiled in with `include_str!`: no outside assets,
 //! works offline) reads `/ui/events?prefix=P`, server-sent events carrying the whole state as
-//! JSON after every change.
+//! JSON after every change; `/ui/state?prefix=P` answers the first such state.
 //!
-//! Where the state comes from:
-//! - elections' leaders, fleet-wide: an `ObserveMany` over the prefix (the same shared folder
-//!   watch and queue actors as the gRPC streams: a page costs ZooKeeper nothing per viewer);
-//! - waiters, the longest wait, lock holders and their changes: this gateway's board
-//!   ([`crate::coord::board`]) — what this gateway's own streams are doing. In a fleet, each
-//!   gateway's page shows its own waiters and lock holders.
+//! Everything shown is fleet-wide, whichever gateway serves the streams, and costs ZooKeeper
+//! nothing per viewer:
+//! - elections' leaders: an `ObserveMany` over the prefix (the same shared folder watch and
+//!   queue actors as the gRPC streams);
+//! - waiters, the longest wait and lock holders: the gateway's one view of the prefix's queues
+//!   in ZooKeeper ([`crate::coord::fleet`]: one watch per prefix per gateway, shared by every
+//!   viewer), lock holders judged as `Holders` judges them;
+//! - recent changes: the leader changes the observation saw and the lock holders that came and
+//!   went between two views.
 //!
-//! Nothing shown is a lease: neither source ever has one.
+//! The per-name metrics stay per gateway (this gateway's streams, [`crate::coord::board`]):
+//! sum them over the fleet. Nothing shown is a lease: no source ever has one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::auth::{Auth, Verb};
-use crate::coord::board::BoardView;
+use crate::coord::fleet::{Fleet, FleetView, Holding};
 use crate::coord::observe_many::{
-    ManyEvent, ManySpec, Visible, DEFAULT_MAX_OBSERVE_MANY_ELECTIONS,
+    moved, ManyEvent, ManySpec, Visible, DEFAULT_MAX_OBSERVE_MANY_ELECTIONS,
 };
 use crate::coord::types::{Holder, QueueName};
 use crate::coord::Coordinator;
@@ -31,7 +35,7 @@ use crate::coord::Coordinator;
 /// The page: HTML, CSS and script in one file.
 pub const PAGE: &str = include_str!("index.html");
 
-/// Changes kept in the page's "recent changes" (leader changes seen plus the board's).
+/// Changes kept in the page's "recent changes".
 const RECENT: usize = 50;
 
 /// How often an idle event stream sends a comment, so proxies keep it open.
@@ -60,13 +64,8 @@ pub fn visible_to(headers: &hyper::HeaderMap, auth: &Arc<Auth>) -> Visible {
     }
 }
 
-/// This gateway's board with only the names `visible` allows (locks included: `observe`
-/// covers `Holders`).
-pub fn only_visible(mut view: BoardView, visible: &Visible) -> BoardView {
-    let shown = |name: &str| QueueName::new(name).is_ok_and(|n| visible(&n));
-    view.names.retain(|n| shown(&n.name));
-    view.recent.retain(|c| shown(&c.name));
-    view
+fn shown(visible: &Visible, name: &str) -> bool {
+    QueueName::new(name).is_ok_and(|n| visible(&n))
 }
 
 fn epoch(t: SystemTime) -> f64 {
@@ -83,16 +82,25 @@ fn leader_json(l: &Holder) -> Value {
     })
 }
 
-/// The page's state: elections (leaders from the observation, waiters from the board), locks
-/// (from the board), recent changes (leader changes seen, lock changes of the board).
+fn holding_json(h: &Holding, who: &str) -> Value {
+    json!({
+        who: h.participant,
+        "fencing_token": h.fencing_token.to_string(),
+        "since": epoch(h.since),
+    })
+}
+
+/// The page's state: elections (leaders from the observation, waiters from the fleet's
+/// queues), locks (from the fleet's queues), recent changes — only what `visible` allows.
 pub fn state(
     leaders: &BTreeMap<String, Option<Holder>>,
-    board: &BoardView,
-    observed: &[Value],
+    fleet: &FleetView,
+    visible: &Visible,
+    recent: &[Value],
     note: Option<&str>,
 ) -> Value {
     let mut elections: BTreeMap<&str, Value> = BTreeMap::new();
-    for (name, leader) in leaders {
+    for (name, leader) in leaders.iter().filter(|(n, _)| shown(visible, n)) {
         elections.insert(
             name,
             json!({
@@ -104,49 +112,32 @@ pub fn state(
         );
     }
     let mut locks = Vec::new();
-    for n in &board.names {
-        let holders: Vec<Value> = n
-            .holders
-            .iter()
-            .map(|h| {
-                json!({
-                    "owner": h.participant,
-                    "fencing_token": h.fencing_token.to_string(),
-                    "since": h.since,
-                })
-            })
-            .collect();
-        if n.kind == "lock" {
+    for ((kind, name), q) in fleet.queues.iter().filter(|((_, n), _)| shown(visible, n)) {
+        let waiting_since = q.waiting_since.map(epoch);
+        if *kind == "lock" {
             locks.push(json!({
-                "name": n.name,
-                "holders": holders,
-                "waiting": n.waiting,
-                "waiting_since": n.waiting_since,
+                "name": name,
+                "holders": q.holders.iter().map(|h| holding_json(h, "owner")).collect::<Vec<_>>(),
+                "waiting": q.waiting,
+                "waiting_since": waiting_since,
             }));
             continue;
         }
-        let e = elections.entry(&n.name).or_insert_with(|| {
+        let e = elections.entry(name).or_insert_with(|| {
             json!({
-                "name": n.name,
-                // Not (yet) in the observation: this gateway's own leader, if it has one.
-                "leader": n.holders.first().map(|h| json!({
-                    "candidate": h.participant,
-                    "fencing_token": h.fencing_token.to_string(),
-                    "since": h.since,
-                })),
+                "name": name,
+                // Not (yet) in the observation: the queue's head.
+                "leader": q.holders.first().map(|h| holding_json(h, "candidate")),
             })
         });
-        e["waiting"] = json!(n.waiting);
-        e["waiting_since"] = json!(n.waiting_since);
+        e["waiting"] = json!(q.waiting);
+        e["waiting_since"] = json!(waiting_since);
     }
-    let mut recent: Vec<Value> = observed.to_vec();
-    recent.extend(
-        board
-            .recent
-            .iter()
-            .filter(|c| c.kind == "lock")
-            .map(|c| json!({"at": c.at, "kind": c.kind, "name": c.name, "what": c.what})),
-    );
+    let mut recent: Vec<Value> = recent
+        .iter()
+        .filter(|c| c["name"].as_str().is_some_and(|n| shown(visible, n)))
+        .cloned()
+        .collect();
     recent.sort_by(|a, b| {
         b["at"]
             .as_f64()
@@ -163,56 +154,129 @@ pub fn state(
     })
 }
 
+/// The locks' holders that came and went from `before` to `after`: (name, what), in name
+/// order, arrivals after departures. A holder is known by its fencing token.
+pub fn lock_changes(before: &FleetView, after: &FleetView) -> Vec<(String, String)> {
+    let holders = |v: &FleetView, name: &(&'static str, String)| -> Vec<Holding> {
+        v.queues
+            .get(name)
+            .map(|q| q.holders.clone())
+            .unwrap_or_default()
+    };
+    let names: std::collections::BTreeSet<&(&'static str, String)> = before
+        .queues
+        .keys()
+        .chain(after.queues.keys())
+        .filter(|(kind, _)| *kind == "lock")
+        .collect();
+    let mut out = Vec::new();
+    for key in names {
+        let (was, is) = (holders(before, key), holders(after, key));
+        let has = |hs: &[Holding], t: u64| hs.iter().any(|h| h.fencing_token == t);
+        for h in was.iter().filter(|h| !has(&is, h.fencing_token)) {
+            out.push((key.1.clone(), format!("{} released", h.participant)));
+        }
+        for h in is.iter().filter(|h| !has(&was, h.fencing_token)) {
+            out.push((
+                key.1.clone(),
+                format!(
+                    "{} acquired (fencing token {})",
+                    h.participant, h.fencing_token
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// Resolves when the fleet's view changes (`Err` once its actor stopped); never without one.
+async fn fleet_moved(
+    fleet: &mut Option<(Arc<Fleet>, watch::Receiver<FleetView>)>,
+) -> Result<(), watch::error::RecvError> {
+    match fleet {
+        Some((_, view)) => view.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Feeds one `/ui/events` stream: the state as an SSE `data:` line now and after every
-/// change, until the client goes away (`out` closed) or the gateway drains.
+/// change, until the client goes away (`out` closed) or the gateway drains. `policy` moves at
+/// every policy reload: what `visible` allows is judged again.
 pub async fn events(
     coord: Arc<Coordinator>,
     prefix: String,
     visible: Visible,
+    mut policy: Option<watch::Receiver<u64>>,
     out: mpsc::Sender<String>,
 ) {
     let draining = coord.draining();
-    let mut board_changed = coord.board.changed();
     let mut leaders: BTreeMap<String, Option<Holder>> = BTreeMap::new();
-    let mut observed: Vec<Value> = Vec::new();
+    // Leader changes seen and lock holders come and gone, newest first.
+    let mut recent: Vec<Value> = Vec::new();
     let mut observation = None;
-    let mut note: Option<String> = None;
+    // The handle keeps the prefix's one actor registered while this page needs it.
+    let mut fleet: Option<(Arc<Fleet>, watch::Receiver<FleetView>)> = None;
+    let mut queues = FleetView::default();
+    let mut leaders_note: Option<String> = None;
+    let mut queues_note: Option<String> = None;
     let mut retry_at = tokio::time::Instant::now();
     let mut dirty = true;
     // Whether the observation's snapshot is complete: until then its states are not sent one
     // by one (a prefix of many elections would send the page as many states).
     let mut ready = false;
+    let note = |what: &str, e: &dyn std::fmt::Display| Some(format!("{what} unavailable: {e}"));
     loop {
-        if observation.is_none() && tokio::time::Instant::now() >= retry_at {
-            let spec = ManySpec {
-                prefix: prefix.clone(),
-                names: Default::default(),
-                max_elections: DEFAULT_MAX_OBSERVE_MANY_ELECTIONS,
-                visible: visible.clone(),
-            };
-            match coord.observe_many(spec).await {
-                Ok(o) => {
-                    observation = Some(o);
-                    leaders.clear();
-                    note = None;
-                    ready = false;
+        let missing = observation.is_none() || fleet.is_none();
+        if missing && tokio::time::Instant::now() >= retry_at {
+            if observation.is_none() {
+                let spec = ManySpec {
+                    prefix: prefix.clone(),
+                    names: Default::default(),
+                    max_elections: DEFAULT_MAX_OBSERVE_MANY_ELECTIONS,
+                    visible: visible.clone(),
+                    rejudge: policy.clone(),
+                };
+                match coord.observe_many(spec).await {
+                    Ok(o) => {
+                        observation = Some(o);
+                        leaders.clear();
+                        leaders_note = None;
+                        ready = false;
+                    }
+                    Err(e) => leaders_note = note("elections' leaders", &e),
                 }
-                Err(e) => {
-                    note = Some(format!("elections' leaders unavailable: {e}"));
-                    retry_at = tokio::time::Instant::now() + Duration::from_secs(1);
+            }
+            if fleet.is_none() {
+                match coord.fleet(&prefix).await {
+                    Ok(f) => {
+                        let mut view = f.view();
+                        queues = view.borrow_and_update().clone();
+                        fleet = Some((f, view));
+                        queues_note = None;
+                    }
+                    Err(e) => queues_note = note("waiters and lock holders", &e),
                 }
+            }
+            if observation.is_none() || fleet.is_none() {
+                retry_at = tokio::time::Instant::now() + Duration::from_secs(1);
             }
             dirty = true;
         }
         if dirty && (ready || observation.is_none()) {
-            let view = only_visible(coord.board.view(&prefix), &visible);
-            let s = state(&leaders, &view, &observed, note.as_deref());
+            let resyncing = (fleet.is_some() && !queues.synced)
+                .then_some("waiters and lock holders: reading ZooKeeper again after a reconnect");
+            let notes: Vec<&str> = [leaders_note.as_deref(), queues_note.as_deref(), resyncing]
+                .into_iter()
+                .flatten()
+                .collect();
+            let note = (!notes.is_empty()).then(|| notes.join("; "));
+            let s = state(&leaders, &queues, &visible, &recent, note.as_deref());
             if out.send(format!("data: {s}\n\n")).await.is_err() {
                 return;
             }
             dirty = false;
         }
-        let observing = observation.is_some();
+        let missing = observation.is_none() || fleet.is_none();
         let next = async {
             match observation.as_mut() {
                 Some(o) => o.next().await,
@@ -223,9 +287,22 @@ pub async fn events(
             biased;
             () = draining.cancelled() => return,
             () = out.closed() => return,
-            r = board_changed.changed() => {
-                if r.is_err() {
-                    return;
+            r = fleet_moved(&mut fleet) => {
+                match r {
+                    Ok(()) => {
+                        let view = fleet.as_mut().expect("moved").1.borrow_and_update().clone();
+                        let at = epoch(SystemTime::now());
+                        for (name, what) in lock_changes(&queues, &view).into_iter().rev() {
+                            recent.insert(0, json!({"at": at, "kind": "lock", "name": name, "what": what}));
+                        }
+                        recent.truncate(RECENT * 2);
+                        queues = view;
+                    }
+                    Err(_) => {
+                        fleet = None;
+                        queues_note = Some("waiters and lock holders unavailable: the ZooKeeper session ended".to_owned());
+                        retry_at = tokio::time::Instant::now() + Duration::from_secs(1);
+                    }
                 }
                 dirty = true;
             }
@@ -239,30 +316,134 @@ pub async fn events(
                         let had = leaders.insert(name.as_str().to_owned(), leader);
                         // After the snapshot, a new election's first leader is a change too.
                         if had.is_some() || ready {
-                            observed.insert(0, json!({
+                            recent.insert(0, json!({
                                 "at": epoch(SystemTime::now()),
                                 "kind": "election",
                                 "name": name.as_str(),
                                 "what": what,
                             }));
-                            observed.truncate(RECENT);
+                            recent.truncate(RECENT * 2);
                         }
                     }
                     Ok(ManyEvent::SnapshotComplete) => ready = true,
+                    // The page lists no names, only a prefix.
+                    Ok(ManyEvent::Withdrawn(_)) => {}
                     Err(e) => {
                         observation = None;
-                        note = Some(format!("elections' leaders unavailable: {e}"));
+                        leaders_note = note("elections' leaders", &e);
                         retry_at = tokio::time::Instant::now() + Duration::from_secs(1);
                     }
                 }
                 dirty = true;
             }
-            () = tokio::time::sleep_until(retry_at), if !observing => {}
+            // A reload: the observation judges its names again itself; the rest is filtered
+            // at the next state.
+            r = moved(&mut policy) => {
+                if r.is_err() {
+                    policy = None;
+                }
+                dirty = true;
+            }
+            () = tokio::time::sleep_until(retry_at), if missing => {}
             () = tokio::time::sleep(KEEPALIVE) => {
                 if out.send(": keepalive\n\n".to_owned()).await.is_err() {
                     return;
                 }
             }
+        }
+    }
+}
+
+/// One state, as the first event `/ui/events` sends: for scripts (`/ui/state`). `None` when
+/// the gateway is draining.
+pub async fn one_state(
+    coord: Arc<Coordinator>,
+    prefix: String,
+    visible: Visible,
+) -> Option<String> {
+    let (tx, mut rx) = mpsc::channel::<String>(1);
+    let task = tokio::spawn(events(coord, prefix, visible, None, tx));
+    let first = rx.recv().await;
+    // Dropping the receiver ends the task at its next step; it holds nothing meanwhile.
+    drop(rx);
+    drop(task);
+    first.and_then(|s| s.strip_prefix("data: ").map(|s| s.trim_end().to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coord::fleet::QueueSummary;
+
+    fn view(locks: &[(&str, &[(&str, u64)])]) -> FleetView {
+        FleetView {
+            synced: true,
+            queues: Arc::new(
+                locks
+                    .iter()
+                    .map(|(name, holders)| {
+                        (
+                            ("lock", name.to_string()),
+                            QueueSummary {
+                                holders: holders
+                                    .iter()
+                                    .map(|&(who, token)| Holding {
+                                        participant: who.into(),
+                                        fencing_token: token,
+                                        since: SystemTime::UNIX_EPOCH,
+                                    })
+                                    .collect(),
+                                waiting: 0,
+                                waiting_since: None,
+                            },
+                        )
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    #[test]
+    fn lock_holders_that_came_and_went() {
+        #[allow(clippy::type_complexity)]
+        let cases: &[(
+            &[(&str, &[(&str, u64)])],
+            &[(&str, &[(&str, u64)])],
+            &[&str],
+        )] = &[
+            (&[], &[], &[]),
+            (
+                &[],
+                &[("a", &[("x", 1)])],
+                &["a: x acquired (fencing token 1)"],
+            ),
+            (&[("a", &[("x", 1)])], &[], &["a: x released"]),
+            (&[("a", &[("x", 1)])], &[("a", &[("x", 1)])], &[]),
+            // A hand-over: the leaver first.
+            (
+                &[("a", &[("x", 1)])],
+                &[("a", &[("y", 2)])],
+                &["a: x released", "a: y acquired (fencing token 2)"],
+            ),
+            // The same owner again is a new hold (a new token).
+            (
+                &[("a", &[("x", 1)])],
+                &[("a", &[("x", 3)])],
+                &["a: x released", "a: x acquired (fencing token 3)"],
+            ),
+            // A semaphore gaining a holder; another lock untouched.
+            (
+                &[("a", &[("x", 1)]), ("b", &[("z", 9)])],
+                &[("a", &[("x", 1), ("y", 2)]), ("b", &[("z", 9)])],
+                &["a: y acquired (fencing token 2)"],
+            ),
+        ];
+        for (before, after, expected) in cases {
+            let got: Vec<String> = lock_changes(&view(before), &view(after))
+                .into_iter()
+                .map(|(n, w)| format!("{n}: {w}"))
+                .collect();
+            assert_eq!(got, *expected, "{before:?} -> {after:?}");
         }
     }
 }
