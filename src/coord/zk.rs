@@ -209,11 +209,27 @@ fn env_failpoints() -> &'static EnvFailpoints {
     })
 }
 
+/// Requests a session has in flight at most, the liveness probe aside.
+///
+/// ZooKeeper answers one session's requests in order, so a probe sent behind a flood of
+/// requests waits for every one of them: 256 clients joining fresh names put about a thousand
+/// requests ahead of it, and on a loaded ensemble their round trip outlasts
+/// [`super::timing::Timing::probe_stale_after`] (T/5): the session is suspended, new joins are
+/// refused and leaders hear `suspended` although nothing is wrong with the link. Requests past
+/// this many wait in the gateway instead (first come, first served), where the probe overtakes
+/// them, so its answer waits for at most this many. Measured with
+/// `isolation::a_flood_of_names_comes_and_goes` at load average 8–11 on 2 cores: unbounded
+/// and 128 suspended the session (the probe unanswered for 0.8–0.9 s); 16 and 32 never did.
+/// ZooKeeper commits a session's writes in groups, so 32 still keeps its pipeline busy.
+pub const REQUESTS_IN_FLIGHT: usize = 32;
+
 #[derive(Clone, Debug)]
 pub struct Zk {
     client: Client,
     acls: Acls<'static>,
     counter: Arc<RequestCounter>,
+    /// Room for requests in flight ([`REQUESTS_IN_FLIGHT`]); the probe takes none.
+    in_flight: Arc<tokio::sync::Semaphore>,
     lose_create_reply: Arc<std::sync::atomic::AtomicBool>,
     /// Test seams: `op` → how many of its next requests fail with `ConnectionLoss` unsent.
     fail_unsent: Arc<std::sync::Mutex<std::collections::HashMap<&'static str, u32>>>,
@@ -239,6 +255,7 @@ impl Zk {
             client,
             acls,
             counter,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT)),
             lose_create_reply: Arc::default(),
             fail_unsent: Arc::default(),
         }
@@ -252,14 +269,24 @@ impl Zk {
         self.client.session_id().0
     }
 
-    /// Sends the request that `send` makes (zookeeper-client sends when the future is made, not
-    /// when it is polled: hence a closure, so a failpoint can keep it unsent).
+    /// Sends the request that `send` makes once the session has room for it
+    /// ([`REQUESTS_IN_FLIGHT`]; zookeeper-client sends when the future is made, not when it is
+    /// polled: hence a closure, so a failpoint can keep it unsent).
     async fn instrument<T, F: std::future::Future<Output = ZkResult<T>>>(
         &self,
         op: &'static str,
         send: impl FnOnce() -> F,
     ) -> ZkResult<T> {
+        let _slot = self.slots(1).await;
         self.send_now(op, send).await
+    }
+
+    /// Room for `n` requests in flight, waited for in turn ([`REQUESTS_IN_FLIGHT`]).
+    async fn slots(&self, n: u32) -> tokio::sync::SemaphorePermit<'_> {
+        self.in_flight
+            .acquire_many(n)
+            .await
+            .expect("the semaphore is never closed")
     }
 
     /// Like [`Zk::instrument`], but `send` runs *now*, before this returns: requests made in a
@@ -553,6 +580,7 @@ impl Zk {
         &self,
         path: &str,
     ) -> (ZkResult<PersistentWatcher>, ZkResult<Vec<String>>) {
+        let _slots = self.slots(2).await;
         let watch = self.send_now("add_watch", || {
             self.client.watch(path, AddWatchMode::PersistentRecursive)
         });
