@@ -28,6 +28,23 @@ def test_endpoints_come_from_code_or_zkgate_endpoint(monkeypatch):
         zkgate.parse_endpoints("no-port")
 
 
+def test_the_token_comes_from_code_a_file_or_zkgate_token(monkeypatch, tmp_path):
+    from zkgate._fleet import resolve_token
+
+    monkeypatch.setenv("ZKGATE_TOKEN", " from-env\n")
+    f = tmp_path / "token"
+    f.write_text("from-file\n")
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    assert resolve_token("from-code", str(f)) == "from-code"
+    assert resolve_token(None, str(f)) == "from-file"
+    assert resolve_token() == "from-env"
+    with pytest.raises(ValueError):
+        resolve_token(None, str(empty))
+    monkeypatch.delenv("ZKGATE_TOKEN")
+    assert resolve_token() is None
+
+
 def test_backoff_is_full_jitter_doubling_to_two_seconds():
     b = Backoff()
     for n in range(12):
