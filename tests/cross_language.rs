@@ -1019,12 +1019,9 @@ async fn every_client_sends_its_token_also_after_a_failover() {
         .collect();
     for a in &allowed {
         match a.next(0).await.1 {
-            Ev::Granted { endpoint, .. } => assert_eq!(
-                endpoint.trim_end_matches('/'),
-                gw.url(),
-                "{}",
-                a.describe()
-            ),
+            Ev::Granted { endpoint, .. } => {
+                assert_eq!(endpoint.trim_end_matches('/'), gw.url(), "{}", a.describe())
+            }
             other => panic!("expected elected, got {other:?}: {}", a.describe()),
         }
     }
@@ -1043,7 +1040,10 @@ async fn every_client_sends_its_token_also_after_a_failover() {
         })
         .collect();
     for (agents, says) in [
-        (denied, ["PERMISSION_DENIED", "PermissionDenied", "permission denied"]),
+        (
+            denied,
+            ["PERMISSION_DENIED", "PermissionDenied", "permission denied"],
+        ),
         (
             unauthenticated,
             ["UNAUTHENTICATED", "Unauthenticated", "matches no [[token]]"],
