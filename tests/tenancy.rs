@@ -508,6 +508,27 @@ fn assert_exhausted(e: &Status, identity: &str, limit: &str) {
     }
 }
 
+/// `zkgate_identity_limit_rejections_total{limit, identity}` on the gateway's /metrics.
+async fn identity_rejections(gw: &Gateway, limit: &str, identity: &str) -> u64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(gw.http).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.unwrap();
+    let (limit, identity) = (
+        format!("limit=\"{limit}\""),
+        format!("identity=\"{identity}\""),
+    );
+    body.lines()
+        .filter(|l| l.starts_with("zkgate_identity_limit_rejections_total{"))
+        .filter(|l| l.contains(&limit) && l.contains(&identity))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
 async fn candidates(c: &mut Stub, election: &str) -> Result<u32, Status> {
     c.candidates(pb::CandidatesRequest {
         election: election.into(),
@@ -524,14 +545,22 @@ async fn candidates(c: &mut Stub, election: &str) -> Result<u32, Status> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_flood_of_queues_bytes_and_unary_calls_meets_its_own_limits() {
     let zk = shared_zk();
-    let mut cfg = base(&zk);
-    let root = cfg.coord.root.clone();
-    cfg.limits.queues_per_identity = 2;
-    cfg.limits.bytes_in_flight_per_identity = 100;
-    cfg.limits.unary_in_flight_per_identity = 1;
-    cfg.auth = two_tenants();
-    let (addr, _coord) = serve(cfg).await;
-    let ch = Channel::from_shared(format!("http://{addr}"))
+    let gw = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            limits: Some(zkgate::api::limits::StreamLimits {
+                queues_per_identity: 2,
+                bytes_in_flight_per_identity: 100,
+                unary_in_flight_per_identity: 1,
+                ..Default::default()
+            }),
+            configure: Some(Box::new(|cfg| cfg.auth = two_tenants())),
+            ..Default::default()
+        },
+    )
+    .await;
+    let root = gw.root.clone();
+    let ch = Channel::from_shared(gw.url())
         .unwrap()
         .connect()
         .await
@@ -583,6 +612,37 @@ async fn a_tenants_flood_of_queues_bytes_and_unary_calls_meets_its_own_limits() 
     let _q80 = campaign_with(&mut quiet, "fc", "q80", &[1; 80])
         .await
         .unwrap();
+    // In a stream a proclaim that grows past it ends the stream (no per-message error there);
+    // the stream's bytes come back once it is gone, so a value that fits gets in again.
+    fa.tx
+        .as_ref()
+        .unwrap()
+        .send(pb::CampaignRequest {
+            request: Some(pb::campaign_request::Request::Proclaim(pb::ProclaimValue {
+                value: vec![2; 81],
+            })),
+        })
+        .await
+        .unwrap();
+    let e = loop {
+        match fa.next().await {
+            Err(e) => break e,
+            Ok(Some(Event::Proclaimed(p))) => panic!("proclaimed past the limit: {p:?}"),
+            Ok(_) => continue,
+        }
+    };
+    assert_exhausted(&e, "flood", "--max-bytes-in-flight-per-identity = 100");
+    let deadline = tokio::time::Instant::now() + ANSWER;
+    let fa = loop {
+        match campaign_with(&mut flood, "fa", "z", &[1; 80]).await {
+            Ok(held) => break held,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                assert_exhausted(&e, "flood", "--max-bytes-in-flight-per-identity = 100");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the ended stream's bytes never came back: {e:?}"),
+        }
+    };
 
     // Unary calls in flight: bursts of concurrent reads until one finds another in flight,
     // while the quiet tenant's reads, one at a time, all succeed.
@@ -614,6 +674,18 @@ async fn a_tenants_flood_of_queues_bytes_and_unary_calls_meets_its_own_limits() 
     let e = refused.expect("a burst of 16 concurrent calls has two in flight at once");
     assert_exhausted(&e, "flood", "--max-unary-in-flight-per-identity = 1");
     quiet_reads.await.unwrap();
+
+    // Each refusal is counted under its limit and the flood's identity.
+    for limit in [
+        "queues_per_identity",
+        "bytes_in_flight_per_identity",
+        "unary_in_flight_per_identity",
+    ] {
+        assert!(
+            identity_rejections(&gw, limit, "flood").await >= 1,
+            "{limit} counted"
+        );
+    }
 
     // Places come back when streams end, and nothing is left in ZooKeeper.
     drop((fa, fa2, fb));
