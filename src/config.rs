@@ -229,6 +229,19 @@ pub struct ServeArgs {
     /// Under --auth-policy: open Observe streams per identity on this gateway
     #[arg(long, env = "ZKGATE_MAX_OBSERVE_STREAMS_PER_IDENTITY", default_value_t = limits::DEFAULT_OBSERVE_STREAMS_PER_IDENTITY)]
     pub max_observe_streams_per_identity: usize,
+    /// Under --auth-policy: distinct elections + locks one identity's Campaign/Acquire streams are in
+    #[arg(long, env = "ZKGATE_MAX_QUEUES_PER_IDENTITY", default_value_t = limits::DEFAULT_QUEUES_PER_IDENTITY)]
+    pub max_queues_per_identity: usize,
+    /// Under --auth-policy: unary calls per second per identity (bursts of one second's worth)
+    #[arg(long, env = "ZKGATE_MAX_UNARY_RATE_PER_IDENTITY", default_value_t = limits::DEFAULT_UNARY_RATE_PER_IDENTITY)]
+    pub max_unary_rate_per_identity: u32,
+    /// Under --auth-policy: unary calls in flight at once per identity
+    #[arg(long, env = "ZKGATE_MAX_UNARY_IN_FLIGHT_PER_IDENTITY", default_value_t = limits::DEFAULT_UNARY_IN_FLIGHT_PER_IDENTITY)]
+    pub max_unary_in_flight_per_identity: usize,
+    /// Under --auth-policy: election value bytes per identity its Campaign streams keep in
+    /// ZooKeeper, plus Proclaim-by-lease values while the call runs
+    #[arg(long, env = "ZKGATE_MAX_BYTES_IN_FLIGHT_PER_IDENTITY", default_value_t = limits::DEFAULT_BYTES_IN_FLIGHT_PER_IDENTITY)]
+    pub max_bytes_in_flight_per_identity: usize,
     /// Log as JSON lines: the global `--log-json` / `ZKGATE_LOG_JSON` (which every verb takes),
     /// here so that the file can set it too.
     #[arg(skip)]
@@ -395,6 +408,10 @@ impl ServeArgs {
             observe_many_elections: self.max_observe_many_elections,
             holder_streams_per_identity: self.max_holder_streams_per_identity,
             observe_streams_per_identity: self.max_observe_streams_per_identity,
+            queues_per_identity: self.max_queues_per_identity,
+            unary_rate_per_identity: self.max_unary_rate_per_identity,
+            unary_in_flight_per_identity: self.max_unary_in_flight_per_identity,
+            bytes_in_flight_per_identity: self.max_bytes_in_flight_per_identity,
             first_message_timeout: self.first_message_timeout,
         };
         // Under a policy a client certificate is one way to be identified, not a condition of
@@ -1106,6 +1123,10 @@ mod tests {
             "audit_log" => s("/one-audit.log", "/two-audit.log"),
             "max_holder_streams_per_identity" => i(21, 22),
             "max_observe_streams_per_identity" => i(23, 24),
+            "max_queues_per_identity" => i(25, 26),
+            "max_unary_rate_per_identity" => i(27, 28),
+            "max_unary_in_flight_per_identity" => i(29, 30),
+            "max_bytes_in_flight_per_identity" => i(31, 32),
             "log_json" => Some((B(true), B(false))),
             _ => None,
         }

@@ -292,6 +292,19 @@ struct Agent {
 
 impl Agent {
     fn start(lang: &Lang, verb: &str, name: &str, id: &str, endpoints: &[&GatewayProc]) -> Agent {
+        let list: Vec<String> = endpoints.iter().map(|g| g.url()).collect();
+        Self::start_with(lang, verb, name, id, &list.join(","), &[])
+    }
+
+    /// [`Agent::start`] with `ZKGATE_ENDPOINT` = `endpoints` and more environment.
+    fn start_with(
+        lang: &Lang,
+        verb: &str,
+        name: &str,
+        id: &str,
+        endpoints: &str,
+        env: &[(&str, &str)],
+    ) -> Agent {
         let dir = tempfile::Builder::new()
             .prefix("zkgate-agent-")
             .tempdir()
@@ -312,8 +325,8 @@ impl Agent {
                 None => cmd.env_remove(k),
             };
         }
-        let list: Vec<String> = endpoints.iter().map(|g| g.url()).collect();
-        cmd.env("ZKGATE_ENDPOINT", list.join(","))
+        cmd.env("ZKGATE_ENDPOINT", endpoints)
+            .envs(env.iter().copied())
             .current_dir(repo())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -415,6 +428,29 @@ impl Agent {
             self.label,
             self.describe()
         );
+    }
+
+    /// Waits for the agent to exit by itself (a refusal it cannot retry); returns its exit
+    /// status, its `error` messages and its standard error, and checks that it never held.
+    async fn refused(mut self) -> (Option<std::process::ExitStatus>, String) {
+        let status = dev_process::wait_exit(&mut self.wrapper, STEP);
+        let evs = self.events();
+        assert!(
+            !evs.iter().any(|(_, e)| matches!(e, Ev::Granted { .. })),
+            "{} was granted: {}",
+            self.label,
+            self.describe()
+        );
+        let mut said: String = evs
+            .iter()
+            .filter_map(|(_, e)| match e {
+                Ev::Error(m) => Some(m.clone()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        said += &std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        (status, said)
     }
 
     /// The hold intervals this agent reported.
@@ -932,4 +968,101 @@ async fn five_clients_fail_over_alike_on_kill_drain_and_freeze() {
         out.push('\n');
     }
     let _ = writeln!(std::io::stderr(), "{out}");
+}
+
+/// Tokens in every client (CONFORMANCE.md "Tokens"): against a gateway with a policy, each
+/// language's agent, given its tenant's token in `ZKGATE_TOKEN` and a fleet whose first
+/// endpoint is down, fails over to the live one and is elected there on its tenant's name —
+/// the token rides on the failover's new connection too; on another tenant's name it is
+/// refused `PERMISSION_DENIED`; with a token the policy does not know, `UNAUTHENTICATED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_client_sends_its_token_also_after_a_failover() {
+    let langs = present_langs();
+    if langs.is_empty() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    let hash: String = ring::digest::digest(&ring::digest::SHA256, b"tenant-token")
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    std::fs::write(
+        &policy,
+        format!(
+            "[[token]]\nidentity = \"tenant\"\nsha256 = \"{hash}\"\n\
+             [[allow]]\nidentity = \"tenant\"\nnames = [\"tenant.*\"]\nverbs = [\"campaign\", \"lock\", \"observe\"]\n"
+        ),
+    )
+    .unwrap();
+    let zk = support::shared_standalone(LocalZkOptions::default);
+    let mut spec = GatewaySpec::binary(BIN, &zk, &support::named_root("tok"), T);
+    spec.extra = vec!["--auth-policy".into(), policy.display().to_string()];
+    let gw = GatewayProc::spawn("g", spec)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // A port nobody listens on, first in the list: every client starts there and fails over.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_port = dead.local_addr().unwrap().port();
+    drop(dead);
+    let fleet = format!("http://127.0.0.1:{dead_port},{}", gw.url());
+    let good = [("ZKGATE_TOKEN", "tenant-token")];
+    let bad = [("ZKGATE_TOKEN", "not-a-token")];
+
+    let mut allowed: Vec<Agent> = langs
+        .iter()
+        .map(|l| {
+            let name = format!("tenant.{}", l.name);
+            Agent::start_with(l, "elect", &name, &format!("{}-t", l.name), &fleet, &good)
+        })
+        .collect();
+    for a in &allowed {
+        match a.next(0).await.1 {
+            Ev::Granted { endpoint, .. } => {
+                assert_eq!(endpoint.trim_end_matches('/'), gw.url(), "{}", a.describe())
+            }
+            other => panic!("expected elected, got {other:?}: {}", a.describe()),
+        }
+    }
+    let denied: Vec<Agent> = langs
+        .iter()
+        .map(|l| {
+            let name = format!("other.{}", l.name);
+            Agent::start_with(l, "elect", &name, &format!("{}-d", l.name), &fleet, &good)
+        })
+        .collect();
+    let unauthenticated: Vec<Agent> = langs
+        .iter()
+        .map(|l| {
+            let name = format!("tenant.{}.x", l.name);
+            Agent::start_with(l, "elect", &name, &format!("{}-u", l.name), &fleet, &bad)
+        })
+        .collect();
+    for (agents, says) in [
+        (
+            denied,
+            ["PERMISSION_DENIED", "PermissionDenied", "permission denied"],
+        ),
+        (
+            unauthenticated,
+            ["UNAUTHENTICATED", "Unauthenticated", "matches no [[token]]"],
+        ),
+    ] {
+        for a in agents {
+            let label = a.label.clone();
+            let (status, said) = a.refused().await;
+            assert!(
+                status.is_some_and(|s| !s.success()),
+                "{label} exits with an error, not {status:?}: {said}"
+            );
+            assert!(
+                says.iter().any(|w| said.contains(w)),
+                "{label} says one of {says:?}: {said}"
+            );
+        }
+    }
+    for a in &mut allowed {
+        a.terminate().await;
+    }
 }

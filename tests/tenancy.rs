@@ -5,6 +5,7 @@
 //! binary — SIGHUP and the audit file.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -69,8 +70,17 @@ struct Held {
 }
 
 async fn campaign(c: &mut Stub, election: &str, who: &str) -> Result<Held, Status> {
+    campaign_with(c, election, who, b"").await
+}
+
+async fn campaign_with(
+    c: &mut Stub,
+    election: &str,
+    who: &str,
+    value: &[u8],
+) -> Result<Held, Status> {
     let (tx, rx) = mpsc::channel(8);
-    tx.send(join_msg(election, who, b"")).await.unwrap();
+    tx.send(join_msg(election, who, value)).await.unwrap();
     let mut s = c.campaign(ReceiverStream::new(rx)).await?.into_inner();
     match tokio::time::timeout(ANSWER, s.message())
         .await
@@ -477,6 +487,246 @@ async fn one_tenants_flood_meets_its_own_limit_and_another_tenant_gets_in() {
     }
     let mut q = campaign(&mut quiet, "q1", "y").await.unwrap();
     q.elected().await;
+}
+
+/// Two tenants, one token each, both allowed every verb on every name.
+fn two_tenants() -> Arc<Auth> {
+    Auth::with_policy(
+        zkgate::auth::Policy::parse(&format!(
+            "[[token]]\nidentity = \"flood\"\nsha256 = \"{}\"\n[[token]]\nidentity = \"quiet\"\nsha256 = \"{}\"\n[[allow]]\nidentity = \"*\"\nnames = [\"*\"]\nverbs = [\"campaign\", \"lock\", \"observe\"]\n",
+            sha256_hex("flood-token"),
+            sha256_hex("quiet-token")
+        ))
+        .unwrap(),
+    )
+}
+
+fn assert_exhausted(e: &Status, identity: &str, limit: &str) {
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    for part in [identity, limit] {
+        assert!(e.message().contains(part), "{part} in {e:?}");
+    }
+}
+
+/// `zkgate_identity_limit_rejections_total{limit, identity}` on the gateway's /metrics.
+async fn identity_rejections(gw: &Gateway, limit: &str, identity: &str) -> u64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(gw.http).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.unwrap();
+    let (limit, identity) = (
+        format!("limit=\"{limit}\""),
+        format!("identity=\"{identity}\""),
+    );
+    body.lines()
+        .filter(|l| l.starts_with("zkgate_identity_limit_rejections_total{"))
+        .filter(|l| l.contains(&limit) && l.contains(&identity))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+async fn candidates(c: &mut Stub, election: &str) -> Result<u32, Status> {
+    c.candidates(pb::CandidatesRequest {
+        election: election.into(),
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner().total)
+}
+
+/// G10 with tenants, the rest of the per-identity limits: queues, bytes in flight and unary
+/// calls in flight. The flood meets each of its own limits (the refusal names the limit, the
+/// identity and the value); the quiet tenant's calls meanwhile succeed; and once the flood's
+/// streams end, its places come back and no znode is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_flood_of_queues_bytes_and_unary_calls_meets_its_own_limits() {
+    let zk = shared_zk();
+    let gw = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            limits: Some(zkgate::api::limits::StreamLimits {
+                queues_per_identity: 2,
+                bytes_in_flight_per_identity: 100,
+                unary_in_flight_per_identity: 1,
+                ..Default::default()
+            }),
+            configure: Some(Box::new(|cfg| cfg.auth = two_tenants())),
+            ..Default::default()
+        },
+    )
+    .await;
+    let root = gw.root.clone();
+    let ch = Channel::from_shared(gw.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut flood = stub(&ch, Some("flood-token"));
+    let mut quiet = stub(&ch, Some("quiet-token"));
+
+    // Queues: two names, however many streams in them; a third name is refused.
+    let mut fa = campaign_with(&mut flood, "fa", "x", &[1; 10])
+        .await
+        .unwrap();
+    fa.elected().await;
+    let fa2 = campaign_with(&mut flood, "fa", "y", &[1; 10])
+        .await
+        .unwrap();
+    let fb = campaign_with(&mut flood, "fb", "x", &[1; 10])
+        .await
+        .unwrap();
+    let e = campaign(&mut flood, "fc", "x").await.err().unwrap();
+    assert_exhausted(&e, "flood", "--max-queues-per-identity = 2");
+    let e = LockClient::with_interceptor(ch.clone(), Bearer(Some("flood-token")))
+        .acquire(tokio_stream::iter([pb::AcquireRequest {
+            request: Some(pb::acquire_request::Request::Acquire(acquire_msg(
+                "fc", "x",
+            ))),
+        }]))
+        .await
+        .err()
+        .unwrap();
+    assert_exhausted(&e, "flood", "--max-queues-per-identity = 2");
+    let mut q = campaign(&mut quiet, "fc", "q").await.unwrap();
+    q.elected().await;
+
+    // Bytes: the flood's values (30 bytes so far) plus 80 pass 100, in a join or a proclaim.
+    let e = campaign_with(&mut flood, "fa", "z", &[1; 80])
+        .await
+        .err()
+        .unwrap();
+    assert_exhausted(&e, "flood", "--max-bytes-in-flight-per-identity = 100");
+    let e = flood
+        .proclaim(pb::ProclaimRequest {
+            lease: fa.lease.clone(),
+            value: vec![2; 80],
+        })
+        .await
+        .err()
+        .unwrap();
+    assert_exhausted(&e, "flood", "--max-bytes-in-flight-per-identity = 100");
+    let _q80 = campaign_with(&mut quiet, "fc", "q80", &[1; 80])
+        .await
+        .unwrap();
+    // In a stream a proclaim that grows past it ends the stream (no per-message error there);
+    // the stream's bytes come back once it is gone, so a value that fits gets in again.
+    fa.tx
+        .as_ref()
+        .unwrap()
+        .send(pb::CampaignRequest {
+            request: Some(pb::campaign_request::Request::Proclaim(pb::ProclaimValue {
+                value: vec![2; 81],
+            })),
+        })
+        .await
+        .unwrap();
+    let e = loop {
+        match fa.next().await {
+            Err(e) => break e,
+            Ok(Some(Event::Proclaimed(p))) => panic!("proclaimed past the limit: {p:?}"),
+            Ok(_) => continue,
+        }
+    };
+    assert_exhausted(&e, "flood", "--max-bytes-in-flight-per-identity = 100");
+    let deadline = tokio::time::Instant::now() + ANSWER;
+    let fa = loop {
+        match campaign_with(&mut flood, "fa", "z", &[1; 80]).await {
+            Ok(held) => break held,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                assert_exhausted(&e, "flood", "--max-bytes-in-flight-per-identity = 100");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the ended stream's bytes never came back: {e:?}"),
+        }
+    };
+
+    // Unary calls in flight: bursts of concurrent reads until one finds another in flight,
+    // while the quiet tenant's reads, one at a time, all succeed.
+    let quiet_reads = {
+        let mut quiet = quiet.clone();
+        tokio::spawn(async move {
+            for _ in 0..20 {
+                assert_eq!(candidates(&mut quiet, "fc").await.unwrap(), 2);
+            }
+        })
+    };
+    let mut refused = None;
+    for _ in 0..200 {
+        let burst: Vec<_> = (0..16)
+            .map(|_| {
+                let mut flood = flood.clone();
+                tokio::spawn(async move { candidates(&mut flood, "fa").await })
+            })
+            .collect();
+        for call in burst {
+            if let Err(e) = call.await.unwrap() {
+                refused = Some(e);
+            }
+        }
+        if refused.is_some() {
+            break;
+        }
+    }
+    let e = refused.expect("a burst of 16 concurrent calls has two in flight at once");
+    assert_exhausted(&e, "flood", "--max-unary-in-flight-per-identity = 1");
+    quiet_reads.await.unwrap();
+
+    // Each refusal is counted under its limit and the flood's identity.
+    for limit in [
+        "queues_per_identity",
+        "bytes_in_flight_per_identity",
+        "unary_in_flight_per_identity",
+    ] {
+        assert!(
+            identity_rejections(&gw, limit, "flood").await >= 1,
+            "{limit} counted"
+        );
+    }
+
+    // Places come back when streams end, and nothing is left in ZooKeeper.
+    drop((fa, fa2, fb));
+    wait_until("the flood's queues given back", ANSWER, || {
+        let mut flood = flood.clone();
+        async move { campaign(&mut flood, "fd", "x").await.is_ok() }
+    })
+    .await;
+    drop((q, _q80));
+    let zkc = zk_client(&zk).await;
+    wait_no_members(&zkc, &root, ANSWER).await;
+}
+
+/// The unary rate per identity: a token bucket of one call a second. The flood's sequential
+/// calls meet it; the quiet tenant's next call gets in at once.
+#[tokio::test]
+async fn a_tenants_unary_rate_meets_its_own_bucket() {
+    let zk = shared_zk();
+    let mut cfg = base(&zk);
+    cfg.limits.unary_rate_per_identity = 1;
+    cfg.auth = two_tenants();
+    let (addr, _coord) = serve(cfg).await;
+    let ch = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut flood = stub(&ch, Some("flood-token"));
+    let mut quiet = stub(&ch, Some("quiet-token"));
+    let mut refused = None;
+    // One call a second: two calls within a second meet the limit (1,000 calls cannot all
+    // be a second apart within the test's time).
+    for _ in 0..1_000 {
+        if let Err(e) = candidates(&mut flood, "r").await {
+            refused = Some(e);
+            break;
+        }
+    }
+    let e = refused.expect("the flood meets its rate");
+    assert_exhausted(&e, "flood", "--max-unary-rate-per-identity = 1");
+    assert_eq!(candidates(&mut quiet, "r").await.unwrap(), 0);
 }
 
 /// Through the real binary: `--auth-policy` and `--audit-log` from flags, SIGHUP reloads the

@@ -44,6 +44,9 @@ const (
 	// EndpointEnv names the environment variable read when no endpoint is given in code: a
 	// comma-separated list of endpoints.
 	EndpointEnv = "ZKGATE_ENDPOINT"
+	// TokenEnv names the environment variable holding the bearer token, read when no token is
+	// given in code (WithToken, WithTokenFile).
+	TokenEnv = "ZKGATE_TOKEN"
 	// DefaultEndpoint is used when neither code nor ZKGATE_ENDPOINT names one.
 	DefaultEndpoint = "http://127.0.0.1:50051"
 	// DefaultCallTimeout bounds each attempt of a unary call.
@@ -69,6 +72,8 @@ type config struct {
 	backoffMax  time.Duration
 	dialOptions []grpc.DialOption
 	logf        func(format string, args ...any)
+	token       string
+	tokenFile   string
 }
 
 // WithEndpoints sets the gateway fleet, tried in this order. Each argument may itself be a
@@ -106,6 +111,45 @@ func WithBackoff(base, max time.Duration) Option {
 // WithDialOptions adds gRPC dial options (interceptors, a custom dialer, …).
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *config) { c.dialOptions = append(c.dialOptions, opts...) }
+}
+
+// WithToken sends `authorization: Bearer <token>` with every call and stream, on every
+// endpoint (so also after a failover): a gateway with --auth-policy identifies the caller by
+// it. Without WithToken or WithTokenFile the client uses ZKGATE_TOKEN when it is set. Never put
+// a token on a command line.
+func WithToken(token string) Option { return func(c *config) { c.token = token } }
+
+// WithTokenFile reads the bearer token from file (its content, trimmed) when the client is
+// made.
+func WithTokenFile(file string) Option { return func(c *config) { c.tokenFile = file } }
+
+// bearer is the per-call credential carrying the token. It is allowed on plaintext endpoints
+// too (tests, a trusted network); use https:// endpoints anywhere a token could be overheard.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// resolveToken picks the token: WithToken, else WithTokenFile, else ZKGATE_TOKEN, else none.
+func resolveToken(cfg *config) (string, error) {
+	if t := strings.TrimSpace(cfg.token); t != "" {
+		return t, nil
+	}
+	if cfg.tokenFile != "" {
+		b, err := os.ReadFile(cfg.tokenFile)
+		if err != nil {
+			return "", fmt.Errorf("zkgate: token file: %w", err)
+		}
+		t := strings.TrimSpace(string(b))
+		if t == "" {
+			return "", fmt.Errorf("zkgate: token file %s: the file is empty", cfg.tokenFile)
+		}
+		return t, nil
+	}
+	return strings.TrimSpace(os.Getenv(TokenEnv)), nil
 }
 
 // WithLogger receives the client's few log lines (failovers, losses); default: none.
@@ -149,6 +193,11 @@ func New(opts ...Option) (*Client, error) {
 	if len(cfg.endpoints) == 0 {
 		cfg.endpoints = []string{DefaultEndpoint}
 	}
+	token, err := resolveToken(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.token = token
 	tlsWanted := cfg.caFile != "" || cfg.certFile != "" || cfg.tlsConfig != nil
 	c := &Client{cfg: cfg}
 	for _, raw := range cfg.endpoints {
@@ -321,6 +370,9 @@ func (c *Client) conn(i int) (*grpc.ClientConn, error) {
 		opts = append(opts, grpc.WithTransportCredentials(creds))
 	} else {
 		opts = append(opts, grpc.WithInsecure()) //nolint:staticcheck // insecure.NewCredentials is newer than Debian's grpc 1.33
+	}
+	if c.cfg.token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer(c.cfg.token)))
 	}
 	opts = append(opts, c.cfg.dialOptions...)
 	conn, err := grpc.Dial(ep.target, opts...)

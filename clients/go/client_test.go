@@ -1,11 +1,13 @@
 package zkgate
 
-// Tests without a gateway: endpoint parsing, the endpoint list's sources, the cursor and the
-// backoff.
+// Tests without a gateway: endpoint parsing, the endpoint list's and the token's sources, the
+// cursor and the backoff.
 
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -70,6 +72,45 @@ func TestEndpointsFromOptionsEnvOrDefault(t *testing.T) {
 	}
 	if _, err := New(WithClientCert("cert.pem", "")); err == nil {
 		t.Fatal("a certificate without its key was accepted")
+	}
+}
+
+func TestTokenFromOptionsFileOrEnv(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "token")
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(file, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(TokenEnv, " from-env\n")
+	for _, tc := range []struct {
+		opts []Option
+		want string
+	}{
+		{[]Option{WithToken("from-code"), WithTokenFile(file)}, "from-code"},
+		{[]Option{WithTokenFile(file)}, "from-file"},
+		{nil, "from-env"},
+	} {
+		c, err := New(tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.cfg.token != tc.want {
+			t.Fatalf("token %q, want %q", c.cfg.token, tc.want)
+		}
+	}
+	if _, err := New(WithTokenFile(empty)); err == nil {
+		t.Fatal("an empty token file was accepted")
+	}
+	if _, err := New(WithTokenFile(filepath.Join(dir, "missing"))); err == nil {
+		t.Fatal("a missing token file was accepted")
+	}
+	t.Setenv(TokenEnv, "")
+	if c, _ := New(); c.cfg.token != "" {
+		t.Fatalf("no token expected, got %q", c.cfg.token)
 	}
 }
 

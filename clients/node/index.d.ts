@@ -162,7 +162,17 @@ export interface ClientOptions {
   protoDir?: string;
   /** Deadline of unary calls (default 5000). */
   deadlineMs?: number;
+  /** Bearer token sent as `authorization: Bearer <token>` on every call and stream
+   *  (default: `ZKGATE_TOKEN`). Never put it on a command line. */
+  token?: string;
+  /** Read the bearer token from this file (its content, trimmed). */
+  tokenFile?: string;
 }
+
+/** `ZKGATE_TOKEN`. */
+export declare const TOKEN_ENV: string;
+/** The bearer token: `token`, else `tokenFile`'s content, else `ZKGATE_TOKEN`, else null. */
+export declare function resolveToken(token?: string, tokenFile?: string): string | null;
 
 export interface LockOptions {
   owner?: string;

@@ -26,6 +26,7 @@
 // and are loaded at run time (no generated code).
 
 import { EventEmitter } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 
@@ -855,6 +856,36 @@ function unary(stub, method, request, timeoutMs) {
   });
 }
 
+/** The environment variable of the bearer token, used when no token is given in code. */
+export const TOKEN_ENV = 'ZKGATE_TOKEN';
+
+/**
+ * The bearer token: `token`, else the content of `tokenFile` (trimmed; an empty file is an
+ * error), else `ZKGATE_TOKEN`, else none.
+ */
+export function resolveToken(token, tokenFile) {
+  if (token != null && String(token).trim() !== '') return String(token).trim();
+  if (tokenFile != null) {
+    const text = readFileSync(tokenFile, 'utf8').trim();
+    if (text === '') throw new TypeError(`token file ${tokenFile}: the file is empty`);
+    return text;
+  }
+  const env = (process.env[TOKEN_ENV] ?? '').trim();
+  return env === '' ? null : env;
+}
+
+/** A grpc-js interceptor adding `authorization: Bearer <token>` to every call. */
+function bearerInterceptor(token) {
+  const value = `Bearer ${token}`;
+  return (options, nextCall) =>
+    new grpc.InterceptingCall(nextCall(options), {
+      start(metadata, listener, next) {
+        metadata.set('authorization', value);
+        next(metadata, listener);
+      },
+    });
+}
+
 /**
  * A gateway fleet: `new Client('http://10.0.0.1:50051,http://10.0.0.2:50051')`, an array of
  * endpoints, or no argument for `ZKGATE_ENDPOINT` (default `http://127.0.0.1:50051`). Calls start
@@ -863,10 +894,13 @@ function unary(stub, method, request, timeoutMs) {
  *
  * Options: `tls` ({ca, cert, key: Buffer | string PEM; serverName}) for `https://` endpoints
  * (`cert` + `key`: mTLS); `credentials` (grpc-js ChannelCredentials for every endpoint, instead
- * of the above); `deadlineMs` (unary calls, default 5000); `channelOptions`; `protoDir`.
+ * of the above); `deadlineMs` (unary calls, default 5000); `channelOptions`; `protoDir`;
+ * `token` (a bearer token sent as `authorization: Bearer <token>` on every call and stream, on
+ * every endpoint — so also after a failover) or `tokenFile` (read from that file, trimmed);
+ * neither: `ZKGATE_TOKEN` when it is set.
  */
 export class Client {
-  constructor(endpoints, { tls, credentials, channelOptions, protoDir, deadlineMs = DEFAULT_DEADLINE_MS } = {}) {
+  constructor(endpoints, { tls, credentials, channelOptions, protoDir, deadlineMs = DEFAULT_DEADLINE_MS, token, tokenFile } = {}) {
     this._pkg = loadPackage(protoDir);
     /** The fleet: `[{address, tls}]`. */
     this.endpoints = parseEndpoints(endpoints);
@@ -881,6 +915,8 @@ export class Client {
     this._channelOptions = { ...(channelOptions ?? {}) };
     if (tls?.serverName) this._channelOptions['grpc.ssl_target_name_override'] = tls.serverName;
     this._stubCache = new Map();
+    const bearer = resolveToken(token, tokenFile);
+    this._interceptors = bearer ? [bearerInterceptor(bearer)] : [];
   }
 
   _creds(ep) {
@@ -897,9 +933,13 @@ export class Client {
     let stubs = this._stubCache.get(i);
     if (!stubs) {
       const ep = this.endpoints[i];
-      const election = new this._pkg.Election(ep.address, this._creds(ep), this._channelOptions);
+      const election = new this._pkg.Election(ep.address, this._creds(ep), {
+        ...this._channelOptions,
+        interceptors: this._interceptors,
+      });
       const lock = new this._pkg.Lock(ep.address, this._creds(ep), {
         ...this._channelOptions,
+        interceptors: this._interceptors,
         channelOverride: election.getChannel(),
       });
       stubs = { election, lock };

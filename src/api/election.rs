@@ -6,9 +6,9 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
 use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step, Suspension, Tenant};
-use super::limits::Admission;
+use super::limits::{Admission, BytesPermit, QueuePermit, UnaryPermit};
 use super::outbox::{self, Outbox, TrySend};
-use crate::auth::{self, audit, Auth, LeaseKeys, Verb};
+use crate::auth::{self, audit, Auth, Identity, LeaseKeys, Verb};
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
 use crate::coord::link::LossReason;
 use crate::coord::member::Member;
@@ -51,6 +51,17 @@ impl ElectionApi {
     fn max_value(&self) -> usize {
         self.coord.cfg.max_value_bytes
     }
+
+    /// The caller's identity under a policy (the per-identity limits count it), else none.
+    fn limited(&self, identity: &Identity) -> Option<Identity> {
+        self.auth.enforced().then(|| identity.clone())
+    }
+
+    /// Admits a unary call against the caller's per-identity limits (G10), before any work.
+    fn unary<T>(&self, request: &Request<T>) -> Result<UnaryPermit, CoordError> {
+        let identity = auth::caller(request);
+        self.admission.unary(self.limited(&identity).as_ref())
+    }
 }
 
 fn event(e: Event) -> pb::CampaignResponse {
@@ -62,6 +73,10 @@ struct CampaignStream {
     candidacy: Candidacy,
     max_value: usize,
     keys: LeaseKeys,
+    /// The identity's place in this election's queue (per-identity limit), for the stream's life.
+    _queue: QueuePermit,
+    /// The stream's value, counted against its identity's bytes in flight.
+    bytes: BytesPermit,
 }
 
 #[tonic::async_trait]
@@ -129,8 +144,12 @@ impl HolderStream for CampaignStream {
     fn on_request(&mut self, request: pb::CampaignRequest) -> Step<pb::CampaignResponse> {
         match request.request {
             Some(CampaignMsg::Proclaim(p)) => match convert::value(p.value, self.max_value)
-                .and_then(|v| self.candidacy.start_proclaim(v))
-            {
+                .and_then(|v| {
+                    // The new value replaces the old one in the identity's bytes: counted
+                    // before the write (a write that fails ends the stream, releasing it all).
+                    self.bytes.resize(v.as_bytes().len())?;
+                    self.candidacy.start_proclaim(v)
+                }) {
                 Err(e) => Step::Fail(e),
                 // The change comes back as `proclaimed` through the queue's watch.
                 Ok(write) => Step::Pending(Box::pin(async move {
@@ -179,6 +198,7 @@ impl Election for ElectionApi {
             auth: self.auth.clone(),
             identity: auth::caller(&request),
             verb: Verb::Campaign,
+            admission: self.admission.clone(),
         };
         holder_stream::open(
             &self.admission,
@@ -188,6 +208,7 @@ impl Election for ElectionApi {
             "join",
             |first: pb::CampaignRequest, tenant: &Tenant| {
                 let (auth, identity) = (tenant.auth.clone(), tenant.identity.clone());
+                let (admission, limited) = (tenant.admission.clone(), tenant.limited().cloned());
                 async move {
                     let join = match first.request {
                         Some(CampaignMsg::Join(j)) => convert::join(j, max_value)?,
@@ -200,11 +221,16 @@ impl Election for ElectionApi {
                         }
                     };
                     auth.check(&identity, Verb::Campaign, join.election.as_str())?;
+                    // The identity's own limits first, then the gateway's (`--max-queues`).
+                    let queue = admission.queue(limited.as_ref(), join.election.as_str())?;
+                    let bytes = admission.bytes(limited.as_ref(), join.value.as_bytes().len())?;
                     let candidacy = coord.campaign(join).await?;
                     Ok(CampaignStream {
                         candidacy,
                         max_value,
                         keys,
+                        _queue: queue,
+                        bytes,
                     })
                 }
             },
@@ -216,12 +242,17 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::ProclaimRequest>,
     ) -> Result<Response<pb::ProclaimResponse>, Status> {
+        let _call = self.unary(&request)?;
         let identity = auth::caller(&request);
         let r = request.into_inner();
         let lease = convert::lease(&r.lease, QueueKind::Election, &self.keys)?;
         self.auth
             .check(&identity, Verb::Campaign, lease.queue.as_str())?;
         let value = convert::value(r.value, self.max_value())?;
+        // In flight while the call runs (the member's stream, wherever it is, counts its own).
+        let _bytes = self
+            .admission
+            .bytes(self.limited(&identity).as_ref(), value.as_bytes().len())?;
         let leader = self.coord.proclaim(&lease, value).await?;
         Ok(Response::new(pb::ProclaimResponse {
             leader: Some(convert::leader(leader)),
@@ -232,6 +263,7 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::ResignRequest>,
     ) -> Result<Response<pb::ResignResponse>, Status> {
+        let _call = self.unary(&request)?;
         let identity = auth::caller(&request);
         let lease = convert::lease(&request.into_inner().lease, QueueKind::Election, &self.keys)?;
         self.auth
@@ -251,6 +283,7 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::LeaderRequest>,
     ) -> Result<Response<pb::LeaderResponse>, Status> {
+        let _call = self.unary(&request)?;
         let election = convert::queue_name(request.get_ref().election.clone(), "election")?;
         self.may_observe(&request, election.as_str())?;
         let leader = self.coord.leader(&election).await?;
@@ -318,6 +351,7 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::CandidatesRequest>,
     ) -> Result<Response<pb::CandidatesResponse>, Status> {
+        let _call = self.unary(&request)?;
         let election = convert::queue_name(request.get_ref().election.clone(), "election")?;
         self.may_observe(&request, election.as_str())?;
         let r = request.into_inner();
@@ -334,6 +368,7 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::ElectionValidateRequest>,
     ) -> Result<Response<pb::ElectionValidateResponse>, Status> {
+        let _call = self.unary(&request)?;
         let election = convert::queue_name(request.get_ref().election.clone(), "election")?;
         self.may_observe(&request, election.as_str())?;
         let r = request.into_inner();

@@ -53,6 +53,15 @@ pub(super) struct Tenant {
     pub auth: Arc<Auth>,
     pub identity: Identity,
     pub verb: Verb,
+    /// For the per-identity limits the stream's first message decides (queues, bytes).
+    pub admission: Arc<Admission>,
+}
+
+impl Tenant {
+    /// The identity the per-identity limits count (none without a policy).
+    pub fn limited(&self) -> Option<&Identity> {
+        self.auth.enforced().then_some(&self.identity)
+    }
 }
 
 /// The response stream of a streaming call.
@@ -75,10 +84,7 @@ where
     F: FnOnce(H::Request, &Tenant) -> Fut,
     Fut: Future<Output = Result<H, CoordError>>,
 {
-    let permit = admission.holder(
-        request.remote_addr(),
-        tenant.auth.enforced().then_some(&tenant.identity),
-    )?;
+    let permit = admission.holder(request.remote_addr(), tenant.limited())?;
     let mut inbound = request.into_inner();
     let first = limits::first_message(
         &mut inbound,

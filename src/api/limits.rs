@@ -6,9 +6,23 @@
 //! number of distinct queues per gateway is the coordination layer's limit
 //! (`CoordConfig::max_queues`).
 //!
-//! With an `--auth-policy` in force the holder and Observe streams are also counted per
-//! identity (G10: one tenant's flood meets its own limit before a gateway-wide one); the
-//! rejection names the limit, the identity and the value, and
+//! With an `--auth-policy` in force each identity also has limits of its own (G10: one tenant's
+//! flood meets its own limit before a gateway-wide one), all on this gateway:
+//! - holder streams and Observe streams open;
+//! - queues: distinct election and lock names its holder streams are in (a second stream on a
+//!   name it already uses takes no new place; Observe streams take none, they are bounded by
+//!   their own limit) — beside `--max-queues`;
+//! - unary calls: a rate (a token bucket per identity, [`TokenBucket`], refilled at the rate
+//!   and holding one second of it) and the number in flight at once — beside the HTTP/2
+//!   stream limit per connection;
+//! - bytes in flight: the election values it has outstanding, i.e. the value each of its
+//!   Campaign streams keeps in ZooKeeper (the join's, then each in-stream proclaim's) plus the
+//!   value of each Proclaim by lease while that call runs. What a tenant can pile up is values
+//!   stored for it, not the milliseconds of a write; a proclaim that grows the total past the
+//!   limit is refused (in a stream: the stream ends, its candidacy with it) — beside
+//!   `--max-proclaim-bytes-in-flight` per ZooKeeper session.
+//!
+//! The rejection is `RESOURCE_EXHAUSTED` naming the limit, the identity and the value, and
 //! `zkgate_identity_limit_rejections_total{limit,identity}` counts it (identities capped like
 //! names). Without a policy there are no tenants to tell apart, and only the limits above apply.
 //!
@@ -20,7 +34,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
@@ -37,6 +51,15 @@ pub const DEFAULT_OBSERVE_STREAMS_PER_CONNECTION: usize = 1_000;
 /// never take it all.
 pub const DEFAULT_HOLDER_STREAMS_PER_IDENTITY: usize = 10_000;
 pub const DEFAULT_OBSERVE_STREAMS_PER_IDENTITY: usize = 10_000;
+/// A fifth of `--max-queues`, as for holder streams.
+pub const DEFAULT_QUEUES_PER_IDENTITY: usize = crate::coord::DEFAULT_MAX_QUEUES / 5;
+/// Unary calls per second per identity: far above a client validating a fencing token per
+/// write, far below what lets one tenant keep a gateway's cores busy.
+pub const DEFAULT_UNARY_RATE_PER_IDENTITY: u32 = 5_000;
+/// As the HTTP/2 room for unary calls on one connection (`http2_max_concurrent_streams`).
+pub const DEFAULT_UNARY_IN_FLIGHT_PER_IDENTITY: usize = 1_000;
+/// 16 MiB of election values per identity (256 default-sized values of 64 KiB).
+pub const DEFAULT_BYTES_IN_FLIGHT_PER_IDENTITY: usize = 16 * 1024 * 1024;
 pub const DEFAULT_FIRST_MESSAGE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The configured stream limits (flags/env/TOML: README "zkgate serve").
@@ -50,6 +73,13 @@ pub struct StreamLimits {
     /// Under a policy only (see the module docs).
     pub holder_streams_per_identity: usize,
     pub observe_streams_per_identity: usize,
+    /// Distinct names an identity's holder streams are in (see the module docs).
+    pub queues_per_identity: usize,
+    /// Unary calls per second per identity, in bursts of up to one second's worth.
+    pub unary_rate_per_identity: u32,
+    pub unary_in_flight_per_identity: usize,
+    /// Election value bytes an identity has outstanding (see the module docs).
+    pub bytes_in_flight_per_identity: usize,
     pub first_message_timeout: Duration,
 }
 
@@ -62,6 +92,10 @@ impl Default for StreamLimits {
             observe_many_elections: crate::coord::observe_many::DEFAULT_MAX_OBSERVE_MANY_ELECTIONS,
             holder_streams_per_identity: DEFAULT_HOLDER_STREAMS_PER_IDENTITY,
             observe_streams_per_identity: DEFAULT_OBSERVE_STREAMS_PER_IDENTITY,
+            queues_per_identity: DEFAULT_QUEUES_PER_IDENTITY,
+            unary_rate_per_identity: DEFAULT_UNARY_RATE_PER_IDENTITY,
+            unary_in_flight_per_identity: DEFAULT_UNARY_IN_FLIGHT_PER_IDENTITY,
+            bytes_in_flight_per_identity: DEFAULT_BYTES_IN_FLIGHT_PER_IDENTITY,
             first_message_timeout: DEFAULT_FIRST_MESSAGE_TIMEOUT,
         }
     }
@@ -82,6 +116,78 @@ struct PerConnection {
     observers: usize,
 }
 
+/// What one identity has open on this gateway, under a policy.
+#[derive(Debug, Default)]
+struct PerIdentity {
+    holders: usize,
+    observers: usize,
+    /// Holder streams per name (a name is one queue however many streams are in it).
+    queues: HashMap<String, usize>,
+    unary: usize,
+    bytes: usize,
+    /// `None` until its first unary call: a full bucket.
+    bucket: Option<TokenBucket>,
+}
+
+impl PerIdentity {
+    /// Nothing open and a full bucket: forgetting the entry loses nothing (a fresh one is the
+    /// same), so idle identities take no memory.
+    fn idle(&self, now: Instant, rate: u32) -> bool {
+        self.holders == 0
+            && self.observers == 0
+            && self.queues.is_empty()
+            && self.unary == 0
+            && self.bytes == 0
+            && self.bucket.is_none_or(|b| b.full(now, rate))
+    }
+}
+
+/// A token bucket: `rate` tokens a second, holding at most one second's worth (at least one
+/// token). Pure: the caller passes the time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenBucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket at `now`.
+    pub fn full_at(now: Instant, rate: u32) -> Self {
+        Self {
+            tokens: Self::capacity(rate),
+            at: now,
+        }
+    }
+
+    fn capacity(rate: u32) -> f64 {
+        f64::from(rate.max(1))
+    }
+
+    fn refill(&mut self, now: Instant, rate: u32) {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * f64::from(rate)).min(Self::capacity(rate));
+        self.at = self.at.max(now);
+    }
+
+    /// Takes one token at `now` if there is one.
+    pub fn take(&mut self, now: Instant, rate: u32) -> bool {
+        self.refill(now, rate);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether the bucket is full at `now`.
+    pub fn full(&self, now: Instant, rate: u32) -> bool {
+        let mut b = *self;
+        b.refill(now, rate);
+        b.tokens >= Self::capacity(rate)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum StreamKind {
     Holder,
@@ -94,8 +200,8 @@ pub struct Admission {
     limits: StreamLimits,
     holders: AtomicUsize,
     connections: Mutex<HashMap<SocketAddr, PerConnection>>,
-    /// Under a policy: open streams per identity.
-    identities: Mutex<HashMap<Identity, PerConnection>>,
+    /// Under a policy: what each identity has open.
+    identities: Mutex<HashMap<Identity, PerIdentity>>,
 }
 
 /// One admitted stream; dropping it (the stream ended) gives its place back.
@@ -176,6 +282,23 @@ impl Admission {
         })
     }
 
+    /// Runs `f` on `identity`'s entry and forgets the entry when it is left idle.
+    fn with_identity<R>(&self, id: &Identity, f: impl FnOnce(&mut PerIdentity) -> R) -> R {
+        let mut map = self.identities.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = map.entry(id.clone()).or_default();
+        let r = f(entry);
+        if entry.idle(Instant::now(), self.limits.unary_rate_per_identity) {
+            map.remove(id);
+        }
+        r
+    }
+
+    /// Counts the refusal of `limit` for `id` and returns its error.
+    fn refuse(id: &Identity, limit: Limit) -> CoordError {
+        m::identity_limit_rejected(limit.label(), id.as_str());
+        limit.reject()
+    }
+
     fn count_identity(
         &self,
         identity: Option<&Identity>,
@@ -184,46 +307,130 @@ impl Admission {
         let Some(id) = identity else {
             return Ok(());
         };
-        let mut map = self.identities.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = map.entry(id.clone()).or_default();
-        let (open, max, limit) = match kind {
-            StreamKind::Holder => (
-                &mut entry.holders,
-                self.limits.holder_streams_per_identity,
-                Limit::HolderStreamsPerIdentity as fn(String, usize) -> Limit,
-            ),
-            StreamKind::Observer => (
-                &mut entry.observers,
-                self.limits.observe_streams_per_identity,
-                Limit::ObserveStreamsPerIdentity as fn(String, usize) -> Limit,
-            ),
-        };
-        if *open >= max {
-            let limit = limit(id.to_string(), max);
-            m::identity_limit_rejected(limit.label(), id.as_str());
-            if entry.holders == 0 && entry.observers == 0 {
-                map.remove(id);
+        self.with_identity(id, |entry| {
+            let (open, max, limit) = match kind {
+                StreamKind::Holder => (
+                    &mut entry.holders,
+                    self.limits.holder_streams_per_identity,
+                    Limit::HolderStreamsPerIdentity as fn(String, usize) -> Limit,
+                ),
+                StreamKind::Observer => (
+                    &mut entry.observers,
+                    self.limits.observe_streams_per_identity,
+                    Limit::ObserveStreamsPerIdentity as fn(String, usize) -> Limit,
+                ),
+            };
+            if *open >= max {
+                return Err(Self::refuse(id, limit(id.to_string(), max)));
             }
-            return Err(limit.reject());
-        }
-        *open += 1;
-        Ok(())
+            *open += 1;
+            Ok(())
+        })
     }
 
     fn uncount_identity(&self, identity: Option<&Identity>, kind: StreamKind) {
         let Some(id) = identity else {
             return;
         };
-        let mut map = self.identities.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(entry) = map.get_mut(id) {
-            match kind {
-                StreamKind::Holder => entry.holders = entry.holders.saturating_sub(1),
-                StreamKind::Observer => entry.observers = entry.observers.saturating_sub(1),
+        self.with_identity(id, |entry| match kind {
+            StreamKind::Holder => entry.holders = entry.holders.saturating_sub(1),
+            StreamKind::Observer => entry.observers = entry.observers.saturating_sub(1),
+        });
+    }
+
+    /// Admits `identity`'s holder stream into the queue `name` (`None`: no policy). Checked
+    /// after the first message names it and before the coordination layer's `--max-queues`.
+    ///
+    /// # Errors
+    /// `RESOURCE_EXHAUSTED` when `name` would be one name more than `--max-queues-per-identity`.
+    pub fn queue(
+        self: &Arc<Self>,
+        identity: Option<&Identity>,
+        name: &str,
+    ) -> Result<QueuePermit, CoordError> {
+        let Some(id) = identity else {
+            return Ok(QueuePermit {
+                admission: self.clone(),
+                counted: None,
+            });
+        };
+        let max = self.limits.queues_per_identity;
+        self.with_identity(id, |entry| {
+            if !entry.queues.contains_key(name) && entry.queues.len() >= max {
+                return Err(Self::refuse(
+                    id,
+                    Limit::QueuesPerIdentity(id.to_string(), max),
+                ));
             }
-            if entry.holders == 0 && entry.observers == 0 {
-                map.remove(id);
+            *entry.queues.entry(name.to_owned()).or_default() += 1;
+            Ok(())
+        })?;
+        Ok(QueuePermit {
+            admission: self.clone(),
+            counted: Some((id.clone(), name.to_owned())),
+        })
+    }
+
+    /// Admits one unary call of `identity` (`None`: no policy): first its calls in flight,
+    /// then its rate (a refused call takes no token).
+    ///
+    /// # Errors
+    /// `RESOURCE_EXHAUSTED` past `--max-unary-in-flight-per-identity` or
+    /// `--max-unary-rate-per-identity`.
+    pub fn unary(self: &Arc<Self>, identity: Option<&Identity>) -> Result<UnaryPermit, CoordError> {
+        let Some(id) = identity else {
+            return Ok(UnaryPermit {
+                admission: self.clone(),
+                identity: None,
+            });
+        };
+        let (max, rate) = (
+            self.limits.unary_in_flight_per_identity,
+            self.limits.unary_rate_per_identity,
+        );
+        self.with_identity(id, |entry| {
+            if entry.unary >= max {
+                return Err(Self::refuse(
+                    id,
+                    Limit::UnaryInFlightPerIdentity(id.to_string(), max),
+                ));
             }
-        }
+            let now = Instant::now();
+            let bucket = entry
+                .bucket
+                .get_or_insert_with(|| TokenBucket::full_at(now, rate));
+            if !bucket.take(now, rate) {
+                return Err(Self::refuse(
+                    id,
+                    Limit::UnaryRatePerIdentity(id.to_string(), rate),
+                ));
+            }
+            entry.unary += 1;
+            Ok(())
+        })?;
+        Ok(UnaryPermit {
+            admission: self.clone(),
+            identity: Some(id.clone()),
+        })
+    }
+
+    /// Admits `len` election value bytes of `identity` (`None`: no policy), held until the
+    /// permit is dropped or [`BytesPermit::resize`]d.
+    ///
+    /// # Errors
+    /// `RESOURCE_EXHAUSTED` past `--max-bytes-in-flight-per-identity`.
+    pub fn bytes(
+        self: &Arc<Self>,
+        identity: Option<&Identity>,
+        len: usize,
+    ) -> Result<BytesPermit, CoordError> {
+        let mut permit = BytesPermit {
+            admission: self.clone(),
+            identity: identity.cloned(),
+            len: 0,
+        };
+        permit.resize(len)?;
+        Ok(permit)
     }
 
     fn count(&self, connection: Option<SocketAddr>, kind: StreamKind) -> Result<(), CoordError> {
@@ -281,6 +488,86 @@ impl Drop for StreamPermit {
                 map.remove(&addr);
             }
         }
+    }
+}
+
+/// One identity's place in one queue (see [`Admission::queue`]); dropping it gives it back.
+#[derive(Debug)]
+pub struct QueuePermit {
+    admission: Arc<Admission>,
+    counted: Option<(Identity, String)>,
+}
+
+impl Drop for QueuePermit {
+    fn drop(&mut self) {
+        let Some((id, name)) = self.counted.take() else {
+            return;
+        };
+        self.admission.with_identity(&id, |entry| {
+            if let Some(n) = entry.queues.get_mut(&name) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    entry.queues.remove(&name);
+                }
+            }
+        });
+    }
+}
+
+/// One unary call in flight (see [`Admission::unary`]).
+#[derive(Debug)]
+pub struct UnaryPermit {
+    admission: Arc<Admission>,
+    identity: Option<Identity>,
+}
+
+impl Drop for UnaryPermit {
+    fn drop(&mut self) {
+        if let Some(id) = &self.identity {
+            self.admission
+                .with_identity(id, |entry| entry.unary = entry.unary.saturating_sub(1));
+        }
+    }
+}
+
+/// Election value bytes an identity has outstanding (see [`Admission::bytes`]).
+#[derive(Debug)]
+pub struct BytesPermit {
+    admission: Arc<Admission>,
+    identity: Option<Identity>,
+    len: usize,
+}
+
+impl BytesPermit {
+    /// Holds `len` bytes instead of what it held (a proclaim replacing a value). On refusal it
+    /// keeps what it held.
+    ///
+    /// # Errors
+    /// `RESOURCE_EXHAUSTED` when the growth passes `--max-bytes-in-flight-per-identity`.
+    pub fn resize(&mut self, len: usize) -> Result<(), CoordError> {
+        let Some(id) = &self.identity else {
+            return Ok(());
+        };
+        let (old, max) = (self.len, self.admission.limits.bytes_in_flight_per_identity);
+        self.admission.with_identity(id, |entry| {
+            let others = entry.bytes.saturating_sub(old);
+            if len > old && others + len > max {
+                return Err(Admission::refuse(
+                    id,
+                    Limit::BytesInFlightPerIdentity(id.to_string(), max),
+                ));
+            }
+            entry.bytes = others + len;
+            Ok(())
+        })?;
+        self.len = len;
+        Ok(())
+    }
+}
+
+impl Drop for BytesPermit {
+    fn drop(&mut self) {
+        let _ = self.resize(0);
     }
 }
 
@@ -388,5 +675,120 @@ mod tests {
             a.observer(addr(2), None).is_ok(),
             "no policy: no per-identity limit"
         );
+    }
+
+    /// (rate, the times of successive takes in ms from a full bucket, which are granted)
+    #[test]
+    fn token_bucket_refills_at_its_rate_and_holds_one_second() {
+        type Row = (u32, &'static [u64], &'static [bool]);
+        let table: [Row; 6] = [
+            // A burst of one second's worth, then nothing until a token has come back.
+            (2, &[0, 0, 0], &[true, true, false]),
+            (2, &[0, 0, 0, 499, 500], &[true, true, false, false, true]),
+            // Idle time refills, but never past one second's worth.
+            (
+                2,
+                &[0, 0, 5_000, 5_000, 5_000],
+                &[true, true, true, true, false],
+            ),
+            (
+                10,
+                &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                &[
+                    true, true, true, true, true, true, true, true, true, true, false,
+                ],
+            ),
+            // A rate of 0 still holds one token (never a gateway no call gets through), and never refills.
+            (0, &[0, 0, 10_000], &[true, false, false]),
+            // Time going backwards (another thread's `now`) takes nothing back.
+            (1, &[1_000, 0, 2_000], &[true, false, true]),
+        ];
+        let start = Instant::now();
+        for (rate, at, want) in table {
+            let mut b = TokenBucket::full_at(start, rate);
+            let got: Vec<bool> = at
+                .iter()
+                .map(|ms| b.take(start + Duration::from_millis(*ms), rate))
+                .collect();
+            assert_eq!(got, want, "rate {rate} at {at:?}");
+        }
+        let mut b = TokenBucket::full_at(start, 4);
+        assert!(b.full(start, 4));
+        assert!(b.take(start, 4));
+        assert!(!b.full(start + Duration::from_millis(200), 4));
+        assert!(b.full(start + Duration::from_millis(250), 4));
+    }
+
+    fn map_idle(a: &Admission, id: &Identity, at: Instant) -> bool {
+        let map = a.identities.lock().unwrap();
+        map[id].idle(at, a.limits.unary_rate_per_identity)
+    }
+
+    #[test]
+    fn per_identity_queues_unary_calls_and_bytes_spare_other_tenants_and_are_given_back() {
+        let a = Admission::new(StreamLimits {
+            queues_per_identity: 2,
+            unary_in_flight_per_identity: 2,
+            unary_rate_per_identity: 3,
+            bytes_in_flight_per_identity: 100,
+            ..Default::default()
+        });
+        let flood = Identity::Named("flood".into());
+        let quiet = Identity::Named("quiet".into());
+        let message = |e: CoordError| Status::from(e).message().to_owned();
+        // (what, result, the parts its refusal names)
+        let q1 = a.queue(Some(&flood), "a").unwrap();
+        let _q1b = a.queue(Some(&flood), "a").unwrap();
+        let _q2 = a.queue(Some(&flood), "b").unwrap();
+        let refused = message(a.queue(Some(&flood), "c").unwrap_err());
+        let _q3 = a.queue(Some(&quiet), "c").unwrap();
+        let _q4 = a.queue(None, "d").unwrap();
+        drop(q1);
+        assert!(
+            a.queue(Some(&flood), "c").is_err(),
+            "a is still in use by _q1b"
+        );
+        let u1 = a.unary(Some(&flood)).unwrap();
+        let _u2 = a.unary(Some(&flood)).unwrap();
+        let in_flight = message(a.unary(Some(&flood)).unwrap_err());
+        drop(u1);
+        let _u3 = a.unary(Some(&flood)).unwrap();
+        drop(_u3);
+        let rate = message(a.unary(Some(&flood)).unwrap_err());
+        assert!(a.unary(Some(&quiet)).is_ok());
+        assert!(a.unary(None).is_ok());
+        let mut b1 = a.bytes(Some(&flood), 60).unwrap();
+        let bytes = message(a.bytes(Some(&flood), 41).unwrap_err());
+        let b2 = a.bytes(Some(&flood), 40).unwrap();
+        assert!(b1.resize(61).is_err(), "growing past it is refused");
+        b1.resize(10).unwrap();
+        let _b3 = a.bytes(Some(&flood), 50).unwrap();
+        assert!(a.bytes(Some(&quiet), 100).is_ok());
+        let table = [
+            (refused, ["flood", "--max-queues-per-identity = 2"]),
+            (
+                in_flight,
+                ["flood", "--max-unary-in-flight-per-identity = 2"],
+            ),
+            (rate, ["flood", "--max-unary-rate-per-identity = 3"]),
+            (bytes, ["flood", "--max-bytes-in-flight-per-identity = 100"]),
+        ];
+        for (msg, parts) in table {
+            for part in parts {
+                assert!(msg.contains(part), "{part} in {msg}");
+            }
+        }
+        drop((b1, b2, _b3, _q1b, _q2, _q3, _q4, _u2));
+        // Everything given back; an entry stays only for a bucket not yet refilled.
+        let map = a.identities.lock().unwrap();
+        assert_eq!(map.len(), 2, "{map:?}");
+        for e in map.values() {
+            assert_eq!((e.holders, e.observers, e.unary, e.bytes), (0, 0, 0, 0));
+            assert!(e.queues.is_empty() && e.bucket.is_some());
+        }
+        drop(map);
+        // A refilled bucket is the same as none: the next change forgets the entry.
+        let later = Instant::now() + Duration::from_secs(2);
+        assert!(map_idle(&a, &quiet, later));
     }
 }

@@ -6,7 +6,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::convert::{self, Converted};
 use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step, Suspension, Tenant};
-use super::limits::Admission;
+use super::limits::{Admission, QueuePermit, UnaryPermit};
 use crate::auth::{self, audit, Auth, LeaseKeys, Verb};
 use crate::coord::lock::{AcquireSpec, LockEnd, LockEvent, LockHold, LockMode};
 use crate::coord::member::Member;
@@ -39,6 +39,13 @@ impl LockApi {
             auth,
             keys,
         }
+    }
+
+    /// Admits a unary call against the caller's per-identity limits (G10), before any work.
+    fn unary<T>(&self, request: &Request<T>) -> Result<UnaryPermit, CoordError> {
+        let identity = auth::caller(request);
+        self.admission
+            .unary(self.auth.enforced().then_some(&identity))
     }
 }
 
@@ -91,6 +98,8 @@ struct AcquireStream {
     hold: LockHold,
     /// The encoded lease, sent in `queued` and again in `acquired`.
     lease: String,
+    /// The identity's place in this lock's queue (per-identity limit), for the stream's life.
+    _queue: QueuePermit,
 }
 
 #[tonic::async_trait]
@@ -201,6 +210,7 @@ impl Lock for LockApi {
             auth: self.auth.clone(),
             identity: auth::caller(&request),
             verb: Verb::Lock,
+            admission: self.admission.clone(),
         };
         holder_stream::open(
             &self.admission,
@@ -210,6 +220,7 @@ impl Lock for LockApi {
             "acquire",
             |first: pb::AcquireRequest, tenant: &Tenant| {
                 let (auth, identity) = (tenant.auth.clone(), tenant.identity.clone());
+                let (admission, limited) = (tenant.admission.clone(), tenant.limited().cloned());
                 async move {
                     let spec = match first.request {
                         Some(AcquireMsg::Acquire(a)) => AcquireSpec::try_from(a)?,
@@ -222,9 +233,15 @@ impl Lock for LockApi {
                         }
                     };
                     auth.check(&identity, Verb::Lock, spec.name.as_str())?;
+                    // The identity's own limit first, then the gateway's (`--max-queues`).
+                    let queue = admission.queue(limited.as_ref(), spec.name.as_str())?;
                     let hold = coord.acquire(spec).await?;
                     let lease = hold.member().lease().encode(&keys);
-                    Ok(AcquireStream { hold, lease })
+                    Ok(AcquireStream {
+                        hold,
+                        lease,
+                        _queue: queue,
+                    })
                 }
             },
         )
@@ -235,6 +252,7 @@ impl Lock for LockApi {
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let _call = self.unary(&request)?;
         let identity = auth::caller(&request);
         let lease = convert::lease(&request.into_inner().lease, QueueKind::Lock, &self.keys)?;
         self.auth
@@ -254,6 +272,7 @@ impl Lock for LockApi {
         &self,
         request: Request<pb::HoldersRequest>,
     ) -> Result<Response<pb::HoldersResponse>, Status> {
+        let _call = self.unary(&request)?;
         let name = convert::queue_name(request.get_ref().name.clone(), "name")?;
         self.auth
             .check(&auth::caller(&request), Verb::Observe, name.as_str())?;
@@ -272,6 +291,7 @@ impl Lock for LockApi {
         &self,
         request: Request<pb::LockValidateRequest>,
     ) -> Result<Response<pb::LockValidateResponse>, Status> {
+        let _call = self.unary(&request)?;
         let name = convert::queue_name(request.get_ref().name.clone(), "name")?;
         self.auth
             .check(&auth::caller(&request), Verb::Observe, name.as_str())?;

@@ -146,6 +146,14 @@ pub enum Limit {
     HolderStreamsPerIdentity(String, usize),
     #[error("limit reached: open Observe streams of identity {0:?} on this gateway (--max-observe-streams-per-identity = {1}); close some streams")]
     ObserveStreamsPerIdentity(String, usize),
+    #[error("limit reached: distinct elections and locks identity {0:?} holds streams in on this gateway (--max-queues-per-identity = {1}); use fewer names at once")]
+    QueuesPerIdentity(String, usize),
+    #[error("limit reached: unary calls per second of identity {0:?} on this gateway (--max-unary-rate-per-identity = {1}); slow down and retry with backoff")]
+    UnaryRatePerIdentity(String, u32),
+    #[error("limit reached: unary calls in flight of identity {0:?} on this gateway (--max-unary-in-flight-per-identity = {1}); wait for answers before sending more")]
+    UnaryInFlightPerIdentity(String, usize),
+    #[error("limit reached: election value bytes in flight of identity {0:?} on this gateway (--max-bytes-in-flight-per-identity = {1}); use smaller values or fewer streams")]
+    BytesInFlightPerIdentity(String, usize),
 }
 
 fn kind_word(kind: QueueKind) -> &'static str {
@@ -168,6 +176,10 @@ impl Limit {
             Limit::ElectionsPerObserveMany(_) => "observe_many_elections",
             Limit::HolderStreamsPerIdentity(..) => "holder_streams_per_identity",
             Limit::ObserveStreamsPerIdentity(..) => "observe_streams_per_identity",
+            Limit::QueuesPerIdentity(..) => "queues_per_identity",
+            Limit::UnaryRatePerIdentity(..) => "unary_rate_per_identity",
+            Limit::UnaryInFlightPerIdentity(..) => "unary_in_flight_per_identity",
+            Limit::BytesInFlightPerIdentity(..) => "bytes_in_flight_per_identity",
         }
     }
 

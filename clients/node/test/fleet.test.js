@@ -4,10 +4,11 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 
-import { Backoff, Client, Loss, Status, parseEndpoints } from '../index.js';
+import { Backoff, Client, Loss, Status, parseEndpoints, resolveToken } from '../index.js';
 import { ADDR, NEEDS_ADDR, STEP, electionName, sleep, within } from './helpers.js';
 
 const FLEET = process.env.ZKGATE_FLEET ? process.env.ZKGATE_FLEET.split(',') : null;
@@ -30,6 +31,27 @@ test('endpoints come from code or ZKGATE_ENDPOINT', () => {
   } finally {
     if (saved === undefined) delete process.env.ZKGATE_ENDPOINT;
     else process.env.ZKGATE_ENDPOINT = saved;
+  }
+});
+
+test('the token comes from code, a file or ZKGATE_TOKEN', () => {
+  const saved = process.env.ZKGATE_TOKEN;
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'zkgate-token-'));
+  const file = path.join(dir, 'token');
+  const empty = path.join(dir, 'empty');
+  writeFileSync(file, 'from-file\n');
+  writeFileSync(empty, '\n');
+  try {
+    process.env.ZKGATE_TOKEN = ' from-env\n';
+    assert.equal(resolveToken('from-code', file), 'from-code');
+    assert.equal(resolveToken(undefined, file), 'from-file');
+    assert.equal(resolveToken(), 'from-env');
+    assert.throws(() => resolveToken(undefined, empty), TypeError);
+    delete process.env.ZKGATE_TOKEN;
+    assert.equal(resolveToken(), null);
+  } finally {
+    if (saved === undefined) delete process.env.ZKGATE_TOKEN;
+    else process.env.ZKGATE_TOKEN = saved;
   }
 });
 

@@ -28,6 +28,63 @@ def test_endpoints_come_from_code_or_zkgate_endpoint(monkeypatch):
         zkgate.parse_endpoints("no-port")
 
 
+def test_the_token_comes_from_code_a_file_or_zkgate_token(monkeypatch, tmp_path):
+    from zkgate._fleet import resolve_token
+
+    monkeypatch.setenv("ZKGATE_TOKEN", " from-env\n")
+    f = tmp_path / "token"
+    f.write_text("from-file\n")
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    assert resolve_token("from-code", str(f)) == "from-code"
+    assert resolve_token(None, str(f)) == "from-file"
+    assert resolve_token() == "from-env"
+    with pytest.raises(ValueError):
+        resolve_token(None, str(empty))
+    monkeypatch.delenv("ZKGATE_TOKEN")
+    assert resolve_token() is None
+
+
+def test_the_token_rides_on_every_call_threaded_and_asyncio():
+    import asyncio
+    from concurrent import futures
+
+    import zkgate.aio
+
+    seen = []
+
+    class Recorder(grpc.GenericRpcHandler):
+        def service(self, details):
+            def handle(request, context):
+                seen.append(dict(context.invocation_metadata()).get("authorization"))
+                context.abort(grpc.StatusCode.PERMISSION_DENIED, "recorded")
+
+            return grpc.unary_unary_rpc_method_handler(
+                handle, request_deserializer=lambda b: b, response_serializer=lambda b: b
+            )
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((Recorder(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    target = f"http://127.0.0.1:{port}"
+
+    async def asyncio_call():
+        async with zkgate.aio.Fleet(target, token="s3cret") as fleet:
+            with pytest.raises(grpc.RpcError):
+                await zkgate.aio.leader(fleet, "e")
+
+    try:
+        fleet = zkgate.Fleet(target, token="s3cret")
+        with pytest.raises(grpc.RpcError):
+            zkgate.leader(fleet, "e")
+        fleet.close()
+        asyncio.run(asyncio_call())
+    finally:
+        server.stop(None)
+    assert seen == ["Bearer s3cret", "Bearer s3cret"]
+
+
 def test_backoff_is_full_jitter_doubling_to_two_seconds():
     b = Backoff()
     for n in range(12):

@@ -8,7 +8,10 @@ These are the rules of ``clients/CONFORMANCE.md`` that every zkgate client share
 * endpoints are tried in order from the first; a transport failure or ``UNAVAILABLE`` (a
   draining gateway) moves to the next one, round robin, after a backoff with full jitter (base
   50 ms, doubling, capped at 2 s, reset once a stream has been ``queued``);
-* unary calls have a deadline (5 s by default).
+* unary calls have a deadline (5 s by default);
+* a bearer token (``token=`` / ``token_file=``, else ``ZKGATE_TOKEN``) is sent as
+  ``authorization: Bearer <token>`` on every call and stream, on every endpoint (so also after a
+  failover): gateways with ``--auth-policy`` identify the caller by it.
 
 Both APIs (threads: ``zkgate``; asyncio: ``zkgate.aio``) build on :class:`Fleet` and
 :class:`Backoff`; only the channel type differs.
@@ -16,6 +19,7 @@ Both APIs (threads: ``zkgate``; asyncio: ``zkgate.aio``) build on :class:`Fleet`
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import threading
@@ -26,6 +30,8 @@ import grpc
 import grpc.aio
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:50051"
+#: The bearer token's environment variable, used when no token is given in code.
+TOKEN_ENV = "ZKGATE_TOKEN"
 #: Deadline of unary calls, seconds.
 DEFAULT_DEADLINE = 5.0
 BACKOFF_BASE = 0.05
@@ -131,6 +137,91 @@ def parse_endpoints(endpoints: Endpoints = None) -> list[Endpoint]:
     return parsed
 
 
+def resolve_token(token: Optional[str] = None, token_file: Optional[str] = None) -> Optional[str]:
+    """The bearer token: ``token``, else the content of ``token_file`` (trimmed; an empty file
+    is an error), else ``ZKGATE_TOKEN``, else none."""
+    if token is not None and token.strip():
+        return token.strip()
+    if token_file is not None:
+        with open(token_file, encoding="utf-8") as f:
+            text = f.read().strip()
+        if not text:
+            raise ValueError(f"token file {token_file}: the file is empty")
+        return text
+    env = os.environ.get(TOKEN_ENV, "").strip()
+    return env or None
+
+
+class _Details(
+    collections.namedtuple(
+        "_Details", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")
+    ),
+    grpc.ClientCallDetails,
+):
+    pass
+
+
+class _Bearer(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """Adds ``authorization: Bearer <token>`` to every call of a (threaded) channel."""
+
+    def __init__(self, token: str):
+        self._header = ("authorization", "Bearer " + token)
+
+    def _details(self, d):
+        return _Details(
+            d.method,
+            d.timeout,
+            list(d.metadata or []) + [self._header],
+            d.credentials,
+            getattr(d, "wait_for_ready", None),
+            getattr(d, "compression", None),
+        )
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_stream_unary(self, continuation, details, requests):
+        return continuation(self._details(details), requests)
+
+    def intercept_stream_stream(self, continuation, details, requests):
+        return continuation(self._details(details), requests)
+
+
+def _aio_bearer(token: str) -> list:
+    """The same for ``grpc.aio`` channels: one interceptor per call type (grpc.aio files each
+    interceptor under the first type it is)."""
+    header = ("authorization", "Bearer " + token)
+
+    def details(d):
+        return d._replace(metadata=grpc.aio.Metadata(*(tuple(d.metadata or ())), header))
+
+    class UU(grpc.aio.UnaryUnaryClientInterceptor):
+        async def intercept_unary_unary(self, continuation, d, request):
+            return await continuation(details(d), request)
+
+    class US(grpc.aio.UnaryStreamClientInterceptor):
+        async def intercept_unary_stream(self, continuation, d, request):
+            return await continuation(details(d), request)
+
+    class SU(grpc.aio.StreamUnaryClientInterceptor):
+        async def intercept_stream_unary(self, continuation, d, requests):
+            return await continuation(details(d), requests)
+
+    class SS(grpc.aio.StreamStreamClientInterceptor):
+        async def intercept_stream_stream(self, continuation, d, requests):
+            return await continuation(details(d), requests)
+
+    return [UU(), US(), SU(), SS()]
+
+
 class Backoff:
     """Full-jitter exponential backoff: the n-th wait is uniform in
     ``[0, min(cap, base * 2**n)]``; :meth:`reset` once a stream was queued."""
@@ -151,7 +242,9 @@ class Fleet:
     """The endpoints of one gateway fleet and a channel to each, made when first used.
 
     ``endpoints``: see :func:`parse_endpoints`. ``tls``: a :class:`Tls` for ``https://``
-    endpoints (default: the system's CA bundle). ``deadline``: seconds for unary calls.
+    endpoints (default: the system's CA bundle; its ``cert`` + ``key`` are the client
+    certificate). ``deadline``: seconds for unary calls. ``token``: a bearer token sent with
+    every call and stream (``token_file``: read it from a file; neither: ``ZKGATE_TOKEN``).
     ``options``: extra grpc channel options. ``aio``: make ``grpc.aio`` channels (the asyncio
     API does that). A fleet is shared by every call made through it; :meth:`close` it when done.
 
@@ -166,8 +259,11 @@ class Fleet:
         deadline: float = DEFAULT_DEADLINE,
         options: Sequence[tuple[str, Any]] = (),
         aio: bool = False,
+        token: Optional[str] = None,
+        token_file: Optional[str] = None,
     ):
         self.endpoints = parse_endpoints(endpoints)
+        self._token = resolve_token(token, token_file)
         self.tls = tls
         self.deadline = deadline
         self._options = list(options)
@@ -192,11 +288,18 @@ class Fleet:
             return ch
 
     def _make(self, ep: Endpoint):
-        mod = grpc.aio if self._aio else grpc
+        if self._aio:
+            extra = {"interceptors": _aio_bearer(self._token)} if self._token else {}
+            if ep.tls:
+                creds = (self.tls or Tls()).credentials()
+                return grpc.aio.secure_channel(ep.address, creds, options=self._options, **extra)
+            return grpc.aio.insecure_channel(ep.address, options=self._options, **extra)
         if ep.tls:
             creds = (self.tls or Tls()).credentials()
-            return mod.secure_channel(ep.address, creds, options=self._options)
-        return mod.insecure_channel(ep.address, options=self._options)
+            ch = grpc.secure_channel(ep.address, creds, options=self._options)
+        else:
+            ch = grpc.insecure_channel(ep.address, options=self._options)
+        return grpc.intercept_channel(ch, _Bearer(self._token)) if self._token else ch
 
     def moved_on(self, from_index: int) -> int:
         """Endpoint ``from_index`` failed: the next one becomes current; returns it."""
@@ -264,6 +367,7 @@ class _OneChannel(Fleet):
         self.tls = None
         self.deadline = DEFAULT_DEADLINE
         self._options = []
+        self._token = None
         self._aio = aio
         self._channels = {0: channel}
         self._lock = threading.Lock()

@@ -2,9 +2,11 @@ package io.zkgate;
 
 import io.grpc.Channel;
 import io.grpc.ManagedChannel;
+import io.grpc.Metadata;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import io.grpc.netty.NettyChannelBuilder;
+import io.grpc.stub.MetadataUtils;
 import io.netty.handler.ssl.SslContext;
 import io.netty.handler.ssl.SslContextBuilder;
 import io.netty.handler.ssl.ZkgateJdkAlpn;
@@ -20,6 +22,10 @@ import io.zkgate.v1.LockValidateRequest;
 import io.zkgate.v1.ReleaseRequest;
 import io.zkgate.v1.ResignRequest;
 import java.io.File;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -40,11 +46,17 @@ import java.util.function.Function;
  *         .endpoints("https://gw-a:50051,https://gw-b:50051")
  *         .caBundle(new File("ca.pem")).clientCertificate(new File("me.pem"), new File("me.key"))
  *         .deadline(Duration.ofSeconds(3)).build();
+ * ZkgateClient tenant = ZkgateClient.builder()                 // a gateway with --auth-policy
+ *         .tokenFile(new File("/run/secrets/zkgate-token")).build(); // else ZKGATE_TOKEN
  * }</pre>
  */
 public final class ZkgateClient implements AutoCloseable {
     /** The default deadline of unary calls. */
     public static final Duration DEFAULT_DEADLINE = Duration.ofSeconds(5);
+    /** The environment variable of the bearer token, used when none is given in code. */
+    public static final String TOKEN_ENV = "ZKGATE_TOKEN";
+    private static final Metadata.Key<String> AUTHORIZATION =
+            Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
 
     private final List<Endpoint> endpoints;
     private final File caBundle;
@@ -52,6 +64,8 @@ public final class ZkgateClient implements AutoCloseable {
     private final File clientKey;
     private final String serverName;
     private final Duration deadline;
+    /** The bearer token, or null. */
+    private final String token;
     private final ManagedChannel[] channels;
     private volatile int preferred;
     private boolean closed;
@@ -63,7 +77,29 @@ public final class ZkgateClient implements AutoCloseable {
         this.clientKey = b.clientKey;
         this.serverName = b.serverName;
         this.deadline = b.deadline;
+        this.token = resolveToken(b.token, b.tokenFile);
         this.channels = new ManagedChannel[endpoints.size()];
+    }
+
+    /** The token: {@code token}, else {@code tokenFile}'s content (trimmed), else {@code ZKGATE_TOKEN}, else null. */
+    static String resolveToken(String token, File tokenFile) {
+        if (token != null && !token.isBlank()) {
+            return token.strip();
+        }
+        if (tokenFile != null) {
+            String text;
+            try {
+                text = Files.readString(tokenFile.toPath(), StandardCharsets.UTF_8).strip();
+            } catch (IOException e) {
+                throw new UncheckedIOException("token file " + tokenFile, e);
+            }
+            if (text.isEmpty()) {
+                throw new IllegalArgumentException("token file " + tokenFile + ": the file is empty");
+            }
+            return text;
+        }
+        String env = System.getenv(TOKEN_ENV);
+        return env == null || env.isBlank() ? null : env.strip();
     }
 
     /** A client for {@code ZKGATE_ENDPOINT} (a comma-separated list), else {@link Endpoint#DEFAULT}. */
@@ -88,6 +124,8 @@ public final class ZkgateClient implements AutoCloseable {
         private File clientKey;
         private String serverName;
         private Duration deadline = DEFAULT_DEADLINE;
+        private String token;
+        private File tokenFile;
 
         private Builder() {}
 
@@ -117,6 +155,22 @@ public final class ZkgateClient implements AutoCloseable {
         /** The name to verify the gateway's certificate against, instead of the endpoint's host. */
         public Builder serverNameOverride(String name) {
             this.serverName = name;
+            return this;
+        }
+
+        /**
+         * A bearer token sent as {@code authorization: Bearer <token>} on every call and stream,
+         * on every endpoint (so also after a failover): a gateway with {@code --auth-policy}
+         * identifies the caller by it. Default: {@code ZKGATE_TOKEN}. Never put it on a command line.
+         */
+        public Builder token(String token) {
+            this.token = token;
+            return this;
+        }
+
+        /** Read the bearer token from this file (its content, trimmed) when the client is built. */
+        public Builder tokenFile(File file) {
+            this.tokenFile = file;
             return this;
         }
 
@@ -181,6 +235,11 @@ public final class ZkgateClient implements AutoCloseable {
                 }
             } else {
                 b.usePlaintext();
+            }
+            if (token != null) {
+                Metadata headers = new Metadata();
+                headers.put(AUTHORIZATION, "Bearer " + token);
+                b.intercept(MetadataUtils.newAttachHeadersInterceptor(headers));
             }
             ch = b.build();
             channels[index] = ch;

@@ -5,6 +5,8 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.File;
+import java.nio.file.Files;
 import java.util.List;
 import org.junit.jupiter.api.Test;
 
@@ -41,5 +43,18 @@ class EndpointTest {
         }
         b.reset();
         assertTrue(b.nextMillis() <= Backoff.BASE_MILLIS, "reset starts over at the base");
+    }
+
+    @Test
+    void theTokenComesFromCodeOrAFile() throws Exception {
+        File file = File.createTempFile("zkgate-token", "");
+        File empty = File.createTempFile("zkgate-empty", "");
+        file.deleteOnExit();
+        empty.deleteOnExit();
+        Files.writeString(file.toPath(), "from-file\n");
+        Files.writeString(empty.toPath(), "\n");
+        assertEquals("from-code", ZkgateClient.resolveToken(" from-code ", file));
+        assertEquals("from-file", ZkgateClient.resolveToken(null, file));
+        assertThrows(IllegalArgumentException.class, () -> ZkgateClient.resolveToken(null, empty));
     }
 }
