@@ -632,6 +632,74 @@ async fn a_leader_resigned_by_lease_elsewhere_is_told_before_its_successor_is_el
     assert_eq!(again.code(), Code::NotFound, "{again:?}");
 }
 
+/// A resign by lease asked while the leader's gateway is cut off from ZooKeeper: the mark is
+/// written then, and no data-change event reaches that gateway (ZooKeeper forgets its
+/// persistent watch with the connection; it is placed again after the reconnect). Its gateway reads its own members' records once the session is back,
+/// so the leader is told (`suspended`, END_REQUESTED) and ends its stream itself — before the
+/// requester's fallback (a direct delete after `silence_limit` + 1 s) would take its znode
+/// without a word.
+#[tokio::test]
+async fn a_resign_by_lease_asked_while_the_leaders_gateway_is_cut_off_is_told_once_it_is_back() {
+    let zk = shared_zk();
+    let cut = zkgate_testkit::linkcut::LinkCutter::start(zk.parse().expect("one address"))
+        .await
+        .unwrap();
+    let gw = Gateway::start(&cut.addr().to_string()).await;
+    let other = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            root: Some(gw.root.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut c = gw.client().await;
+    let mut c2 = other.client().await;
+    let zkc = zk_client(&zk).await;
+
+    let mut a = Campaign::join(&mut c, "told-after-cut", "a", b"").await;
+    a.elected().await;
+    // Reset, and refused until passed again: the library reconnects afterwards, and the
+    // server forgets the persistent watch with the connection.
+    cut.drop_all();
+    match a.next().await {
+        Ok(Some(Event::Suspended(s))) if s.reason != pb::SuspendReason::EndRequested as i32 => {}
+        other => panic!("expected suspended (the link), got {other:?}"),
+    }
+    let lease = a.lease.clone();
+    let resign = tokio::spawn(async move { c2.resign(pb::ResignRequest { lease }).await });
+    // The mark is in ZooKeeper while a's gateway cannot see it.
+    let member = member_znodes(&zkc, &gw.root)
+        .await
+        .pop()
+        .expect("a's znode");
+    wait_until(
+        "the end request is marked",
+        Duration::from_secs(5),
+        || async {
+            zkc.get_data(&member).await.is_ok_and(|(d, _)| {
+                zkgate::coord::record::NodeRecord::decode_lossy(&d).end_requested_ms > 0
+            })
+        },
+    )
+    .await;
+    cut.pass();
+    // a hears the end request once its gateway is back (a `resumed`-like link notice may come
+    // first), not the end of its stream.
+    loop {
+        match a.next().await {
+            Ok(Some(e)) if end_requested(&e) => break,
+            Ok(Some(Event::Suspended(_))) | Ok(Some(Event::Resumed(_))) => continue,
+            other => {
+                panic!("expected suspended (END_REQUESTED) after the reconnect, got {other:?}")
+            }
+        }
+    }
+    a.send(Req::Resign(pb::ResignCandidacy {})).await;
+    a.expect_end(None).await;
+    resign.await.unwrap().expect("resign by lease");
+}
+
 /// A leader that hears the resign-by-lease notice but does not end its stream (a bare grpcurl
 /// user, a stuck process) keeps its znode until `silence_limit` has passed since the notice:
 /// its successor is elected no sooner, and its stream then ends OK.

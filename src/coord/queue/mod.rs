@@ -541,7 +541,11 @@ impl Actor {
     /// Its signal may overtake or trail the actor's own; the member copes with either order
     /// (an end requested of a member not holding, or already leaving, just deletes it).
     fn check_end_requested(&self, member: &MemberName, path: &str) {
-        let Some(tx) = self.signals.get(&member.node_name()) else {
+        self.check_end_requested_of(&member.node_name(), path);
+    }
+
+    fn check_end_requested_of(&self, node: &str, path: &str) {
+        let Some(tx) = self.signals.get(node) else {
             return;
         };
         let (tx, zk, path) = (tx.clone(), self.io.zk.clone(), path.to_owned());
@@ -705,6 +709,7 @@ impl Actor {
     /// Places the queue's watch again if a reconnect may have dropped it, then lists the
     /// queue: the listing and the events that follow it leave no gap.
     async fn list(&mut self) -> Event {
+        let reconnected = self.rewatch;
         if self.rewatch {
             match self.io.zk.watch_queue(&self.path).await {
                 // The old watcher is dropped after the new one exists, so no RemoveWatches
@@ -717,7 +722,18 @@ impl Actor {
             }
         }
         match absent_as_none(self.io.zk.list_children(&self.path).await) {
-            Ok(listing) => Event::Listed(listing),
+            Ok(listing) => {
+                if reconnected {
+                    // A data change while the watch was gone (an end asked by lease from
+                    // another gateway during the disconnect) sent no event: read each local
+                    // member's record once, so its holder is told now rather than losing its
+                    // znode to the requester's fallback delete (G3c).
+                    for node in self.signals.keys() {
+                        self.check_end_requested_of(node, &format!("{}/{node}", self.path));
+                    }
+                }
+                Event::Listed(listing)
+            }
             Err(e) => Event::ListFailed(e),
         }
     }
