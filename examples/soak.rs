@@ -2361,10 +2361,41 @@ async fn trace_queues(
     path: std::path::PathBuf,
     stop: CancellationToken,
 ) {
-    use std::io::Write;
-    let Ok(mut out) = std::fs::File::create(&path) else {
+    let Ok(out) = std::fs::File::create(&path) else {
         return;
     };
+    let out = Arc::new(Mutex::new(out));
+    // One client per server, each reading only that server: a server whose view diverges
+    // from the others' (a ghost member, a missed delete) shows in its own lines.
+    let servers: Vec<String> = connect.split(',').map(str::to_owned).collect();
+    let tasks: Vec<_> = servers
+        .into_iter()
+        .enumerate()
+        .map(|(i, server)| {
+            tokio::spawn(trace_server(
+                format!("s{i}"),
+                server,
+                root.clone(),
+                epoch,
+                out.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+async fn trace_server(
+    label: String,
+    server: String,
+    root: String,
+    epoch: Instant,
+    out: Arc<Mutex<std::fs::File>>,
+    stop: CancellationToken,
+) {
+    use std::io::Write;
     let mut client: Option<zookeeper_client::Client> = None;
     let mut last: BTreeMap<String, String> = BTreeMap::new();
     while !stop.is_cancelled() {
@@ -2372,7 +2403,7 @@ async fn trace_queues(
         if client.as_ref().is_none_or(|c| c.state().is_terminated()) {
             client = tokio::time::timeout(
                 Duration::from_secs(5),
-                zookeeper_client::Client::connect(&connect),
+                zookeeper_client::Client::connect(&server),
             )
             .await
             .ok()
@@ -2400,7 +2431,11 @@ async fn trace_queues(
                 }
                 let line = line.join(" ");
                 if last.get(&q) != Some(&line) {
-                    let _ = writeln!(out, "+{}ms {q}: [{line}]", epoch.elapsed().as_millis());
+                    let _ = writeln!(
+                        out.lock().unwrap(),
+                        "+{}ms {label} {q}: [{line}]",
+                        epoch.elapsed().as_millis()
+                    );
                     last.insert(q, line);
                 }
             }
