@@ -95,7 +95,7 @@ pub struct ServeArgs {
     #[arg(long, env = "ZKGATE_ZK_SESSIONS", default_value_t = 1)]
     pub zk_sessions: usize,
     /// Largest candidate value in bytes
-    #[arg(long, env = "ZKGATE_MAX_VALUE_BYTES", default_value_t = crate::coord::types::DEFAULT_MAX_VALUE_BYTES)]
+    #[arg(long, env = "ZKGATE_MAX_VALUE_BYTES", default_value_t = crate::coord::bounds::DEFAULT_MAX_VALUE_BYTES)]
     pub max_value_bytes: usize,
     /// Leaders stop this long before the server could expire the session [default: 10% of the session timeout]
     #[arg(long, env = "ZKGATE_STOP_MARGIN", value_parser = humantime::parse_duration)]
@@ -470,7 +470,7 @@ fn zk_tls(
     ca: Option<PathBuf>,
     cert: Option<PathBuf>,
     key: Option<PathBuf>,
-) -> Result<Option<crate::coord::zk::ZkTls>, ConfigError> {
+) -> Result<Option<crate::coord::ZkTls>, ConfigError> {
     let identity = match (cert, key) {
         (Some(cert), Some(key)) => Some((cert, key)),
         (Some(_), None) => return Err(ConfigError::HalfZkLink("zk_tls_cert is set but zk_tls_key is not (--zk-tls-key, ZKGATE_ZK_TLS_KEY or zk_tls_key in the config file)")),
@@ -482,7 +482,7 @@ fn zk_tls(
         (None, Some(_)) => return Err(ConfigError::HalfZkLink("zk_tls_cert and zk_tls_key are set but zk_tls_ca is not: TLS to ZooKeeper needs the CA that signed its certificates (--zk-tls-ca, ZKGATE_ZK_TLS_CA or zk_tls_ca in the config file)")),
         (None, None) => return Ok(None),
     };
-    let tls = crate::coord::zk::ZkTls {
+    let tls = crate::coord::ZkTls {
         ca: read_text(&ca)?,
         identity: match &identity {
             Some((cert, key)) => Some((read_text(cert)?, read_text(key)?)),
@@ -491,7 +491,7 @@ fn zk_tls(
     };
     if let Err(e) = tls.options() {
         // Name the file at fault: the CA when it alone is wrong, else the identity's pair.
-        let ca_alone = crate::coord::zk::ZkTls {
+        let ca_alone = crate::coord::ZkTls {
             ca: tls.ca.clone(),
             identity: None,
         };
@@ -512,7 +512,7 @@ fn zk_tls(
 fn zk_sasl(
     user: Option<String>,
     password_file: Option<PathBuf>,
-) -> Result<Option<crate::coord::zk::ZkSasl>, ConfigError> {
+) -> Result<Option<crate::coord::ZkSasl>, ConfigError> {
     let (user, file) = match (user, password_file) {
         (Some(user), Some(file)) => (user, file),
         (Some(_), None) => return Err(ConfigError::HalfZkLink("zk_sasl_user is set but zk_sasl_password_file is not (--zk-sasl-password-file, ZKGATE_ZK_SASL_PASSWORD_FILE or zk_sasl_password_file in the config file)")),
@@ -525,7 +525,7 @@ fn zk_sasl(
     if password.is_empty() {
         return Err(ConfigError::EmptyPassword(file));
     }
-    Ok(Some(crate::coord::zk::ZkSasl {
+    Ok(Some(crate::coord::ZkSasl {
         user,
         password: password.to_owned(),
     }))
@@ -964,12 +964,12 @@ mod tests {
             assert_eq!(identity(&args), want, "{args:?}");
         }
         let mut cc = crate::coord::CoordConfig::new("zk:2281");
-        cc.zk_tls = Some(crate::coord::zk::ZkTls {
+        cc.zk_tls = Some(crate::coord::ZkTls {
             ca: "CA".into(),
             identity: None,
         });
         assert_eq!(crate::coord::zk::ZkIdentity::of(&cc), Anonymous);
-        cc.zk_tls = Some(crate::coord::zk::ZkTls {
+        cc.zk_tls = Some(crate::coord::ZkTls {
             ca: "CA".into(),
             identity: Some(("CERT".into(), "KEY".into())),
         });

@@ -8,6 +8,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use zookeeper_client as zkc;
 
+use super::error::{CoordError, Retry};
 use super::link::Link;
 use super::member::{self, list_members, read_data, Member, MemberEvent};
 use super::queue::{QueueHandle, QueueView};
@@ -17,7 +18,7 @@ use super::types::{
     FencingToken, Holder, Lease, MemberInfo, MemberMode, MemberName, Page, PageSpec, Participant,
     QueueKind, QueueName, Value,
 };
-use super::{CoordError, Coordinator, Retry};
+use super::Coordinator;
 use crate::metrics as m;
 
 /// A validated `join`.

@@ -8,7 +8,6 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::zk::Zk;
-use super::CoordError;
 
 /// Where a session's link to ZooKeeper stands, as every stream on it sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,16 +139,17 @@ impl LinkFollower {
     }
 }
 
-/// Waits until the link is connected again; `SessionLost` if the session ends first.
-pub(crate) async fn wait_usable(link: &mut watch::Receiver<Link>) -> Result<(), CoordError> {
+/// Waits until the link is connected again; why the session ended if it ends first (`?` turns
+/// that into `CoordError::SessionLost`).
+pub(crate) async fn wait_usable(link: &mut watch::Receiver<Link>) -> Result<(), LossReason> {
     loop {
         match &*link.borrow_and_update() {
             Link::Connected => return Ok(()),
-            Link::Lost(reason) => return Err(CoordError::SessionLost(*reason)),
+            Link::Lost(reason) => return Err(*reason),
             Link::Suspended { .. } => {}
         }
         if link.changed().await.is_err() {
-            return Err(CoordError::SessionLost(LossReason::Closed));
+            return Err(LossReason::Closed);
         }
     }
 }

@@ -29,6 +29,8 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use super::bounds::MAX_PERMITS;
+use super::error::CoordError;
 use super::link::LossReason;
 use super::member::{self, list_members, read_data, Member, MemberEvent};
 use super::record::{since, NodeRecord};
@@ -37,12 +39,8 @@ use super::types::{
     FencingToken, Holder, InvalidInput, Lease, MemberInfo, MemberMode, PageSpec, Participant,
     QueueKind, QueueName,
 };
-use super::{CoordError, Coordinator};
+use super::Coordinator;
 use crate::metrics as m;
-
-/// More permits than any real semaphore needs; larger counts are a mistake (a negative number
-/// through an unsigned field, a typo) and refused as `INVALID_ARGUMENT`.
-pub const MAX_PERMITS: u32 = 10_000;
 
 /// Exclusive (WRITE) or shared (READ) on the same name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

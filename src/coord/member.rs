@@ -21,12 +21,12 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use zookeeper_client as zkc;
 
+use super::error::{CoordError, Retry};
 use super::link::{wait_usable, LinkChange, LinkFollower, LossReason};
 use super::queue::{Created, Enlisted, MemberSignal, QueueHandle, Refusal};
 use super::record::{now_ms, NodeRecord};
 use super::session::ZkSession;
 use super::types::{Holder, Lease, MemberMode, MemberName, ProtectedId, QueueKind};
-use super::{CoordError, Retry};
 
 /// What a member's stream hears, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -469,11 +469,10 @@ async fn find_protected(
 ) -> Result<Option<(MemberName, i64)>, CoordError> {
     let mut link = session.link();
     'look: loop {
-        wait_usable(&mut link).await.map_err(|e| match e {
-            // Never joined, so nothing was lost: the client may simply retry.
-            CoordError::SessionLost(r) => Retry::LostWhileJoining(r).into(),
-            e => e,
-        })?;
+        // Never joined, so nothing was lost: the client may simply retry.
+        wait_usable(&mut link)
+            .await
+            .map_err(|r| CoordError::from(Retry::LostWhileJoining(r)))?;
         match session.zk.sync(queue_path).await {
             // A missing queue is answered by the listing below.
             Ok(()) | Err(zkc::Error::NoNode) => {}

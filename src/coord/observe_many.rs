@@ -21,10 +21,11 @@ use tokio_stream::wrappers::WatchStream;
 use tokio_stream::StreamMap;
 
 use super::directory::{Directory, DirectoryView};
+use super::error::{CoordError, Limit, Retry};
 use super::link::Link;
 use super::queue::{QueueHandle, QueueView};
 use super::types::{Holder, QueueKind, QueueName};
-use super::{CoordError, Coordinator, Limit, Retry};
+use super::Coordinator;
 use crate::metrics as m;
 
 /// Elections one `ObserveMany` stream may follow at once, by default.

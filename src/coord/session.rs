@@ -32,13 +32,14 @@ use zookeeper_client as zkc;
 use zookeeper_client::SessionState;
 
 use super::clock::{SessionClock, Verdict};
+use super::config::CoordConfig;
+use super::error::{CoordError, Limit};
 use super::link::wait_usable;
 use super::link::{Link, LossReason};
 use super::queue::{QueueHandle, QueueRegistry, SessionIo};
 use super::timing::Timing;
 use super::types::{Holder, QueueKind, QueueName};
 use super::zk::{is_transport_failure, RequestCounter, Zk};
-use super::{CoordConfig, CoordError, Limit};
 use crate::metrics as m;
 
 /// One live ZooKeeper session and the queues (elections, locks) it serves.

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::CoordConfig;
+use super::config::CoordConfig;
 
 /// Every duration derived from the session timeout T (G2, G3b): computed by [`Timing::derive`]
 /// and checked by [`Timing::check`], and nowhere else — the session supervisor and its

@@ -55,10 +55,11 @@ use tonic::{Code, Status};
 
 pub use backoff::Backoff;
 pub use endpoint::{Endpoint, Endpoints, TlsOptions, DEFAULT_ENDPOINT, ENDPOINT_ENV};
-pub use hold::{Grant, HoldEvent, LossReason};
+pub use hold::{HoldEvent, LossReason};
 pub use observe::Observer;
 pub use observe_many::{ManyEvent, ManyObserver};
 pub use pb::{Candidate, Holder, Leader, LockMode};
+pub use raw::Grant;
 pub use runner::{HoldContext, LeaderContext};
 
 use hold::HoldCore;

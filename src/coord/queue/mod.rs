@@ -31,12 +31,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use zookeeper_client as zkc;
 use zookeeper_client::{EventType, SessionState, WatchedEvent};
 
+use super::error::{CoordError, Limit};
 use super::link::Link;
 use super::paging::ReadPlan;
 use super::record::NodeRecord;
 use super::types::{Holder, MemberName, QueueKind, QueueName};
 use super::zk::Zk;
-use super::{CoordError, Limit};
 use state::{Action, Due, Event, MemberData, Ownership};
 pub use state::{Created, Enlisted, HolderScan, MemberSignal, QueueState, QueueView, Refusal};
 

@@ -88,11 +88,11 @@ use super::state::{
     Action, Created, Due, Enlisted, Event, MemberData, MemberSignal, Ownership, QueueState,
 };
 use crate::coord::clock::{SessionClock, Verdict};
+use crate::coord::config::CoordConfig;
 use crate::coord::link::LossReason;
 use crate::coord::record::NodeRecord;
 use crate::coord::timing::Timing;
 use crate::coord::types::{MemberMode, MemberName, QueueKind, QueueName};
-use crate::coord::CoordConfig;
 
 /// What the schedules exercised, summed over a run (printed, so a model change that stops
 /// reaching a path shows).
