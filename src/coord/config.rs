@@ -48,7 +48,7 @@ pub struct CoordConfig {
     /// Overstating it only shortens `stop_within`; understating it weakens G2, which is why
     /// nothing smaller than the worst case is assumed unless stated.
     pub zk_tick_time: Option<Duration>,
-    /// HTTP/2 keepalive ping interval toward clients (default T/5; see [`timing::Timing`]).
+    /// HTTP/2 keepalive ping interval toward clients (default T/5; see [`super::timing::Timing`]).
     pub keepalive_interval: Option<Duration>,
     /// Unanswered keepalive → connection dead, its znodes released (default 2T/5).
     pub keepalive_timeout: Option<Duration>,

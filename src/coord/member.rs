@@ -23,6 +23,7 @@ use zookeeper_client as zkc;
 
 use super::error::{CoordError, Retry};
 use super::link::{wait_usable, LinkChange, LinkFollower, LossReason};
+use super::pool::SessionPool;
 use super::queue::{Created, Enlisted, MemberSignal, QueueHandle, Refusal};
 use super::record::{now_ms, NodeRecord};
 use super::session::ZkSession;
@@ -123,21 +124,19 @@ pub struct Member {
     _stream: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
-impl super::Coordinator {
-    /// A new member of the queue `kind`/`name` on a session of the pool (see [`Member::join`]),
-    /// counted as a stream for the drain.
-    pub(crate) async fn join_member(
-        &self,
-        kind: QueueKind,
-        name: &super::types::QueueName,
-        mode: MemberMode,
-        record: NodeRecord,
-    ) -> Result<Member, CoordError> {
-        let stream = self.stream_token();
-        let session = self.session_for(kind, name)?;
-        let queue = session.queue(kind, name).await?;
-        Member::join(session, queue, mode, record, stream).await
-    }
+/// A new member of the queue `kind`/`name` on a session of the pool (see [`Member::join`]),
+/// counted as a stream for the drain.
+pub(crate) async fn join_member(
+    pool: &SessionPool,
+    kind: QueueKind,
+    name: &super::types::QueueName,
+    mode: MemberMode,
+    record: NodeRecord,
+) -> Result<Member, CoordError> {
+    let stream = pool.stream_token();
+    let session = pool.session_for(kind, name)?;
+    let queue = session.queue(kind, name).await?;
+    Member::join(session, queue, mode, record, stream).await
 }
 
 impl Member {
