@@ -23,8 +23,7 @@ use zookeeper_client as zkc;
 use zookeeper_client::{EventType, SessionState};
 
 use super::error::CoordError;
-use super::link::Link;
-use super::queue::RELIST_RETRY;
+use super::link::{Link, RELIST_RETRY};
 use super::zk::Zk;
 
 /// The elections that exist, as of the newest listing.

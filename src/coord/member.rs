@@ -22,7 +22,9 @@ use tokio::sync::mpsc;
 use zookeeper_client as zkc;
 
 use super::error::{CoordError, Retry};
-use super::link::{wait_usable, LinkChange, LinkFollower, LossReason};
+use super::link::{
+    through_link, wait_usable, LinkChange, LinkFollower, LossReason, LINK_RETRY_PAUSE,
+};
 use super::pool::SessionPool;
 use super::queue::{Created, Enlisted, MemberSignal, QueueHandle, Refusal};
 use super::record::{now_ms, NodeRecord};
@@ -348,18 +350,11 @@ impl Member {
             let data = record.encode_to_vec();
             let _room = session.proclaim_room(data.len()).await;
             let mut link = session.link();
-            loop {
-                match session.zk.set_data(&path, &data, None).await {
-                    Ok(_) => return Ok(()),
-                    Err(e) if super::zk::is_transport_failure(&e) => {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        if wait_usable(&mut link).await.is_err() {
-                            return Ok(());
-                        }
-                    }
-                    Err(zkc::Error::NoNode) => return Ok(()),
-                    Err(e) => return Err(e.into()),
-                }
+            match through_link(&mut link, || session.zk.set_data(&path, &data, None)).await {
+                // The session ended first.
+                Err(_) => Ok(()),
+                Ok(Ok(_) | Err(zkc::Error::NoNode)) => Ok(()),
+                Ok(Err(e)) => Err(e.into()),
             }
         }
     }
@@ -476,7 +471,7 @@ async fn find_protected(
             // A missing queue is answered by the listing below.
             Ok(()) | Err(zkc::Error::NoNode) => {}
             Err(e) if super::zk::is_transport_failure(&e) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(LINK_RETRY_PAUSE).await;
                 continue 'look;
             }
             Err(e) => return Err(e.into()),
@@ -485,7 +480,7 @@ async fn find_protected(
             Ok(c) => c,
             Err(zkc::Error::NoNode) => return Ok(None),
             Err(e) if super::zk::is_transport_failure(&e) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(LINK_RETRY_PAUSE).await;
                 continue 'look;
             }
             Err(e) => return Err(e.into()),
@@ -500,7 +495,7 @@ async fn find_protected(
                 // or deleted since the listing.
                 Ok(_) | Err(zkc::Error::NoNode) => {}
                 Err(e) if super::zk::is_transport_failure(&e) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::time::sleep(LINK_RETRY_PAUSE).await;
                     continue 'look;
                 }
                 Err(e) => return Err(e.into()),
@@ -649,7 +644,7 @@ async fn wait_gone(
                 tokio::select! {
                     _ = tokio::time::sleep_until(deadline) => return Ok(false),
                     usable = async {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        tokio::time::sleep(LINK_RETRY_PAUSE).await;
                         wait_usable(&mut link).await
                     } => usable?,
                 }

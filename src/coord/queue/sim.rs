@@ -1439,9 +1439,10 @@ impl Sim {
                     Event::ListFailed(zkc::Error::ConnectionLoss)
                 }
             },
-            Pending::CheckPresent => {
-                Event::Present(nodes(&resp).is_some_and(|n| n.first().is_some_and(|z| z.is_some())))
-            }
+            Pending::CheckPresent => Event::Present(match nodes(&resp) {
+                Some(n) => Ok(n.first().is_some_and(|z| z.is_some())),
+                None => Err(zkc::Error::ConnectionLoss),
+            }),
             Pending::ReadPermits(names) => match nodes(&resp) {
                 // Every znode of the model is ephemeral (a member's).
                 Some(n) => Event::PermitsRead(Ok(names
