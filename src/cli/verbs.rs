@@ -2,7 +2,7 @@
 //! `etcdctl elect` / `consul lock`, built on the Rust client (`zkgate-client`, so the CLI
 //! follows the fleet rules of `clients/CONFORMANCE.md`: endpoint failover, loss reasons, the
 //! silence watchdog). `elect -- CMD` and `lock -- CMD` run CMD exactly while the hold lasts
-//! ([`crate::held_command`]); without CMD, `--output json` makes them the conformance agent.
+//! ([`super::held_command`]); without CMD, `--output json` makes them the conformance agent.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -16,15 +16,15 @@ use zkgate_client::{
     LockOptions, LossReason, ManyEvent, TlsOptions,
 };
 
-use crate::config::{
-    ClientArgs, DevArgs, ElectArgs, LeaseArgs, LockArgs, NameArgs, ObserveArgs, Output,
-    ValidateArgs,
-};
-use crate::coord::{CoordConfig, Coordinator};
-use crate::held_command::{
+use super::held_command::{
     exit_code, spawn_error_code, stop_grace, HeldCommand, HoldLeft, StopCause, FENCING_TOKEN_ENV,
     LEASE_ENV,
 };
+use super::{
+    shutdown_signal, ClientArgs, DevArgs, ElectArgs, LeaseArgs, LockArgs, NameArgs, ObserveArgs,
+    Output, ValidateArgs,
+};
+use crate::coord::{CoordConfig, Coordinator};
 use crate::localzk::{LocalZk, LocalZkOptions};
 use crate::server::{self, ServeConfig};
 
@@ -49,22 +49,6 @@ pub mod exit {
     pub const NOT_CURRENT: u8 = 5;
     /// `lock --timeout`: not acquired in time.
     pub const NOT_ACQUIRED: u8 = 6;
-}
-
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
 
 /// `zkgate dev`: a local ZooKeeper from the installed distribution plus a gateway in this
