@@ -16,13 +16,13 @@ use zkgate_client::{
     LockOptions, LossReason, ManyEvent, TlsOptions,
 };
 
+use super::args::{
+    ClientArgs, DevArgs, ElectArgs, LeaseArgs, LockArgs, NameArgs, ObserveArgs, Output,
+    ValidateArgs,
+};
 use super::held_command::{
     exit_code, spawn_error_code, stop_grace, HeldCommand, HoldLeft, StopCause, FENCING_TOKEN_ENV,
     LEASE_ENV,
-};
-use super::{
-    shutdown_signal, ClientArgs, DevArgs, ElectArgs, LeaseArgs, LockArgs, NameArgs, ObserveArgs,
-    Output, ValidateArgs,
 };
 use crate::coord::{CoordConfig, Coordinator};
 use crate::localzk::{LocalZk, LocalZkOptions};
@@ -49,6 +49,22 @@ pub mod exit {
     pub const NOT_CURRENT: u8 = 5;
     /// `lock --timeout`: not acquired in time.
     pub const NOT_ACQUIRED: u8 = 6;
+}
+
+/// Resolves on Ctrl-C or SIGTERM: how `serve` and `dev` are asked to stop.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
 }
 
 /// `zkgate dev`: a local ZooKeeper from the installed distribution plus a gateway in this
