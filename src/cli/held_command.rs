@@ -284,7 +284,7 @@ impl HeldCommand {
             .await
             .map(|r| *r)
             .unwrap_or_default();
-        ExitStatus::from_raw(r.exited.unwrap_or(libc::SIGKILL))
+        ExitStatus::from_raw(r.exited.unwrap_or(rustix::process::Signal::KILL.as_raw()))
     }
 
     /// Whether the keeper reported that the verb's deadline passed (the verb was frozen).
@@ -309,7 +309,7 @@ impl HeldCommand {
                 ..Reports::default()
             });
         let _ = self.keeper.wait().await;
-        ExitStatus::from_raw(r.exited.unwrap_or(libc::SIGKILL))
+        ExitStatus::from_raw(r.exited.unwrap_or(rustix::process::Signal::KILL.as_raw()))
     }
 }
 

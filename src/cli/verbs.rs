@@ -602,14 +602,11 @@ struct Interrupts {
 
 impl Interrupts {
     fn new() -> Self {
+        use rustix::process::Signal;
         use tokio::signal::unix::{signal, SignalKind};
         let (tx, int) = tokio::sync::mpsc::unbounded_channel();
-        for (kind, signo) in [
-            (SignalKind::interrupt(), libc::SIGINT),
-            (SignalKind::terminate(), libc::SIGTERM),
-            (SignalKind::hangup(), libc::SIGHUP),
-            (SignalKind::from_raw(libc::SIGTSTP), libc::SIGTSTP),
-        ] {
+        for signo in [Signal::INT, Signal::TERM, Signal::HUP, Signal::TSTP].map(Signal::as_raw) {
+            let kind = SignalKind::from_raw(signo);
             let mut s = signal(kind).expect("signal handler");
             let tx = tx.clone();
             tokio::spawn(async move {
