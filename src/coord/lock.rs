@@ -153,7 +153,7 @@ pub enum LockEvent {
         stop_within: Duration,
     },
     Resumed,
-    /// `wait_timeout` passed before `acquired`: [`LockHold::release`], then `DEADLINE_EXCEEDED`.
+    /// `wait_timeout` passed before `acquired`: [`LockHold::begin_release`], then `DEADLINE_EXCEEDED`.
     WaitExpired(Duration),
     /// No keep-alive within `ttl` while held: the stream revokes the hold (G3c: `suspended`
     /// first, the znode deleted once the holder ended its stream or its silence limit passed
