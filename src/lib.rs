@@ -23,15 +23,16 @@
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`metrics`]: every metric name, described once; [`grpc_metrics`]: the tower layer that
 //!   counts gRPC calls.
-//! - [`config`]: the command line: `serve`'s settings, declared once and merged from flags,
-//!   `ZKGATE_*` and the TOML file in one place; `dev` and the client verbs.
+//! - [`config`]: `serve`'s settings, declared once and merged from flags, `ZKGATE_*` and the
+//!   TOML file in one place.
 //! - [`logging`]: the binary's log setup (`ZKGATE_LOG`; the ZooKeeper client capped at `info`).
 //! - [`localzk`]: start and stop real local ZooKeeper servers, tied to our process (`zkgate
 //!   dev`; the test kit, `crates/testkit`, adds ensembles and fault injection on top).
-//! - [`cli`]: the client verbs (`elect`, `lock`, `observe`, `leader`, `candidates`, `holders`,
-//!   `resign`, `release`, `validate`), built on the Rust client crate `zkgate-client`
-//!   (`clients/rust`); [`held_command`]: the
-//!   CMD that `elect -- CMD` / `lock -- CMD` run while they hold, in its own process group.
+//! - [`cli`]: the command line's grammar and its verbs: [`cli::verbs`] (`dev` and the client
+//!   verbs `elect`, `lock`, `observe`, `leader`, `candidates`, `holders`, `resign`, `release`,
+//!   `validate`, built on the Rust client crate `zkgate-client`, `clients/rust`);
+//!   [`cli::held_command`]: the CMD that `elect -- CMD` / `lock -- CMD` run while they hold,
+//!   in its own process group, under [`cli::keeper`].
 
 pub mod api;
 pub mod auth;
@@ -40,9 +41,7 @@ pub mod codec;
 pub mod config;
 pub mod coord;
 pub mod grpc_metrics;
-pub mod held_command;
 pub mod http;
-pub mod keeper;
 pub mod localzk;
 pub mod logging;
 pub mod metrics;

@@ -940,8 +940,8 @@ impl LocalZk {
     }
 }
 
-/// Whether `pid` exists and is not a zombie.
-fn pid_alive(pid: u32) -> bool {
+/// Whether `pid` exists and is not a zombie (the test kit asks it too).
+pub fn pid_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the parenthesised command name.
         Ok(stat) => match stat.rsplit_once(')') {
@@ -949,38 +949,61 @@ fn pid_alive(pid: u32) -> bool {
             None => true,
         },
         Err(_) if Path::new("/proc/self/stat").exists() => false,
-        // No procfs: ask kill(1).
+        // No procfs: ask the kernel.
         Err(_) => send_signal(pid, "0").is_ok(),
     }
 }
 
-/// Sends `signal` (a name such as `TERM` or `STOP`, or `0`) to `pid` with the
-/// shell's `kill`, which keeps this crate free of `unsafe`.
+/// Sends `signal` (a name such as `TERM` or `STOP`, or `0` to ask whether `pid` exists) to
+/// `pid`. The workspace's one way to signal a process it did not start as a child: the gateway,
+/// `zkgate dev` and the test kit all come here (the command keeper signals its own process
+/// groups with the same calls), through rustix, so no crate needs `unsafe` or a `kill` binary.
 ///
 /// # Errors
-/// `kill` failed (with its message).
+/// An unknown signal name, a pid out of range, or the kernel's refusal (`ESRCH`, `EPERM`).
 pub fn send_signal(pid: u32, signal: &str) -> Result<(), LocalZkError> {
-    let output = Command::new("sh")
-        .args([
-            "-c",
-            r#"kill -s "$1" "$2""#,
-            "zkgate-kill",
-            signal,
-            &pid.to_string(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(io_err(format!("running kill -s {signal} {pid}")))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(LocalZkError::Io {
-            context: format!("kill -s {signal} {pid}"),
-            source: io::Error::other(String::from_utf8_lossy(&output.stderr).trim().to_owned()),
-        })
-    }
+    use rustix::process::{kill_process, test_kill_process, Pid};
+    let context = || format!("kill -s {signal} {pid}");
+    let Some(target) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return Err(LocalZkError::Io {
+            context: context(),
+            source: io::Error::other("not a process id"),
+        });
+    };
+    let sent = match signal {
+        "0" => test_kill_process(target),
+        name => {
+            let Some(sig) = signal_named(name) else {
+                return Err(LocalZkError::Io {
+                    context: context(),
+                    source: io::Error::other("unknown signal name"),
+                });
+            };
+            kill_process(target, sig)
+        }
+    };
+    sent.map_err(|errno| LocalZkError::Io {
+        context: context(),
+        source: errno.into(),
+    })
+}
+
+/// The signal a name (as `kill -s` takes it, without `SIG`) stands for.
+fn signal_named(name: &str) -> Option<rustix::process::Signal> {
+    use rustix::process::Signal;
+    Some(match name {
+        "HUP" => Signal::HUP,
+        "INT" => Signal::INT,
+        "QUIT" => Signal::QUIT,
+        "KILL" => Signal::KILL,
+        "USR1" => Signal::USR1,
+        "USR2" => Signal::USR2,
+        "TERM" => Signal::TERM,
+        "CONT" => Signal::CONT,
+        "STOP" => Signal::STOP,
+        "TSTP" => Signal::TSTP,
+        _ => return None,
+    })
 }
 
 fn describe(status: ExitStatus) -> String {

@@ -4,15 +4,15 @@ use std::process::ExitCode;
 
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
 use tokio::net::TcpListener;
-use zkgate::config::{Cli, Command};
+use zkgate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     // `zkgate __keeper …`: the keeper of a verb's CMD (see `zkgate::keeper`), before any
     // runtime or thread exists: it reaps every child of the process, and must be small.
     let mut args = std::env::args_os().skip(1);
-    if args.next().is_some_and(|a| a == zkgate::keeper::ARG) {
+    if args.next().is_some_and(|a| a == zkgate::cli::keeper::ARG) {
         let rest: Vec<_> = args.collect();
-        return ExitCode::from(u8::try_from(zkgate::keeper::main(&rest)).unwrap_or(1));
+        return ExitCode::from(u8::try_from(zkgate::cli::keeper::main(&rest)).unwrap_or(1));
     }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -32,16 +32,16 @@ async fn run() -> ExitCode {
     zkgate::logging::init(cli.log_json);
     let code = match cli.command {
         Command::Serve(_) => unreachable!("served above"),
-        Command::Dev(args) => return zkgate::cli::dev(args).await,
-        Command::Elect(args) => zkgate::cli::elect(args).await,
-        Command::Lock(args) => zkgate::cli::lock(args).await,
-        Command::Observe(args) => zkgate::cli::observe(args).await,
-        Command::Leader(args) => zkgate::cli::leader(args).await,
-        Command::Candidates(args) => zkgate::cli::candidates(args).await,
-        Command::Holders(args) => zkgate::cli::holders(args).await,
-        Command::Resign(args) => zkgate::cli::give_up_by_lease(args, false).await,
-        Command::Release(args) => zkgate::cli::give_up_by_lease(args, true).await,
-        Command::Validate(args) => zkgate::cli::validate(args).await,
+        Command::Dev(args) => return zkgate::cli::verbs::dev(args).await,
+        Command::Elect(args) => zkgate::cli::verbs::elect(args).await,
+        Command::Lock(args) => zkgate::cli::verbs::lock(args).await,
+        Command::Observe(args) => zkgate::cli::verbs::observe(args).await,
+        Command::Leader(args) => zkgate::cli::verbs::leader(args).await,
+        Command::Candidates(args) => zkgate::cli::verbs::candidates(args).await,
+        Command::Holders(args) => zkgate::cli::verbs::holders(args).await,
+        Command::Resign(args) => zkgate::cli::verbs::give_up_by_lease(args, false).await,
+        Command::Release(args) => zkgate::cli::verbs::give_up_by_lease(args, true).await,
+        Command::Validate(args) => zkgate::cli::verbs::validate(args).await,
     };
     ExitCode::from(code)
 }

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use zkgate::held_command::{exit_code, HeldCommand};
+use zkgate::cli::held_command::{exit_code, HeldCommand};
 use zkgate_testkit::*;
 
 /// A writer: appends `date +%s%N` to LOG every 20 ms, its pid to PIDS, the lease to

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use zkgate::coord::zk::{ZkSasl, ZkTls};
+use zkgate::coord::{ZkSasl, ZkTls};
 use zkgate_testkit::localzk::{
     write_digest_jaas, LocalZk, LocalZkOptions, SaslServer, SecureClient,
 };

@@ -4,7 +4,8 @@
 //! their own (for a SIEM shipper to tail); without it they go to the log with everything else,
 //! where `ZKGATE_LOG` can select them (`zkgate::audit=info`).
 
-use super::{Identity, Verb};
+use super::identity::Identity;
+use super::policy::Verb;
 
 /// The tracing target of every audit event.
 pub const TARGET: &str = "zkgate::audit";

@@ -22,7 +22,7 @@ pub use identity::Identity;
 pub use lease_key::LeaseKeys;
 pub use policy::{Policy, Verb};
 
-use crate::coord::CoordError;
+use crate::coord::error::CoordError;
 use identity::Authorization;
 
 /// The gateway's authorisation state: the policy (none: everything allowed), where it came

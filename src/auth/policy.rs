@@ -20,7 +20,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use super::Identity;
+use super::identity::Identity;
 
 /// What a call does to a name (README "Security" lists the RPCs of each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]

@@ -170,7 +170,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::coord::CoordConfig;
+    use crate::coord::config::CoordConfig;
 
     const T: Duration = Duration::from_secs(10);
 

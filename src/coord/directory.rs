@@ -22,10 +22,9 @@ use tokio::sync::watch;
 use zookeeper_client as zkc;
 use zookeeper_client::{EventType, SessionState};
 
-use super::link::Link;
-use super::queue::RELIST_RETRY;
+use super::error::CoordError;
+use super::link::{Link, RELIST_RETRY};
 use super::zk::Zk;
-use super::CoordError;
 
 /// The elections that exist, as of the newest listing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

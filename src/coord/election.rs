@@ -8,8 +8,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use zookeeper_client as zkc;
 
+use super::error::{CoordError, Retry};
 use super::link::Link;
 use super::member::{self, list_members, read_data, Member, MemberEvent};
+use super::pool::SessionPool;
 use super::queue::{QueueHandle, QueueView};
 use super::record::{ms_to_time, since, NodeRecord};
 use super::session::ZkSession;
@@ -17,7 +19,6 @@ use super::types::{
     FencingToken, Holder, Lease, MemberInfo, MemberMode, MemberName, Page, PageSpec, Participant,
     QueueKind, QueueName, Value,
 };
-use super::{CoordError, Coordinator, Retry};
 use crate::metrics as m;
 
 /// A validated `join`.
@@ -68,40 +69,32 @@ pub struct Candidacy {
     presence: super::board::Presence,
 }
 
-impl Coordinator {
-    /// Joins an election: creates the candidate's znode and registers it with the queue.
-    ///
-    /// # Errors
-    /// `Unavailable`/`Draining` without a session; a full queue; ZooKeeper errors.
-    ///
-    /// # Cancellation safety
-    /// Cancellation safe: a future dropped midway leaves no znode behind ([`Member::join`]).
-    pub async fn campaign(&self, join: JoinSpec) -> Result<Candidacy, CoordError> {
-        let record = NodeRecord {
-            participant: join.candidate.as_str().to_owned(),
-            value: join.value.into_bytes(),
-            ..Default::default()
-        };
-        let member = self
-            .join_member(
-                QueueKind::Election,
-                &join.election,
-                MemberMode::Candidate,
-                record,
-            )
-            .await?;
-        let label = m::name_label(join.election.as_str());
-        let presence =
-            self.board
-                .queued(QueueKind::Election, &join.election, join.candidate.as_str());
-        Ok(Candidacy {
-            presence,
-            member,
-            elected: None,
-            _gauge: m::GaugeGuard::raise(m::campaigns_active),
-            candidates: m::election_candidate(label),
-        })
-    }
+/// [`Coordinator::campaign`](super::Coordinator::campaign), served over the pool.
+pub(super) async fn campaign(pool: &SessionPool, join: JoinSpec) -> Result<Candidacy, CoordError> {
+    let record = NodeRecord {
+        participant: join.candidate.as_str().to_owned(),
+        value: join.value.into_bytes(),
+        ..Default::default()
+    };
+    let member = member::join_member(
+        pool,
+        QueueKind::Election,
+        &join.election,
+        MemberMode::Candidate,
+        record,
+    )
+    .await?;
+    let label = m::name_label(join.election.as_str());
+    let presence = pool
+        .board
+        .queued(QueueKind::Election, &join.election, join.candidate.as_str());
+    Ok(Candidacy {
+        presence,
+        member,
+        elected: None,
+        _gauge: m::GaugeGuard::raise(m::campaigns_active),
+        candidates: m::election_candidate(label),
+    })
 }
 
 impl Candidacy {
@@ -222,25 +215,23 @@ pub struct Observation {
     _stream: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
-impl Coordinator {
-    /// Starts observing an election (it need not exist yet).
-    ///
-    /// # Errors
-    /// `Unavailable`/`Draining` without a session; ZooKeeper errors placing the watch.
-    pub async fn observe(&self, election: &QueueName) -> Result<Observation, CoordError> {
-        let stream = self.stream_token();
-        let session = self.session_for(QueueKind::Election, election)?;
-        let queue = session.queue(QueueKind::Election, election).await?;
-        Ok(Observation {
-            view: queue.view(),
-            _queue: queue,
-            link: session.link(),
-            sent_any: false,
-            last: None,
-            _gauge: m::GaugeGuard::raise(m::observers_active),
-            _stream: stream,
-        })
-    }
+/// [`Coordinator::observe`](super::Coordinator::observe), served over the pool.
+pub(super) async fn observe(
+    pool: &SessionPool,
+    election: &QueueName,
+) -> Result<Observation, CoordError> {
+    let stream = pool.stream_token();
+    let session = pool.session_for(QueueKind::Election, election)?;
+    let queue = session.queue(QueueKind::Election, election).await?;
+    Ok(Observation {
+        view: queue.view(),
+        _queue: queue,
+        link: session.link(),
+        sent_any: false,
+        last: None,
+        _gauge: m::GaugeGuard::raise(m::observers_active),
+        _stream: stream,
+    })
 }
 
 impl Observation {
@@ -297,127 +288,110 @@ fn leader_of(election: &QueueName, record: &NodeRecord, stat: &zkc::Stat) -> Hol
     }
 }
 
-impl Coordinator {
-    /// The current leader, read from ZooKeeper: the head of the queue, once confirmed.
-    ///
-    /// # Errors
-    /// `NoLeader` when nobody leads; `Unavailable` without a session.
-    pub async fn leader(&self, election: &QueueName) -> Result<Holder, CoordError> {
-        leader_on(&*self.session_for(QueueKind::Election, election)?, election).await
-    }
+/// [`Coordinator::leader`](super::Coordinator::leader), served over the pool.
+pub(super) async fn leader(pool: &SessionPool, election: &QueueName) -> Result<Holder, CoordError> {
+    leader_on(&*pool.session_for(QueueKind::Election, election)?, election).await
+}
 
-    /// One page of the queue in order, for operators. Never reveals leases. `position` is the
-    /// member's place in the queue when it was listed (members that leave while the page is
-    /// read are left out); `total` counts the members listed.
-    ///
-    /// # Errors
-    /// `Unavailable` without a session.
-    pub async fn candidates(
-        &self,
-        election: &QueueName,
-        page: PageSpec,
-    ) -> Result<Page<MemberInfo>, CoordError> {
-        let kind = QueueKind::Election;
-        let session = self.session_for(kind, election)?;
-        let path = session.queue_path(kind, election);
-        let members = list_members(&session, &path).await?;
-        let start = page
-            .after
-            .map_or(0, |a| members.partition_point(|m| m.sequence <= a));
-        let mut out = Page {
-            items: Vec::new(),
-            next_after: None,
-            total: members.len(),
+/// [`Coordinator::candidates`](super::Coordinator::candidates), served over the pool.
+pub(super) async fn candidates(
+    pool: &SessionPool,
+    election: &QueueName,
+    page: PageSpec,
+) -> Result<Page<MemberInfo>, CoordError> {
+    let kind = QueueKind::Election;
+    let session = pool.session_for(kind, election)?;
+    let path = session.queue_path(kind, election);
+    let members = list_members(&session, &path).await?;
+    let start = page
+        .after
+        .map_or(0, |a| members.partition_point(|m| m.sequence <= a));
+    let mut out = Page {
+        items: Vec::new(),
+        next_after: None,
+        total: members.len(),
+    };
+    let mut bytes = 0;
+    // Only the first member found on the first page can lead (the queue's head).
+    let mut head = page.after.is_none();
+    let mut at = start;
+    while at < members.len() {
+        let want = match page.max_entries {
+            0 => CANDIDATES_READ_CHUNK,
+            n => (n - out.items.len()).clamp(1, CANDIDATES_READ_CHUNK),
         };
-        let mut bytes = 0;
-        // Only the first member found on the first page can lead (the queue's head).
-        let mut head = page.after.is_none();
-        let mut at = start;
-        while at < members.len() {
-            let want = match page.max_entries {
-                0 => CANDIDATES_READ_CHUNK,
-                n => (n - out.items.len()).clamp(1, CANDIDATES_READ_CHUNK),
+        let chunk = &members[at..(at + want).min(members.len())];
+        let data = read_data(&session, kind, &path, chunk).await?;
+        for (i, (m, d)) in chunk.iter().zip(data).enumerate() {
+            let Some((record, stat)) = d else { continue };
+            let info = MemberInfo {
+                sequence: m.sequence,
+                leader_since: head.then(|| since(&record, &stat)),
+                participant: record.participant,
+                value: record.value,
+                position: (at + i) as u32,
+                fencing_token: FencingToken(stat.czxid as u64),
+                joined: ms_to_time(stat.ctime),
+                mode: m.mode,
             };
-            let chunk = &members[at..(at + want).min(members.len())];
-            let data = read_data(&session, kind, &path, chunk).await?;
-            for (i, (m, d)) in chunk.iter().zip(data).enumerate() {
-                let Some((record, stat)) = d else { continue };
-                let info = MemberInfo {
-                    sequence: m.sequence,
-                    leader_since: head.then(|| since(&record, &stat)),
-                    participant: record.participant,
-                    value: record.value,
-                    position: (at + i) as u32,
-                    fencing_token: FencingToken(stat.czxid as u64),
-                    joined: ms_to_time(stat.ctime),
-                    mode: m.mode,
-                };
-                head = false;
-                let size = info.wire_size_hint();
-                if page.full(out.items.len(), bytes, size) {
-                    out.next_after = out.items.last().map(|m: &MemberInfo| m.sequence);
-                    return Ok(out);
-                }
-                bytes += size;
-                out.items.push(info);
+            head = false;
+            let size = info.wire_size_hint();
+            if page.full(out.items.len(), bytes, size) {
+                out.next_after = out.items.last().map(|m: &MemberInfo| m.sequence);
+                return Ok(out);
             }
-            at += chunk.len();
+            bytes += size;
+            out.items.push(info);
         }
-        Ok(out)
+        at += chunk.len();
     }
+    Ok(out)
+}
 
-    /// Whether `token` is the current leader's (Chubby's CheckSequencer).
-    ///
-    /// # Errors
-    /// `Unavailable` without a session.
-    pub async fn validate_leader(
-        &self,
-        election: &QueueName,
-        token: FencingToken,
-    ) -> Result<(bool, Option<Holder>), CoordError> {
-        // A CheckSequencer must not answer from a follower that lags behind the quorum: a
-        // `sync` first, on the session that then reads (one more round trip; see README).
-        let session = self.session_for(QueueKind::Election, election)?;
-        session
-            .zk
-            .sync(&session.queue_path(QueueKind::Election, election))
-            .await?;
-        match leader_on(&session, election).await {
-            Ok(l) => Ok((l.fencing_token == token, Some(l))),
-            Err(CoordError::NoLeader(_)) => Ok((false, None)),
-            Err(e) => Err(e),
-        }
+/// [`Coordinator::validate_leader`](super::Coordinator::validate_leader), served over the pool.
+pub(super) async fn validate_leader(
+    pool: &SessionPool,
+    election: &QueueName,
+    token: FencingToken,
+) -> Result<(bool, Option<Holder>), CoordError> {
+    // A CheckSequencer must not answer from a follower that lags behind the quorum: a
+    // `sync` first, on the session that then reads (one more round trip; see README).
+    let session = pool.session_for(QueueKind::Election, election)?;
+    session
+        .zk
+        .sync(&session.queue_path(QueueKind::Election, election))
+        .await?;
+    match leader_on(&session, election).await {
+        Ok(l) => Ok((l.fencing_token == token, Some(l))),
+        Err(CoordError::NoLeader(_)) => Ok((false, None)),
+        Err(e) => Err(e),
     }
+}
 
-    /// Leaves an election by lease, from any gateway: the leader is told first and this returns
-    /// once its znode is gone (G3c, [`member::end_by_lease`]). Idempotent: a spent lease is
-    /// `LeaseNotFound`.
-    ///
-    /// # Errors
-    /// `LeaseNotFound` for a lease naming no znode; `Unavailable` without a session.
-    pub async fn resign(&self, lease: &Lease) -> Result<(), CoordError> {
-        member::end_by_lease(&*self.session_for(lease.kind, &lease.queue)?, lease).await
-    }
+/// [`Coordinator::resign`](super::Coordinator::resign), served over the pool.
+pub(super) async fn resign(pool: &SessionPool, lease: &Lease) -> Result<(), CoordError> {
+    member::end_by_lease(&*pool.session_for(lease.kind, &lease.queue)?, lease).await
+}
 
-    /// The leader replaces its value, by lease, from any gateway.
-    ///
-    /// # Errors
-    /// `LeaseNotFound` for a spent lease; `NotLeader` if the lease's candidate does not lead.
-    pub async fn proclaim(&self, lease: &Lease, value: Value) -> Result<Holder, CoordError> {
-        let session = self.session_for(lease.kind, &lease.queue)?;
-        let value = value.into_bytes();
-        let _room = session.try_proclaim_room(value.len())?;
-        let members = list_members(&session, &session.queue_path(lease.kind, &lease.queue)).await?;
-        if !members.iter().any(|m| m == &lease.member) {
-            return Err(CoordError::LeaseNotFound);
-        }
-        // The head leads; a member stays the head until it leaves, so this holds for the write.
-        if members.first() != Some(&lease.member) {
-            return Err(CoordError::NotLeader);
-        }
-        let (record, stat) = member::update_by_lease(&session, lease, value).await?;
-        Ok(leader_of(&lease.queue, &record, &stat))
+/// [`Coordinator::proclaim`](super::Coordinator::proclaim), served over the pool.
+pub(super) async fn proclaim(
+    pool: &SessionPool,
+    lease: &Lease,
+    value: Value,
+) -> Result<Holder, CoordError> {
+    let session = pool.session_for(lease.kind, &lease.queue)?;
+    let value = value.into_bytes();
+    let _room = session.try_proclaim_room(value.len())?;
+    let members = list_members(&session, &session.queue_path(lease.kind, &lease.queue)).await?;
+    if !members.iter().any(|m| m == &lease.member) {
+        return Err(CoordError::LeaseNotFound);
     }
+    // The head leads; a member stays the head until it leaves, so this holds for the write.
+    if members.first() != Some(&lease.member) {
+        return Err(CoordError::NotLeader);
+    }
+    let (record, stat) = member::update_by_lease(&session, lease, value).await?;
+    Ok(leader_of(&lease.queue, &record, &stat))
 }
 
 /// The current leader as `session`'s server sees it: the head of the queue, once confirmed.

@@ -73,7 +73,7 @@ pub enum CoordError {
     #[error("permission denied: identity {identity:?} may not {verb} on {name:?} (--auth-policy)")]
     PermissionDenied {
         identity: String,
-        verb: crate::auth::Verb,
+        verb: crate::auth::policy::Verb,
         name: String,
     },
     /// A ZooKeeper answer the gateway has no rule for.
@@ -202,6 +202,13 @@ impl From<zkc::Error> for CoordError {
             zkc::Error::NoAuth | zkc::Error::AuthFailed => CoordError::NotAuthorised(e),
             e => CoordError::Zk(e),
         }
+    }
+}
+
+/// The session ended: what waiting on the link ([`super::link::wait_usable`]) reports.
+impl From<LossReason> for CoordError {
+    fn from(reason: LossReason) -> Self {
+        CoordError::SessionLost(reason)
     }
 }
 

@@ -34,13 +34,13 @@ use tokio::sync::watch;
 use zookeeper_client as zkc;
 use zookeeper_client::{EventType, SessionState};
 
-use super::link::Link;
+use super::error::CoordError;
+use super::link::{Link, RELIST_RETRY};
 use super::lock::{AgreedScan, Judged};
-use super::queue::RELIST_RETRY;
+use super::pool::SessionPool;
 use super::record::{since, NodeRecord};
 use super::session::ZkSession;
 use super::types::{MemberMode, MemberName, QueueKind, QueueName};
-use super::{CoordError, Coordinator};
 
 /// One member as read from ZooKeeper (never its znode name).
 #[derive(Debug, Clone, PartialEq)]
@@ -156,31 +156,28 @@ impl FleetRegistry {
     }
 }
 
-impl Coordinator {
-    /// The fleet-wide view of the queues whose names start with `prefix`, started (watch
-    /// placed, queues listed and read) on first use and shared by every caller of the prefix.
-    ///
-    /// # Errors
-    /// `Unavailable`/`Draining` without a session; ZooKeeper errors placing the watch,
-    /// listing or reading.
-    pub async fn fleet(&self, prefix: &str) -> Result<Arc<Fleet>, CoordError> {
-        if let Some(f) = self.fleet.running(prefix) {
-            return Ok(f);
-        }
-        // On the session `ObserveMany`'s folder watch uses: one watch of each per gateway.
-        let session = self.session_from(0)?;
-        let f = start(&session, prefix).await?;
-        let mut slots = self.fleet.0.lock().unwrap_or_else(|p| p.into_inner());
-        // Another page may have started one meanwhile: keep the first, drop ours.
-        if let Some(existing) = slots.get(prefix).and_then(Weak::upgrade) {
-            if !existing.is_closed() {
-                return Ok(existing);
-            }
-        }
-        slots.retain(|_, w| w.strong_count() > 0);
-        slots.insert(prefix.to_owned(), Arc::downgrade(&f));
-        Ok(f)
+/// [`Coordinator::fleet`](super::Coordinator::fleet), served over the pool.
+pub(super) async fn fleet(
+    pool: &SessionPool,
+    registry: &FleetRegistry,
+    prefix: &str,
+) -> Result<Arc<Fleet>, CoordError> {
+    if let Some(f) = registry.running(prefix) {
+        return Ok(f);
     }
+    // On the session `ObserveMany`'s folder watch uses: one watch of each per gateway.
+    let session = pool.session_from(0)?;
+    let f = start(&session, prefix).await?;
+    let mut slots = registry.0.lock().unwrap_or_else(|p| p.into_inner());
+    // Another page may have started one meanwhile: keep the first, drop ours.
+    if let Some(existing) = slots.get(prefix).and_then(Weak::upgrade) {
+        if !existing.is_closed() {
+            return Ok(existing);
+        }
+    }
+    slots.retain(|_, w| w.strong_count() > 0);
+    slots.insert(prefix.to_owned(), Arc::downgrade(&f));
+    Ok(f)
 }
 
 /// The members of one queue, by znode name (kept here only, never shown).

@@ -7,8 +7,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::zk::Zk;
-use super::CoordError;
+use zookeeper_client as zkc;
+
+use super::zk::{is_transport_failure, Zk};
 
 /// Where a session's link to ZooKeeper stands, as every stream on it sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,16 +141,52 @@ impl LinkFollower {
     }
 }
 
-/// Waits until the link is connected again; `SessionLost` if the session ends first.
-pub(crate) async fn wait_usable(link: &mut watch::Receiver<Link>) -> Result<(), CoordError> {
+/// How long a request lost to the link waits before it is sent again (once the link is usable):
+/// enough not to spin on a connection that fails at once, little against any session timeout
+/// (ZooKeeper's smallest is two ticks).
+pub const LINK_RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// How soon a failed re-listing of an unsynced queue or of the elections folder is tried again
+/// (while the link is up).
+pub const RELIST_RETRY: Duration = Duration::from_millis(100);
+
+/// Sends a request until ZooKeeper answers it, through losses of the link: after a transport
+/// failure it waits [`LINK_RETRY_PAUSE`], then until the link is usable, and sends it again,
+/// so the request must be safe to repeat. `Ok` holds ZooKeeper's answer (a success or a
+/// refusal such as `NoNode`, never a transport failure); `Err` why the session ended first.
+///
+/// # Cancellation safety
+/// As the request's: dropping this drops the request in flight.
+pub(crate) async fn through_link<T, F, Fut>(
+    link: &mut watch::Receiver<Link>,
+    mut send: F,
+) -> Result<Result<T, zkc::Error>, LossReason>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, zkc::Error>>,
+{
+    loop {
+        match send().await {
+            Err(e) if is_transport_failure(&e) => {
+                tokio::time::sleep(LINK_RETRY_PAUSE).await;
+                wait_usable(link).await?;
+            }
+            answer => return Ok(answer),
+        }
+    }
+}
+
+/// Waits until the link is connected again; why the session ended if it ends first (`?` turns
+/// that into `CoordError::SessionLost`).
+pub(crate) async fn wait_usable(link: &mut watch::Receiver<Link>) -> Result<(), LossReason> {
     loop {
         match &*link.borrow_and_update() {
             Link::Connected => return Ok(()),
-            Link::Lost(reason) => return Err(CoordError::SessionLost(*reason)),
+            Link::Lost(reason) => return Err(*reason),
             Link::Suspended { .. } => {}
         }
         if link.changed().await.is_err() {
-            return Err(CoordError::SessionLost(LossReason::Closed));
+            return Err(LossReason::Closed);
         }
     }
 }
@@ -176,5 +213,35 @@ mod tests {
         let mut follower = LinkFollower::new(tx.subscribe());
         let quiet = tokio::time::timeout(Duration::from_millis(50), follower.next()).await;
         assert!(quiet.is_err(), "{quiet:?}");
+    }
+
+    /// A transport failure is sent again once the link is usable; a refusal is the answer; a
+    /// session that ends while the link is down ends the retries with its reason.
+    #[tokio::test]
+    async fn a_request_is_sent_through_the_link_until_zookeeper_answers() {
+        let (tx, mut link) = watch::channel(Link::Connected);
+        let mut sent = 0;
+        let answer = through_link(&mut link, || {
+            sent += 1;
+            let reply: Result<(), zkc::Error> = if sent < 3 {
+                Err(zkc::Error::ConnectionLoss)
+            } else {
+                Err(zkc::Error::NoNode)
+            };
+            async move { reply }
+        })
+        .await;
+        assert!(matches!(answer, Ok(Err(zkc::Error::NoNode))), "{answer:?}");
+        assert_eq!(sent, 3);
+
+        tx.send_replace(Link::Suspended {
+            deadline: Instant::now() + Duration::from_secs(60),
+        });
+        let ended = tokio::spawn(async move {
+            through_link(&mut link, || async { Err::<(), _>(zkc::Error::Timeout) }).await
+        });
+        tx.send_replace(Link::Lost(LossReason::Expired));
+        let ended = ended.await.expect("no panic");
+        assert!(matches!(ended, Err(LossReason::Expired)), "{ended:?}");
     }
 }

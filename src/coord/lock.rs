@@ -29,20 +29,18 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use super::bounds::MAX_PERMITS;
+use super::error::CoordError;
 use super::link::LossReason;
 use super::member::{self, list_members, read_data, Member, MemberEvent};
+use super::pool::SessionPool;
 use super::record::{since, NodeRecord};
 use super::session::ZkSession;
 use super::types::{
     FencingToken, Holder, InvalidInput, Lease, MemberInfo, MemberMode, PageSpec, Participant,
     QueueKind, QueueName,
 };
-use super::{CoordError, Coordinator};
 use crate::metrics as m;
-
-/// More permits than any real semaphore needs; larger counts are a mistake (a negative number
-/// through an unsigned field, a typo) and refused as `INVALID_ARGUMENT`.
-pub const MAX_PERMITS: u32 = 10_000;
 
 /// Exclusive (WRITE) or shared (READ) on the same name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,7 +153,7 @@ pub enum LockEvent {
         stop_within: Duration,
     },
     Resumed,
-    /// `wait_timeout` passed before `acquired`: [`LockHold::release`], then `DEADLINE_EXCEEDED`.
+    /// `wait_timeout` passed before `acquired`: [`LockHold::begin_release`], then `DEADLINE_EXCEEDED`.
     WaitExpired(Duration),
     /// No keep-alive within `ttl` while held: the stream revokes the hold (G3c: `suspended`
     /// first, the znode deleted once the holder ended its stream or its silence limit passed
@@ -203,51 +201,45 @@ pub struct LockHold {
     presence: super::board::Presence,
 }
 
-impl Coordinator {
-    /// Queues for a lock: creates the member znode, registers it with the lock's queue actor
-    /// (which refuses a permit count that differs from the members ahead) and returns the
-    /// hold, which reports `acquired` once the actor has confirmed it.
-    ///
-    /// # Errors
-    /// `PermitMismatch` (the znode is deleted before this returns); a full queue;
-    /// `Unavailable`/`Draining` without a session; ZooKeeper errors.
-    ///
-    /// # Cancellation safety
-    /// Cancellation safe: a future dropped midway leaves no znode behind ([`Member::join`]).
-    pub async fn acquire(&self, spec: AcquireSpec) -> Result<LockHold, CoordError> {
-        let record = NodeRecord {
-            participant: spec.owner.as_str().to_owned(),
-            permits: spec.permits,
-            ..Default::default()
-        };
-        let member = self
-            .join_member(QueueKind::Lock, &spec.name, spec.mode.member_mode(), record)
-            .await?;
-        let queued_at = Instant::now();
-        let presence = self
-            .board
-            .queued(QueueKind::Lock, &spec.name, spec.owner.as_str());
-        // A request that holds the moment it is queued is never timed out: a try-lock on a free
-        // lock succeeds although confirming it takes a round trip.
-        let wait_deadline = match spec.wait_timeout {
-            Some(t) if !member.held_at_join() => {
-                Some(queued_at.checked_add(t).unwrap_or_else(far_future))
-            }
-            _ => None,
-        };
-        Ok(LockHold {
-            member,
-            mode: spec.mode,
-            owner: spec.owner.as_str().to_owned(),
-            queued_at,
-            wait_timeout: spec.wait_timeout,
-            wait_deadline,
-            ttl: spec.ttl,
-            ttl_deadline: None,
-            held: None,
-            presence,
-        })
-    }
+/// [`Coordinator::acquire`](super::Coordinator::acquire), served over the pool.
+pub(super) async fn acquire(pool: &SessionPool, spec: AcquireSpec) -> Result<LockHold, CoordError> {
+    let record = NodeRecord {
+        participant: spec.owner.as_str().to_owned(),
+        permits: spec.permits,
+        ..Default::default()
+    };
+    let member = member::join_member(
+        pool,
+        QueueKind::Lock,
+        &spec.name,
+        spec.mode.member_mode(),
+        record,
+    )
+    .await?;
+    let queued_at = Instant::now();
+    let presence = pool
+        .board
+        .queued(QueueKind::Lock, &spec.name, spec.owner.as_str());
+    // A request that holds the moment it is queued is never timed out: a try-lock on a free
+    // lock succeeds although confirming it takes a round trip.
+    let wait_deadline = match spec.wait_timeout {
+        Some(t) if !member.held_at_join() => {
+            Some(queued_at.checked_add(t).unwrap_or_else(far_future))
+        }
+        _ => None,
+    };
+    Ok(LockHold {
+        member,
+        mode: spec.mode,
+        owner: spec.owner.as_str().to_owned(),
+        queued_at,
+        wait_timeout: spec.wait_timeout,
+        wait_deadline,
+        ttl: spec.ttl,
+        ttl_deadline: None,
+        held: None,
+        presence,
+    })
 }
 
 /// About 30 years from now: a deadline too far to matter (an `Instant` cannot hold more).
@@ -441,123 +433,108 @@ impl AgreedScan {
 /// The most members whose data one step of a Holders scan reads.
 const HOLDERS_READ_CHUNK: usize = 1024;
 
-impl Coordinator {
-    /// Every confirmed holder of a lock, in queue order, and the number of waiters, read from
-    /// ZooKeeper in paged multi-reads (G10). Holders are a prefix of the queue (by the rule of
-    /// [`HolderScan`](super::queue::HolderScan), once it admits nobody, nobody later can
-    /// hold), so only that prefix is read, in growing chunks: a mutex with thousands of waiters
-    /// costs a read of its head.
-    async fn all_holders(&self, name: &QueueName) -> Result<(Vec<MemberInfo>, u32), CoordError> {
-        self.all_holders_on(&*self.session_for(QueueKind::Lock, name)?, name)
-            .await
-    }
+/// Every confirmed holder of a lock, in queue order, and the number of waiters, read from
+/// ZooKeeper in paged multi-reads (G10). Holders are a prefix of the queue (by the rule of
+/// [`HolderScan`](super::queue::HolderScan), once it admits nobody, nobody later can
+/// hold), so only that prefix is read, in growing chunks: a mutex with thousands of waiters
+/// costs a read of its head.
+async fn all_holders(
+    pool: &SessionPool,
+    name: &QueueName,
+) -> Result<(Vec<MemberInfo>, u32), CoordError> {
+    all_holders_on(&*pool.session_for(QueueKind::Lock, name)?, name).await
+}
 
-    /// [`Coordinator::all_holders`] read through `session` (after its `sync`, for Validate).
-    async fn all_holders_on(
-        &self,
-        session: &ZkSession,
-        name: &QueueName,
-    ) -> Result<(Vec<MemberInfo>, u32), CoordError> {
-        let kind = QueueKind::Lock;
-        let path = session.queue_path(kind, name);
-        let members = list_members(session, &path).await?;
-        let mut present = members.len();
-        let mut holders = Vec::new();
-        let mut scan = AgreedScan::default();
-        let mut at = 0;
-        let mut chunk_len = 16;
-        'scan: while at < members.len() {
-            let chunk = &members[at..(at + chunk_len).min(members.len())];
-            let data = read_data(session, kind, &path, chunk).await?;
-            for (i, (member, found)) in chunk.iter().zip(data).enumerate() {
-                // Gone since the listing: neither holding nor waiting.
-                let Some((record, stat)) = found else {
+/// [`all_holders`] read through `session` (after its `sync`, for Validate).
+async fn all_holders_on(
+    session: &ZkSession,
+    name: &QueueName,
+) -> Result<(Vec<MemberInfo>, u32), CoordError> {
+    let kind = QueueKind::Lock;
+    let path = session.queue_path(kind, name);
+    let members = list_members(session, &path).await?;
+    let mut present = members.len();
+    let mut holders = Vec::new();
+    let mut scan = AgreedScan::default();
+    let mut at = 0;
+    let mut chunk_len = 16;
+    'scan: while at < members.len() {
+        let chunk = &members[at..(at + chunk_len).min(members.len())];
+        let data = read_data(session, kind, &path, chunk).await?;
+        for (i, (member, found)) in chunk.iter().zip(data).enumerate() {
+            // Gone since the listing: neither holding nor waiting.
+            let Some((record, stat)) = found else {
+                present -= 1;
+                continue;
+            };
+            match scan.judge(member.mode, record.permits) {
+                Judged::Stop => break 'scan,
+                Judged::Refused => {
                     present -= 1;
                     continue;
-                };
-                match scan.judge(member.mode, record.permits) {
-                    Judged::Stop => break 'scan,
-                    Judged::Refused => {
-                        present -= 1;
-                        continue;
-                    }
-                    Judged::Holds => {}
                 }
-                // Admitted by the rule means holding: its gateway confirms it without a write.
-                holders.push(MemberInfo {
-                    sequence: member.sequence,
-                    leader_since: Some(since(&record, &stat)),
-                    participant: record.participant,
-                    value: record.value,
-                    position: (at + i) as u32,
-                    fencing_token: FencingToken(stat.czxid as u64),
-                    joined: super::record::ms_to_time(stat.ctime),
-                    mode: member.mode,
-                });
+                Judged::Holds => {}
             }
-            at += chunk.len();
-            chunk_len = (chunk_len * 4).min(HOLDERS_READ_CHUNK);
+            // Admitted by the rule means holding: its gateway confirms it without a write.
+            holders.push(MemberInfo {
+                sequence: member.sequence,
+                leader_since: Some(since(&record, &stat)),
+                participant: record.participant,
+                value: record.value,
+                position: (at + i) as u32,
+                fencing_token: FencingToken(stat.czxid as u64),
+                joined: super::record::ms_to_time(stat.ctime),
+                mode: member.mode,
+            });
         }
-        let waiting = present.saturating_sub(holders.len()) as u32;
-        Ok((holders, waiting))
+        at += chunk.len();
+        chunk_len = (chunk_len * 4).min(HOLDERS_READ_CHUNK);
     }
+    let waiting = present.saturating_sub(holders.len()) as u32;
+    Ok((holders, waiting))
+}
 
-    /// One page of the lock's holders (confirmed by their gateways) and the number of waiters,
-    /// read from ZooKeeper. Never reveals leases.
-    ///
-    /// # Errors
-    /// `Unavailable` without a session.
-    pub async fn holders(
-        &self,
-        name: &QueueName,
-        page: PageSpec,
-    ) -> Result<LockHolders, CoordError> {
-        let (holders, waiting) = self.all_holders(name).await?;
-        let total = holders.len() as u32;
-        let (holders, next_after) = page.take(holders);
-        Ok(LockHolders {
-            holders,
-            waiting,
-            total,
-            next_after,
-        })
-    }
+/// [`Coordinator::holders`](super::Coordinator::holders), served over the pool.
+pub(super) async fn holders(
+    pool: &SessionPool,
+    name: &QueueName,
+    page: PageSpec,
+) -> Result<LockHolders, CoordError> {
+    let (holders, waiting) = all_holders(pool, name).await?;
+    let total = holders.len() as u32;
+    let (holders, next_after) = page.take(holders);
+    Ok(LockHolders {
+        holders,
+        waiting,
+        total,
+        next_after,
+    })
+}
 
-    /// Whether `token` is a current holder's (for services that fence writes).
-    ///
-    /// # Errors
-    /// `Unavailable` without a session.
-    pub async fn validate_holder(
-        &self,
-        name: &QueueName,
-        token: FencingToken,
-    ) -> Result<bool, CoordError> {
-        // As for elections: a `sync` first, on the session that then reads, so a lagging
-        // follower never vouches for a holder the quorum has already let go.
-        let session = self.session_for(QueueKind::Lock, name)?;
-        session
-            .zk
-            .sync(&session.queue_path(QueueKind::Lock, name))
-            .await?;
-        Ok(self
-            .all_holders_on(&session, name)
-            .await?
-            .0
-            .iter()
-            .any(|h| h.fencing_token == token))
-    }
+/// [`Coordinator::validate_holder`](super::Coordinator::validate_holder), served over the pool.
+pub(super) async fn validate_holder(
+    pool: &SessionPool,
+    name: &QueueName,
+    token: FencingToken,
+) -> Result<bool, CoordError> {
+    // As for elections: a `sync` first, on the session that then reads, so a lagging
+    // follower never vouches for a holder the quorum has already let go.
+    let session = pool.session_for(QueueKind::Lock, name)?;
+    session
+        .zk
+        .sync(&session.queue_path(QueueKind::Lock, name))
+        .await?;
+    Ok(all_holders_on(&session, name)
+        .await?
+        .0
+        .iter()
+        .any(|h| h.fencing_token == token))
+}
 
-    /// Releases by lease, from any gateway: the same by-lease end as `resign` (it is keyed by
-    /// the lease's kind, so an election lease never decodes here): the holder is told first and
-    /// this returns once its znode is gone (G3c, [`member::end_by_lease`]). Idempotent: a spent
-    /// lease is `LeaseNotFound`.
-    ///
-    /// # Errors
-    /// `LeaseNotFound` for a lease naming no znode; `Unavailable` without a session.
-    pub async fn release(&self, lease: &Lease) -> Result<(), CoordError> {
-        debug_assert_eq!(lease.kind, QueueKind::Lock);
-        member::end_by_lease(&*self.session_for(lease.kind, &lease.queue)?, lease).await
-    }
+/// [`Coordinator::release`](super::Coordinator::release), served over the pool.
+pub(super) async fn release(pool: &SessionPool, lease: &Lease) -> Result<(), CoordError> {
+    debug_assert_eq!(lease.kind, QueueKind::Lock);
+    member::end_by_lease(&*pool.session_for(lease.kind, &lease.queue)?, lease).await
 }
 
 #[cfg(test)]

@@ -21,12 +21,15 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use zookeeper_client as zkc;
 
-use super::link::{wait_usable, LinkChange, LinkFollower, LossReason};
+use super::error::{CoordError, Retry};
+use super::link::{
+    through_link, wait_usable, LinkChange, LinkFollower, LossReason, LINK_RETRY_PAUSE,
+};
+use super::pool::SessionPool;
 use super::queue::{Created, Enlisted, MemberSignal, QueueHandle, Refusal};
 use super::record::{now_ms, NodeRecord};
 use super::session::ZkSession;
 use super::types::{Holder, Lease, MemberMode, MemberName, ProtectedId, QueueKind};
-use super::{CoordError, Retry};
 
 /// What a member's stream hears, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,21 +126,19 @@ pub struct Member {
     _stream: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
-impl super::Coordinator {
-    /// A new member of the queue `kind`/`name` on a session of the pool (see [`Member::join`]),
-    /// counted as a stream for the drain.
-    pub(crate) async fn join_member(
-        &self,
-        kind: QueueKind,
-        name: &super::types::QueueName,
-        mode: MemberMode,
-        record: NodeRecord,
-    ) -> Result<Member, CoordError> {
-        let stream = self.stream_token();
-        let session = self.session_for(kind, name)?;
-        let queue = session.queue(kind, name).await?;
-        Member::join(session, queue, mode, record, stream).await
-    }
+/// A new member of the queue `kind`/`name` on a session of the pool (see [`Member::join`]),
+/// counted as a stream for the drain.
+pub(crate) async fn join_member(
+    pool: &SessionPool,
+    kind: QueueKind,
+    name: &super::types::QueueName,
+    mode: MemberMode,
+    record: NodeRecord,
+) -> Result<Member, CoordError> {
+    let stream = pool.stream_token();
+    let session = pool.session_for(kind, name)?;
+    let queue = session.queue(kind, name).await?;
+    Member::join(session, queue, mode, record, stream).await
 }
 
 impl Member {
@@ -349,18 +350,11 @@ impl Member {
             let data = record.encode_to_vec();
             let _room = session.proclaim_room(data.len()).await;
             let mut link = session.link();
-            loop {
-                match session.zk.set_data(&path, &data, None).await {
-                    Ok(_) => return Ok(()),
-                    Err(e) if super::zk::is_transport_failure(&e) => {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        if wait_usable(&mut link).await.is_err() {
-                            return Ok(());
-                        }
-                    }
-                    Err(zkc::Error::NoNode) => return Ok(()),
-                    Err(e) => return Err(e.into()),
-                }
+            match through_link(&mut link, || session.zk.set_data(&path, &data, None)).await {
+                // The session ended first.
+                Err(_) => Ok(()),
+                Ok(Ok(_) | Err(zkc::Error::NoNode)) => Ok(()),
+                Ok(Err(e)) => Err(e.into()),
             }
         }
     }
@@ -469,16 +463,15 @@ async fn find_protected(
 ) -> Result<Option<(MemberName, i64)>, CoordError> {
     let mut link = session.link();
     'look: loop {
-        wait_usable(&mut link).await.map_err(|e| match e {
-            // Never joined, so nothing was lost: the client may simply retry.
-            CoordError::SessionLost(r) => Retry::LostWhileJoining(r).into(),
-            e => e,
-        })?;
+        // Never joined, so nothing was lost: the client may simply retry.
+        wait_usable(&mut link)
+            .await
+            .map_err(|r| CoordError::from(Retry::LostWhileJoining(r)))?;
         match session.zk.sync(queue_path).await {
             // A missing queue is answered by the listing below.
             Ok(()) | Err(zkc::Error::NoNode) => {}
             Err(e) if super::zk::is_transport_failure(&e) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(LINK_RETRY_PAUSE).await;
                 continue 'look;
             }
             Err(e) => return Err(e.into()),
@@ -487,7 +480,7 @@ async fn find_protected(
             Ok(c) => c,
             Err(zkc::Error::NoNode) => return Ok(None),
             Err(e) if super::zk::is_transport_failure(&e) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(LINK_RETRY_PAUSE).await;
                 continue 'look;
             }
             Err(e) => return Err(e.into()),
@@ -502,7 +495,7 @@ async fn find_protected(
                 // or deleted since the listing.
                 Ok(_) | Err(zkc::Error::NoNode) => {}
                 Err(e) if super::zk::is_transport_failure(&e) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::time::sleep(LINK_RETRY_PAUSE).await;
                     continue 'look;
                 }
                 Err(e) => return Err(e.into()),
@@ -651,7 +644,7 @@ async fn wait_gone(
                 tokio::select! {
                     _ = tokio::time::sleep_until(deadline) => return Ok(false),
                     usable = async {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        tokio::time::sleep(LINK_RETRY_PAUSE).await;
                         wait_usable(&mut link).await
                     } => usable?,
                 }

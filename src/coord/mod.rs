@@ -9,6 +9,8 @@
 //!   (who holds, confirmation, what observers see), and the session's [`queue::QueueRegistry`].
 //! - [`member`]: one member znode's lifecycle, shared by [`election`] (adds proclaim and
 //!   observing) and [`lock`] (adds the wait and the ttl).
+//! - [`config`]: the layer's settings ([`CoordConfig`]); [`bounds`]: the limits the types
+//!   check and the settings start from.
 //! - [`error`]: every refusal, named by meaning; [`types`]: validated domain types;
 //!   [`record`]: what a member znode stores; [`zk`], [`paging`]: the ZooKeeper client.
 //! - [`board`]: this gateway's holders and waiters per name, for the per-name metrics; [`fleet`]:
@@ -17,7 +19,9 @@
 //!   `ObserveMany` stream over it and the elections' queue actors.
 
 pub mod board;
+pub mod bounds;
 pub mod clock;
+pub mod config;
 pub mod directory;
 pub mod election;
 pub mod error;
@@ -27,6 +31,7 @@ pub mod lock;
 pub mod member;
 pub mod observe_many;
 pub mod paging;
+pub mod pool;
 pub mod queue;
 pub mod record;
 pub mod session;
@@ -34,7 +39,6 @@ pub mod timing;
 pub mod types;
 pub mod zk;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,143 +46,39 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use self::config::{
+    CoordConfig, ZkSasl, ZkTls, DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT, DEFAULT_MAX_QUEUES,
+    DEFAULT_ROOT, DEFAULT_SESSION_TIMEOUT,
+};
+use self::election::{Candidacy, JoinSpec, Observation};
 pub use self::error::{CoordError, Limit, Retry};
-use self::session::{Slot, ZkSession};
-use self::types::DEFAULT_MAX_VALUE_BYTES;
+use self::lock::{AcquireSpec, LockHold, LockHolders};
+use self::observe_many::{ManyObservation, ManySpec};
+use self::pool::SessionPool;
+use self::session::ZkSession;
+use self::types::{
+    FencingToken, Holder, Lease, MemberInfo, Page, PageSpec, QueueKind, QueueName, Value,
+};
 use self::zk::RequestCounter;
 
-pub const DEFAULT_ROOT: &str = "/zkgate";
-pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
-/// Distinct queues (elections + locks) one gateway serves at once, by default: each is an actor
-/// with a persistent watch on the server.
-pub const DEFAULT_MAX_QUEUES: usize = 10_000;
-/// Proclaimed bytes (values plus 1 KiB a request) one session may have in flight, by default.
-pub const DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT: usize = 4 * 1024 * 1024;
-
-/// Settings of the coordination layer (the `serve` flags that concern ZooKeeper).
-#[derive(Debug, Clone)]
-pub struct CoordConfig {
-    /// ZooKeeper connect string, `host:port[,host:port…]`.
-    pub zk: String,
-    /// Root znode, e.g. `/zkgate`.
-    pub root: String,
-    /// Requested session timeout; ZooKeeper clamps it to 2–20 × tickTime.
-    pub session_timeout: Duration,
-    /// Sessions in the pool (default 1).
-    pub pool_size: usize,
-    pub max_value_bytes: usize,
-    /// Stop leaders this long before the server could expire the session (default T/10).
-    pub stop_margin: Option<Duration>,
-    /// Explicit silence limit (default 35% of the session timeout).
-    pub silence_limit: Option<Duration>,
-    /// `user:password` for ZooKeeper digest auth; znodes then get a creator-only ACL (G9).
-    pub zk_digest: Option<String>,
-    /// TLS to ZooKeeper's `secureClientPort` (SPEC §7); a client certificate also authenticates.
-    pub zk_tls: Option<zk::ZkTls>,
-    /// SASL DIGEST-MD5 to ZooKeeper; znodes then get a creator-only ACL (G9).
-    pub zk_sasl: Option<zk::ZkSasl>,
-    /// The ensemble's `tickTime`, if the operator states it (unstated: the largest tick a server
-    /// granting the session's timeout T can run with, T/2). The ensemble's leader hears
-    /// of a session held by a follower only through the follower's ping replies, every half
-    /// tick, so the G2 deadline allows for that lag (see `timing::Timing::quorum_lag`).
-    /// Overstating it only shortens `stop_within`; understating it weakens G2, which is why
-    /// nothing smaller than the worst case is assumed unless stated.
-    pub zk_tick_time: Option<Duration>,
-    /// HTTP/2 keepalive ping interval toward clients (default T/5; see [`timing::Timing`]).
-    pub keepalive_interval: Option<Duration>,
-    /// Unanswered keepalive → connection dead, its znodes released (default 2T/5).
-    pub keepalive_timeout: Option<Duration>,
-    /// Distinct queues (elections + locks) in use on this gateway at once; a stream or read
-    /// that needs one more gets `ResourceExhausted` (G10).
-    pub max_queues: usize,
-    /// Proclaimed bytes in flight per session (values plus 1 KiB a request): the session's
-    /// requests are answered in order, so this bounds how long a proclaim flood can hold up
-    /// the liveness probe and confirmations queued behind it (G10).
-    pub max_proclaim_bytes_in_flight: usize,
-    /// Largest packet the gateway sends to or expects from ZooKeeper (`--zk-max-packet`): every
-    /// multi-read is paged to stay within it, and it bounds the queue size (see [`paging`]).
-    pub zk_max_packet: usize,
-}
-
-impl CoordConfig {
-    pub fn new(zk: impl Into<String>) -> Self {
-        Self {
-            zk: zk.into(),
-            root: DEFAULT_ROOT.to_owned(),
-            session_timeout: DEFAULT_SESSION_TIMEOUT,
-            pool_size: 1,
-            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
-            stop_margin: None,
-            silence_limit: None,
-            zk_digest: None,
-            zk_tls: None,
-            zk_sasl: None,
-            zk_tick_time: None,
-            keepalive_interval: None,
-            keepalive_timeout: None,
-            max_queues: DEFAULT_MAX_QUEUES,
-            max_proclaim_bytes_in_flight: DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT,
-            zk_max_packet: paging::DEFAULT_ZK_MAX_PACKET,
-        }
-    }
-
-    /// How to page a multi-read of the members of a queue of `kind` (see [`paging`]).
-    pub fn member_reads(&self, kind: types::QueueKind) -> paging::ReadPlan {
-        paging::ReadPlan {
-            budget: self.zk_max_packet,
-            data_bound: paging::member_data_bound(kind, self.max_value_bytes),
-        }
-    }
-
-    /// The most members a queue may have: one `getChildren` must list them all within
-    /// `zk_max_packet`.
-    pub fn max_queue_members(&self) -> usize {
-        paging::max_queue_members(self.zk_max_packet)
-    }
-
-    /// Checks that `zk_max_packet` leaves room for the largest member.
-    ///
-    /// # Errors
-    /// A sentence naming both settings.
-    pub fn check_packet_budget(&self) -> Result<(), String> {
-        let plan = self.member_reads(types::QueueKind::Election);
-        if !plan.fits_one() || self.max_queue_members() < 1 {
-            return Err(format!(
-                "--zk-max-packet {} is too small for one member with --max-value-bytes {} \
-                 (it needs at least {} bytes)",
-                self.zk_max_packet,
-                self.max_value_bytes,
-                plan.min_budget()
-            ));
-        }
-        Ok(())
-    }
-
-    /// The root without a trailing slash ("" for "/").
-    pub fn root_path(&self) -> &str {
-        self.root.trim_end_matches('/')
-    }
-}
-
-/// The gateway's coordination core: the session pool and everything served over it.
+/// The gateway's coordination core: the session pool and everything served over it. Every
+/// operation the API layer calls is a method here; each hands the pool to its recipe
+/// ([`election`], [`lock`], [`observe_many`]), where the body lives.
 #[derive(Debug)]
 pub struct Coordinator {
     pub cfg: Arc<CoordConfig>,
-    slots: Vec<Slot>,
-    next: AtomicUsize,
+    /// This gateway's holders and waiters per name (per-name metrics, `/ui`); the pool's.
+    pub board: Arc<board::Board>,
+    pool: Arc<SessionPool>,
     counter: Arc<RequestCounter>,
-    /// Cancelled first on shutdown: streams end `UNAVAILABLE`.
-    draining: CancellationToken,
     /// Cancelled after streams are gone: sessions close.
     shutdown: CancellationToken,
     supervisors: TaskTracker,
-    streams: TaskTracker,
-    /// This gateway's holders and waiters per name (per-name metrics).
-    pub board: Arc<board::Board>,
     /// The fleet's holders and waiters per prefix, as ZooKeeper shows them (`/ui`).
     fleet: fleet::FleetRegistry,
 }
 
+/// The pool and the drain.
 impl Coordinator {
     /// Starts the session pool in the background; sessions connect (and reconnect) on their own.
     pub fn start(cfg: CoordConfig) -> Arc<Self> {
@@ -186,7 +86,6 @@ impl Coordinator {
         let counter = Arc::new(RequestCounter::default());
         let shutdown = CancellationToken::new();
         let supervisors = TaskTracker::new();
-        let draining = CancellationToken::new();
         let live_queues = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut slots = Vec::new();
         for _ in 0..cfg.pool_size.max(1) {
@@ -201,16 +100,14 @@ impl Coordinator {
             slots.push(rx);
         }
         supervisors.close();
+        let board = Arc::<board::Board>::default();
         Arc::new(Self {
+            pool: Arc::new(SessionPool::new(cfg.clone(), slots, board.clone())),
             cfg,
-            slots,
-            next: AtomicUsize::new(0),
+            board,
             counter,
-            draining,
             shutdown,
             supervisors,
-            streams: TaskTracker::new(),
-            board: Arc::default(),
             fleet: Default::default(),
         })
     }
@@ -220,44 +117,19 @@ impl Coordinator {
         self.counter.get()
     }
 
+    /// Cancelled when the drain begins: streams end `UNAVAILABLE`.
     pub fn draining(&self) -> CancellationToken {
-        self.draining.clone()
+        self.pool.draining.clone()
     }
 
     /// True while at least one pool session is connected.
     pub fn is_connected(&self) -> bool {
-        self.slots
-            .iter()
-            .any(|s| s.borrow().as_ref().is_some_and(|s| s.is_connected()))
+        self.pool.is_connected()
     }
 
     /// Resolves whenever any slot changes (a session appears, goes, or its link changes).
     pub async fn connection_changed(&self) {
-        let mut futs = Vec::new();
-        for s in &self.slots {
-            // Clones inherit the stored receiver's last-seen version, which nobody updates:
-            // mark them seen, or `changed()` would return at once and callers would spin.
-            let mut slot = s.clone();
-            let link = slot.borrow_and_update().as_ref().map(|s| {
-                let mut link = s.link();
-                link.borrow_and_update();
-                link
-            });
-            futs.push(Box::pin(async move {
-                match link {
-                    Some(mut link) => {
-                        tokio::select! {
-                            _ = slot.changed() => {},
-                            _ = link.changed() => {},
-                        }
-                    }
-                    None => {
-                        let _ = slot.changed().await;
-                    }
-                }
-            }));
-        }
-        futures::future::select_all(futs).await;
+        self.pool.connection_changed().await;
     }
 
     /// Waits until a session is connected, up to `timeout`.
@@ -276,45 +148,19 @@ impl Coordinator {
     /// # Errors
     /// `Draining` during shutdown, `Unavailable` when no session is connected.
     pub fn session(&self) -> Result<Arc<ZkSession>, CoordError> {
-        self.session_from(self.next.fetch_add(1, Ordering::Relaxed))
+        self.pool.session()
     }
 
-    /// The session of queue `kind`/`name`: every stream and read of one queue goes to the same
-    /// session of the pool while it is connected (the next connected one otherwise), so the
-    /// gateway keeps one watch and one queue actor per queue — not one per session — and a
-    /// queue's members see one order of events. Queues, not streams, are spread over the pool.
+    /// The session of queue `kind`/`name` (see [`SessionPool::session_for`]).
     ///
     /// # Errors
     /// As [`Coordinator::session`].
     pub fn session_for(
         &self,
-        kind: types::QueueKind,
-        name: &types::QueueName,
+        kind: QueueKind,
+        name: &QueueName,
     ) -> Result<Arc<ZkSession>, CoordError> {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::hash::DefaultHasher::new();
-        (kind, name.as_str()).hash(&mut h);
-        self.session_from(h.finish() as usize)
-    }
-
-    fn session_from(&self, start: usize) -> Result<Arc<ZkSession>, CoordError> {
-        if self.draining.is_cancelled() {
-            return Err(CoordError::Draining);
-        }
-        let n = self.slots.len();
-        for i in 0..n {
-            if let Some(s) = self.slots[(start + i) % n].borrow().as_ref() {
-                if s.is_connected() {
-                    return Ok(s.clone());
-                }
-            }
-        }
-        Err(Retry::NotConnected(self.cfg.zk.clone()).into())
-    }
-
-    /// A token every long stream holds, so a drain can wait for them to finish.
-    pub(crate) fn stream_token(&self) -> tokio_util::task::task_tracker::TaskTrackerToken {
-        self.streams.token()
+        self.pool.session_for(kind, name)
     }
 
     /// Graceful drain (G7, G3c): waiters and observers end `UNAVAILABLE` at once and their
@@ -327,11 +173,11 @@ impl Coordinator {
     /// limit plus `grace`, and closing the sessions by `grace`: a session never closes before
     /// every holder's bound has passed.
     pub async fn drain(&self, grace: Duration) {
-        self.draining.cancel();
-        self.streams.close();
+        self.pool.draining.cancel();
+        self.pool.streams.close();
         // The requested timeout's silence limit: no session's (negotiated) limit is longer.
         let silence_limit = timing::Timing::requested(&self.cfg).silence_limit;
-        if tokio::time::timeout(silence_limit + grace, self.streams.wait())
+        if tokio::time::timeout(silence_limit + grace, self.pool.streams.wait())
             .await
             .is_err()
         {
@@ -343,5 +189,150 @@ impl Coordinator {
         }
         self.shutdown.cancel();
         let _ = tokio::time::timeout(grace, self.supervisors.wait()).await;
+    }
+}
+
+/// What the API serves: each method hands the pool to its recipe.
+impl Coordinator {
+    /// Joins an election: creates the candidate's znode and registers it with the queue.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Draining` without a session; a full queue; ZooKeeper errors.
+    ///
+    /// # Cancellation safety
+    /// Cancellation safe: a future dropped midway leaves no znode behind ([`member::Member::join`]).
+    pub async fn campaign(&self, join: JoinSpec) -> Result<Candidacy, CoordError> {
+        election::campaign(&self.pool, join).await
+    }
+
+    /// Starts observing an election (it need not exist yet).
+    ///
+    /// # Errors
+    /// `Unavailable`/`Draining` without a session; ZooKeeper errors placing the watch.
+    pub async fn observe(&self, election: &QueueName) -> Result<Observation, CoordError> {
+        election::observe(&self.pool, election).await
+    }
+
+    /// The current leader, read from ZooKeeper: the head of the queue, once confirmed.
+    ///
+    /// # Errors
+    /// `NoLeader` when nobody leads; `Unavailable` without a session.
+    pub async fn leader(&self, election: &QueueName) -> Result<Holder, CoordError> {
+        election::leader(&self.pool, election).await
+    }
+
+    /// One page of the queue in order, for operators. Never reveals leases. `position` is the
+    /// member's place in the queue when it was listed (members that leave while the page is
+    /// read are left out); `total` counts the members listed.
+    ///
+    /// # Errors
+    /// `Unavailable` without a session.
+    pub async fn candidates(
+        &self,
+        election: &QueueName,
+        page: PageSpec,
+    ) -> Result<Page<MemberInfo>, CoordError> {
+        election::candidates(&self.pool, election, page).await
+    }
+
+    /// Whether `token` is the current leader's (Chubby's CheckSequencer).
+    ///
+    /// # Errors
+    /// `Unavailable` without a session.
+    pub async fn validate_leader(
+        &self,
+        election: &QueueName,
+        token: FencingToken,
+    ) -> Result<(bool, Option<Holder>), CoordError> {
+        election::validate_leader(&self.pool, election, token).await
+    }
+
+    /// Leaves an election by lease, from any gateway: the leader is told first and this returns
+    /// once its znode is gone (G3c, [`member::end_by_lease`]). Idempotent: a spent lease is
+    /// `LeaseNotFound`.
+    ///
+    /// # Errors
+    /// `LeaseNotFound` for a lease naming no znode; `Unavailable` without a session.
+    pub async fn resign(&self, lease: &Lease) -> Result<(), CoordError> {
+        election::resign(&self.pool, lease).await
+    }
+
+    /// The leader replaces its value, by lease, from any gateway.
+    ///
+    /// # Errors
+    /// `LeaseNotFound` for a spent lease; `NotLeader` if the lease's candidate does not lead.
+    pub async fn proclaim(&self, lease: &Lease, value: Value) -> Result<Holder, CoordError> {
+        election::proclaim(&self.pool, lease, value).await
+    }
+
+    /// Queues for a lock: creates the member znode, registers it with the lock's queue actor
+    /// (which refuses a permit count that differs from the members ahead) and returns the
+    /// hold, which reports `acquired` once the actor has confirmed it.
+    ///
+    /// # Errors
+    /// `PermitMismatch` (the znode is deleted before this returns); a full queue;
+    /// `Unavailable`/`Draining` without a session; ZooKeeper errors.
+    ///
+    /// # Cancellation safety
+    /// Cancellation safe: a future dropped midway leaves no znode behind ([`member::Member::join`]).
+    pub async fn acquire(&self, spec: AcquireSpec) -> Result<LockHold, CoordError> {
+        lock::acquire(&self.pool, spec).await
+    }
+
+    /// One page of the lock's holders (confirmed by their gateways) and the number of waiters,
+    /// read from ZooKeeper. Never reveals leases.
+    ///
+    /// # Errors
+    /// `Unavailable` without a session.
+    pub async fn holders(
+        &self,
+        name: &QueueName,
+        page: PageSpec,
+    ) -> Result<LockHolders, CoordError> {
+        lock::holders(&self.pool, name, page).await
+    }
+
+    /// Whether `token` is a current holder's (for services that fence writes).
+    ///
+    /// # Errors
+    /// `Unavailable` without a session.
+    pub async fn validate_holder(
+        &self,
+        name: &QueueName,
+        token: FencingToken,
+    ) -> Result<bool, CoordError> {
+        lock::validate_holder(&self.pool, name, token).await
+    }
+
+    /// Releases by lease, from any gateway: the same by-lease end as `resign` (it is keyed by
+    /// the lease's kind, so an election lease never decodes here): the holder is told first and
+    /// this returns once its znode is gone (G3c, [`member::end_by_lease`]). Idempotent: a spent
+    /// lease is `LeaseNotFound`.
+    ///
+    /// # Errors
+    /// `LeaseNotFound` for a lease naming no znode; `Unavailable` without a session.
+    pub async fn release(&self, lease: &Lease) -> Result<(), CoordError> {
+        lock::release(&self.pool, lease).await
+    }
+
+    /// Opens an `ObserveMany` stream: waits for the session's view of the elections folder,
+    /// then follows every wanted election.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Draining` without a session; `LimitReached` past `max_elections` or the
+    /// gateway's `max_queues`; ZooKeeper errors placing the folder's watch.
+    pub async fn observe_many(&self, spec: ManySpec) -> Result<ManyObservation, CoordError> {
+        observe_many::observe_many(&self.pool, spec).await
+    }
+
+    /// The fleet-wide view of the queues whose names start with `prefix` (the `/ui` page),
+    /// started (watch placed, queues listed and read) on first use and shared by every caller
+    /// of the prefix.
+    ///
+    /// # Errors
+    /// `Unavailable`/`Draining` without a session; ZooKeeper errors placing the watch,
+    /// listing or reading.
+    pub async fn fleet(&self, prefix: &str) -> Result<Arc<fleet::Fleet>, CoordError> {
+        fleet::fleet(&self.pool, &self.fleet, prefix).await
     }
 }

@@ -27,10 +27,11 @@ use tokio_stream::wrappers::WatchStream;
 use tokio_stream::StreamMap;
 
 use super::directory::{Directory, DirectoryView};
+use super::error::{CoordError, Limit, Retry};
 use super::link::Link;
+use super::pool::SessionPool;
 use super::queue::{QueueHandle, QueueView};
 use super::types::{Holder, QueueKind, QueueName};
-use super::{CoordError, Coordinator, Limit, Retry};
 use crate::metrics as m;
 
 /// Elections one `ObserveMany` stream may follow at once, by default.
@@ -159,7 +160,7 @@ struct Followed {
 /// An open `ObserveMany` stream (see the module docs).
 pub struct ManyObservation {
     spec: ManySpec,
-    coord: Arc<Coordinator>,
+    pool: Arc<SessionPool>,
     _directory: Arc<Directory>,
     folder: watch::Receiver<DirectoryView>,
     link: watch::Receiver<Link>,
@@ -173,52 +174,45 @@ pub struct ManyObservation {
     _stream: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
-impl Coordinator {
-    /// Opens an `ObserveMany` stream: waits for the session's view of the elections folder,
-    /// then follows every wanted election.
-    ///
-    /// # Errors
-    /// `Unavailable`/`Draining` without a session; `LimitReached` past `max_elections` or the
-    /// gateway's `max_queues`; ZooKeeper errors placing the folder's watch.
-    pub async fn observe_many(
-        self: &Arc<Self>,
-        spec: ManySpec,
-    ) -> Result<ManyObservation, CoordError> {
-        let stream = self.stream_token();
-        // The folder's watch lives on one session of the pool (the first connected one from
-        // slot 0), so a pool has one such watch, not one per session.
-        let session = self.session_from(0)?;
-        let directory = session.directory().await?;
-        let mut spec = spec;
-        let mut rejudge = spec.rejudge.take();
-        // Changes before the opening's own judgement below are already in it.
-        if let Some(r) = rejudge.as_mut() {
-            r.borrow_and_update();
-        }
-        let mut obs = ManyObservation {
-            spec,
-            rejudge,
-            coord: self.clone(),
-            folder: directory.view(),
-            _directory: directory,
-            link: session.link(),
-            followed: HashMap::new(),
-            views: StreamMap::new(),
-            snapshot: Some(HashSet::new()),
-            out: VecDeque::new(),
-            _gauge: m::GaugeGuard::raise(m::observers_active),
-            _stream: stream,
-        };
-        obs.link.borrow_and_update();
-        obs.folder.borrow_and_update();
-        // Opening the stream waits for a synced folder (a fresh directory is synced).
-        while !obs.folder.borrow().synced {
-            obs.wait_folder().await?;
-        }
-        obs.follow_folder().await?;
-        obs.check_snapshot();
-        Ok(obs)
+/// [`Coordinator::observe_many`](super::Coordinator::observe_many), served over the pool.
+pub(super) async fn observe_many(
+    pool: &Arc<SessionPool>,
+    spec: ManySpec,
+) -> Result<ManyObservation, CoordError> {
+    let stream = pool.stream_token();
+    // The folder's watch lives on one session of the pool (the first connected one from
+    // slot 0), so a pool has one such watch, not one per session.
+    let session = pool.session_from(0)?;
+    let directory = session.directory().await?;
+    let mut spec = spec;
+    let mut rejudge = spec.rejudge.take();
+    // Changes before the opening's own judgement below are already in it.
+    if let Some(r) = rejudge.as_mut() {
+        r.borrow_and_update();
     }
+    let mut obs = ManyObservation {
+        spec,
+        rejudge,
+        pool: pool.clone(),
+        folder: directory.view(),
+        _directory: directory,
+        link: session.link(),
+        followed: HashMap::new(),
+        views: StreamMap::new(),
+        snapshot: Some(HashSet::new()),
+        out: VecDeque::new(),
+        _gauge: m::GaugeGuard::raise(m::observers_active),
+        _stream: stream,
+    };
+    obs.link.borrow_and_update();
+    obs.folder.borrow_and_update();
+    // Opening the stream waits for a synced folder (a fresh directory is synced).
+    while !obs.folder.borrow().synced {
+        obs.wait_folder().await?;
+    }
+    obs.follow_folder().await?;
+    obs.check_snapshot();
+    Ok(obs)
 }
 
 impl ManyObservation {
@@ -331,7 +325,7 @@ impl ManyObservation {
             return Err(Limit::ElectionsPerObserveMany(self.spec.max_elections).reject());
         }
         for name in new {
-            let session = self.coord.session_for(QueueKind::Election, &name)?;
+            let session = self.pool.session_for(QueueKind::Election, &name)?;
             let queue = session.queue(QueueKind::Election, &name).await?;
             let views: Views = Box::pin(
                 WatchStream::new(queue.view())

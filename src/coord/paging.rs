@@ -22,7 +22,8 @@
 //! The sizes below are jute's wire format: a length prefix on every packet, `int` and `long`
 //! fields of 4 and 8 bytes, strings and buffers as a 4-byte length plus the bytes.
 
-use super::types::{QueueKind, MAX_NAME_LEN};
+use super::bounds::MAX_NAME_LEN;
+use super::types::QueueKind;
 
 /// ZooKeeper's default `jute.maxbuffer`: 0xfffff bytes.
 pub const JUTE_MAXBUFFER: usize = 0xfffff;
@@ -147,7 +148,7 @@ impl ReadPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coord::types::DEFAULT_MAX_VALUE_BYTES;
+    use crate::coord::bounds::DEFAULT_MAX_VALUE_BYTES;
 
     fn paths(n: usize, len: usize) -> Vec<String> {
         (0..n).map(|_| "p".repeat(len)).collect()

@@ -32,13 +32,14 @@ use zookeeper_client as zkc;
 use zookeeper_client::SessionState;
 
 use super::clock::{SessionClock, Verdict};
-use super::link::wait_usable;
+use super::config::CoordConfig;
+use super::error::{CoordError, Limit};
+use super::link::through_link;
 use super::link::{Link, LossReason};
 use super::queue::{QueueHandle, QueueRegistry, SessionIo};
 use super::timing::Timing;
 use super::types::{Holder, QueueKind, QueueName};
-use super::zk::{is_transport_failure, RequestCounter, Zk};
-use super::{CoordConfig, CoordError, Limit};
+use super::zk::{RequestCounter, Zk};
 use crate::metrics as m;
 
 /// One live ZooKeeper session and the queues (elections, locks) it serves.
@@ -160,19 +161,17 @@ impl ZkSession {
     /// Not cancellation safe: run it in a task of its own (`releases`) when it must finish.
     pub async fn delete_until_gone(&self, path: &str) -> Result<bool, CoordError> {
         let mut link = self.link();
-        let mut retried = false;
-        loop {
-            match self.zk.delete(path).await {
-                Ok(()) => return Ok(true),
-                // After a lost reply, NoNode may mean our own first attempt succeeded.
-                Err(zkc::Error::NoNode) => return Ok(retried),
-                Err(e) if is_transport_failure(&e) => {
-                    retried = true;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    wait_usable(&mut link).await?;
-                }
-                Err(e) => return Err(e.into()),
-            }
+        let mut sent = 0;
+        let answer = through_link(&mut link, || {
+            sent += 1;
+            self.zk.delete(path)
+        })
+        .await?;
+        match answer {
+            Ok(()) => Ok(true),
+            // After a lost reply, NoNode may mean our own first attempt succeeded.
+            Err(zkc::Error::NoNode) => Ok(sent > 1),
+            Err(e) => Err(e.into()),
         }
     }
 

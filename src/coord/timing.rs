@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::CoordConfig;
+use super::config::CoordConfig;
 
 /// Every duration derived from the session timeout T (G2, G3b): computed by [`Timing::derive`]
 /// and checked by [`Timing::check`], and nowhere else — the session supervisor and its
@@ -31,7 +31,7 @@ pub struct Timing {
     /// The session timeout ZooKeeper granted (the requested one before a session exists).
     pub negotiated: Duration,
     /// How long the client library waits for a reply before it declares the link dead: its
-    /// own rule applied to what this connection asked for (see [`Timing::library_connection_timeout`]).
+    /// own rule applied to what this connection asked for (see [`library_connection_timeout`]).
     pub connection_timeout: Duration,
     /// Subtracted from the server's expiry time to stop leaders safely before it.
     pub margin: Duration,

@@ -6,14 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use rand::RngCore;
 
+use super::bounds::{MAX_NAME_LEN, MAX_PERMITS};
 use crate::auth::lease_key::{hex_decode, hex_encode, LeaseKeys};
-
-/// Names are 1–200 characters of `[A-Za-z0-9._-]`, and not `.` or `..` (contract "Errors"): safe as
-/// a single ZooKeeper path segment and as a Prometheus label value.
-pub const MAX_NAME_LEN: usize = 200;
-
-/// Default limit for a candidate's or proclaimed value: far below ZooKeeper's 1 MiB jute limit.
-pub const DEFAULT_MAX_VALUE_BYTES: usize = 64 * 1024;
 
 /// Why an input was refused. Every variant reads as a sentence a person can act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,7 +36,7 @@ pub enum InvalidInput {
         value: String,
         bad: char,
     },
-    #[error("permits is {0}; at most {max} are allowed (0 or 1 is a mutex)", max = crate::coord::lock::MAX_PERMITS)]
+    #[error("permits is {0}; at most {MAX_PERMITS} are allowed (0 or 1 is a mutex)")]
     TooManyPermits(u32),
     #[error(
         "mode READ needs permits 0 or 1 (a read-write lock has one writer at a time), not {0}"

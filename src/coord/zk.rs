@@ -10,61 +10,11 @@ use futures::StreamExt;
 use zookeeper_client as zkc;
 use zookeeper_client::{Acls, AddWatchMode, Client, CreateMode, PersistentWatcher, Stat};
 
+use super::config::CoordConfig;
 use super::paging::{ReadPlan, PAGES_IN_FLIGHT};
 use crate::metrics as m;
 
 pub type ZkResult<T> = Result<T, zkc::Error>;
-
-/// TLS to ZooKeeper's `secureClientPort` (`--zk-tls-ca`, `--zk-tls-cert`, `--zk-tls-key`): the
-/// PEM text, read once at start so that a missing or unreadable file refuses to start rather
-/// than failing every reconnect. The server's certificate must be signed by `ca` and name the
-/// host of the connect string (hostname verification stays on).
-#[derive(Clone)]
-pub struct ZkTls {
-    pub ca: String,
-    /// Client certificate and key: ZooKeeper's x509 provider then identifies the gateway by
-    /// the certificate's subject DN, and the znodes it makes carry an ACL for that identity.
-    pub identity: Option<(String, String)>,
-}
-
-impl std::fmt::Debug for ZkTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZkTls")
-            .field("client_certificate", &self.identity.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl ZkTls {
-    /// The library's TLS options; checking them at start is what makes a bad PEM file refuse to
-    /// start ([`crate::config`]).
-    ///
-    /// # Errors
-    /// A PEM file that holds no certificate or key.
-    pub fn options(&self) -> ZkResult<zkc::TlsOptions> {
-        let options = zkc::TlsOptions::new().with_pem_ca(&self.ca)?;
-        match &self.identity {
-            Some((cert, key)) => options.with_pem_identity(cert, key),
-            None => Ok(options),
-        }
-    }
-}
-
-/// SASL DIGEST-MD5 to ZooKeeper (`--zk-sasl-user`, `--zk-sasl-password-file`). The password
-/// never appears in `Debug` output.
-#[derive(Clone)]
-pub struct ZkSasl {
-    pub user: String,
-    pub password: String,
-}
-
-impl std::fmt::Debug for ZkSasl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZkSasl")
-            .field("user", &self.user)
-            .finish_non_exhaustive()
-    }
-}
 
 /// How the gateway proves who it is to ZooKeeper, if at all: what decides the znodes' ACL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +33,7 @@ pub enum ZkIdentity {
 pub const ANONYMOUS_WARNING_LINE: &str = "warning: no ZooKeeper authentication (--zk-digest, --zk-sasl-user or --zk-tls-cert): every ZooKeeper client can read, list and delete the gateway's znodes\n";
 
 impl ZkIdentity {
-    pub fn of(cfg: &super::CoordConfig) -> Self {
+    pub fn of(cfg: &CoordConfig) -> Self {
         let client_cert = cfg.zk_tls.as_ref().is_some_and(|t| t.identity.is_some());
         if cfg.zk_digest.is_some() || cfg.zk_sasl.is_some() || client_cert {
             Self::Authenticated
@@ -109,7 +59,7 @@ impl ZkIdentity {
 /// What the library reports: no server reachable, a TLS handshake or SASL exchange that
 /// fails (the server then closes the connection), a bad connect string.
 pub async fn open_session(
-    cfg: &super::CoordConfig,
+    cfg: &CoordConfig,
     session_timeout: std::time::Duration,
     connection_timeout: std::time::Duration,
 ) -> ZkResult<Client> {

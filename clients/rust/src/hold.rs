@@ -17,7 +17,7 @@ use tonic::{Code, Status};
 
 use crate::endpoint::Endpoint;
 use crate::pb::Leader;
-use crate::raw::Update;
+use crate::raw::{Grant, Update};
 use crate::Error;
 
 /// How long `resign()` / `release()` wait for the gateway to confirm (end the stream) before
@@ -83,16 +83,6 @@ pub fn classify(status: &Status) -> LossReason {
     } else {
         LossReason::Ended
     }
-}
-
-/// The hold was granted: `elected` or `acquired`.
-#[derive(Debug, Clone)]
-pub struct Grant {
-    pub fencing_token: u64,
-    /// A holder that hears nothing for this long must assume it lost (the watchdog does).
-    pub silence_limit: Option<Duration>,
-    /// For leadership: the leader as elected, then as proclaimed.
-    pub leader: Option<Leader>,
 }
 
 /// What a hold's stream reports, in order. Heartbeats are not reported (the watchdog

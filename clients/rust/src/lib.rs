@@ -55,10 +55,11 @@ use tonic::{Code, Status};
 
 pub use backoff::Backoff;
 pub use endpoint::{Endpoint, Endpoints, TlsOptions, DEFAULT_ENDPOINT, ENDPOINT_ENV};
-pub use hold::{Grant, HoldEvent, LossReason};
+pub use hold::{HoldEvent, LossReason};
 pub use observe::Observer;
 pub use observe_many::{ManyEvent, ManyObserver};
 pub use pb::{Candidate, Holder, Leader, LockMode};
+pub use raw::Grant;
 pub use runner::{HoldContext, LeaderContext};
 
 use hold::HoldCore;
@@ -325,10 +326,6 @@ impl Client {
         }
     }
 
-    fn request<T>(&self, msg: T) -> tonic::Request<T> {
-        self.request_within(msg, self.inner.timeout)
-    }
-
     fn request_within<T>(&self, msg: T, timeout: Duration) -> tonic::Request<T> {
         let mut r = self.authorized(msg);
         r.set_timeout(timeout);
@@ -352,45 +349,73 @@ impl Client {
         r
     }
 
-    /// Runs a unary call with the deadline, trying each endpoint at most once (starting with
-    /// the current one) while the answer is a transport failure, `UNAVAILABLE` or no answer.
-    async fn unary<T, F, Fut>(&self, call: F) -> Result<T, Error>
+    /// Runs a unary call of `req` with the deadline, through [`Client::with_failover`].
+    async fn unary<Req, T, F, Fut>(&self, req: Req, call: F) -> Result<T, Error>
     where
-        F: FnMut(Channel) -> Fut,
+        Req: Clone,
+        F: Fn(Channel, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
-        self.unary_within(self.inner.timeout, call).await
+        self.unary_within(self.inner.timeout, req, call).await
     }
 
     /// [`Client::unary`] with a deadline of its own.
-    async fn unary_within<T, F, Fut>(&self, timeout: Duration, mut call: F) -> Result<T, Error>
+    async fn unary_within<Req, T, F, Fut>(
+        &self,
+        timeout: Duration,
+        req: Req,
+        call: F,
+    ) -> Result<T, Error>
     where
-        F: FnMut(Channel) -> Fut,
+        Req: Clone,
+        F: Fn(Channel, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        self.with_failover(timeout, |ch, _| {
+            let answer = call(ch, self.request_within(req.clone(), timeout));
+            async move {
+                answer
+                    .await
+                    .map(tonic::Response::into_inner)
+                    .map_err(Error::Status)
+            }
+        })
+        .await
+    }
+
+    /// The client's one failover loop, for unary calls and for opening holds: tries `attempt`
+    /// on each endpoint at most once (starting with the current one), each within `timeout`,
+    /// while the answer is a transport failure, `UNAVAILABLE` or no answer; a failed endpoint
+    /// is failed over from, and the next is tried after a backoff.
+    async fn with_failover<T, F, Fut>(&self, timeout: Duration, mut attempt: F) -> Result<T, Error>
+    where
+        F: FnMut(Channel, Endpoint) -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
     {
         let n = self.inner.endpoints.len();
         let mut backoff = Backoff::default();
         let mut last = None;
-        for attempt in 0..n {
+        for tried in 0..n {
             let i = self.current_index();
+            let ep = self.inner.endpoints[i].clone();
             let ch = self.inner.channels[i].clone();
-            match tokio::time::timeout(timeout, call(ch)).await {
-                Ok(Ok(r)) => return Ok(r.into_inner()),
-                Ok(Err(s)) if !hold::is_transport_failure(&s) => return Err(Error::Status(s)),
-                Ok(Err(s)) => last = Some(s),
+            match tokio::time::timeout(timeout, attempt(ch, ep.clone())).await {
+                Ok(Err(Error::Status(s))) if hold::is_transport_failure(&s) => {
+                    last = Some(Error::Status(s))
+                }
+                Ok(answer) => return answer,
                 Err(_) => {
-                    last = Some(Status::unavailable(format!(
-                        "{} did not answer within {:?}",
-                        self.inner.endpoints[i], timeout
-                    )))
+                    last = Some(Error::Status(Status::unavailable(format!(
+                        "{ep} did not answer within {timeout:?}"
+                    ))))
                 }
             }
             self.fail_over_index(i);
-            if attempt + 1 < n {
+            if tried + 1 < n {
                 tokio::time::sleep(backoff.next_delay()).await;
             }
         }
-        Err(Error::Status(last.expect("at least one endpoint")))
+        Err(last.expect("at least one endpoint"))
     }
 
     /// Who leads `election` now; `None` when nobody does.
@@ -402,9 +427,8 @@ impl Client {
             election: election.into(),
         };
         match self
-            .unary(|ch| {
-                let r = self.request(req.clone());
-                async move { ElectionClient::new(ch).leader(r).await }
+            .unary(req, |ch, r| async move {
+                ElectionClient::new(ch).leader(r).await
             })
             .await
         {
@@ -428,9 +452,8 @@ impl Client {
                 page_token: page_token.clone(),
             };
             let r = self
-                .unary(|ch| {
-                    let r = self.request(req.clone());
-                    async move { ElectionClient::new(ch).candidates(r).await }
+                .unary(req, |ch, r| async move {
+                    ElectionClient::new(ch).candidates(r).await
                 })
                 .await?;
             out.extend(r.candidates);
@@ -455,10 +478,10 @@ impl Client {
                 page_token: page_token.clone(),
             };
             let r = self
-                .unary(|ch| {
-                    let r = self.request(req.clone());
-                    async move { LockClient::new(ch).holders(r).await }
-                })
+                .unary(
+                    req,
+                    |ch, r| async move { LockClient::new(ch).holders(r).await },
+                )
                 .await?;
             out.holders.extend(r.holders);
             out.waiting = r.waiting;
@@ -479,9 +502,8 @@ impl Client {
         let req = pb::ResignRequest {
             lease: lease.into(),
         };
-        self.unary_within(self.by_lease_timeout(), |ch| {
-            let r = self.request_within(req.clone(), self.by_lease_timeout());
-            async move { ElectionClient::new(ch).resign(r).await }
+        self.unary_within(self.by_lease_timeout(), req, |ch, r| async move {
+            ElectionClient::new(ch).resign(r).await
         })
         .await
         .map(|_| ())
@@ -495,9 +517,8 @@ impl Client {
         let req = pb::ReleaseRequest {
             lease: lease.into(),
         };
-        self.unary_within(self.by_lease_timeout(), |ch| {
-            let r = self.request_within(req.clone(), self.by_lease_timeout());
-            async move { LockClient::new(ch).release(r).await }
+        self.unary_within(self.by_lease_timeout(), req, |ch, r| async move {
+            LockClient::new(ch).release(r).await
         })
         .await
         .map(|_| ())
@@ -514,9 +535,8 @@ impl Client {
             value: value.to_vec(),
         };
         let r = self
-            .unary(|ch| {
-                let r = self.request(req.clone());
-                async move { ElectionClient::new(ch).proclaim(r).await }
+            .unary(req, |ch, r| async move {
+                ElectionClient::new(ch).proclaim(r).await
             })
             .await?;
         Ok(r.leader.unwrap_or_default())
@@ -533,9 +553,8 @@ impl Client {
             fencing_token,
         };
         let r = self
-            .unary(|ch| {
-                let r = self.request(req.clone());
-                async move { ElectionClient::new(ch).validate(r).await }
+            .unary(req, |ch, r| async move {
+                ElectionClient::new(ch).validate(r).await
             })
             .await?;
         Ok(Validation {
@@ -554,47 +573,12 @@ impl Client {
             fencing_token,
         };
         let r = self
-            .unary(|ch| {
-                let r = self.request(req.clone());
-                async move { LockClient::new(ch).validate(r).await }
-            })
+            .unary(
+                req,
+                |ch, r| async move { LockClient::new(ch).validate(r).await },
+            )
             .await?;
         Ok(r.current)
-    }
-
-    /// Opens a hold with `open`, trying each endpoint at most once (starting with the current
-    /// one) while opening fails on the transport, `UNAVAILABLE` or the deadline.
-    async fn open_hold<F, Fut>(&self, mut open: F) -> Result<HoldCore, Error>
-    where
-        F: FnMut(Channel, Endpoint) -> Fut,
-        Fut: Future<Output = Result<HoldCore, Error>>,
-    {
-        let n = self.inner.endpoints.len();
-        let mut backoff = Backoff::default();
-        let mut last = None;
-        for attempt in 0..n {
-            let i = self.current_index();
-            let ep = self.inner.endpoints[i].clone();
-            let ch = self.inner.channels[i].clone();
-            match tokio::time::timeout(self.inner.timeout, open(ch, ep.clone())).await {
-                Ok(Ok(h)) => return Ok(h),
-                Ok(Err(Error::Status(s))) if hold::is_transport_failure(&s) => {
-                    last = Some(Error::Status(s))
-                }
-                Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    last = Some(Error::Status(Status::unavailable(format!(
-                        "{ep} did not answer within {:?}",
-                        self.inner.timeout
-                    ))))
-                }
-            }
-            self.fail_over_index(i);
-            if attempt + 1 < n {
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-        }
-        Err(last.expect("at least one endpoint"))
     }
 
     /// Joins `election` as `candidate` with `value`; returns once queued (the znode exists).
@@ -633,7 +617,7 @@ impl Client {
             value: value.to_vec(),
         };
         let core = self
-            .open_hold(|ch, ep| {
+            .with_failover(self.inner.timeout, |ch, ep| {
                 let join = join.clone();
                 let auth = self.authorized(());
                 async move {
@@ -703,7 +687,7 @@ impl Client {
         let ttl = options.ttl;
         let keep_after_loss = options.hold.keep_after_loss;
         let core = self
-            .open_hold(|ch, ep| {
+            .with_failover(self.inner.timeout, |ch, ep| {
                 let acquire = acquire.clone();
                 let auth = self.authorized(());
                 async move {

@@ -2,17 +2,20 @@
 //! backoff), and it never delivers a fencing token lower than one it already delivered — a
 //! reconnect's first message comes from another gateway and may be older than what was seen.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_util::sync::{CancellationToken, DropGuard};
+use tonic::transport::Channel;
+use tonic::Status;
 
 use crate::backoff::Backoff;
 use crate::hold::is_transport_failure;
 use crate::pb::election_client::ElectionClient;
-use crate::pb::{Leader, ObserveRequest};
+use crate::pb::{Leader, ObserveRequest, ObserveResponse};
 use crate::{Client, Error};
 
 /// The leader of an election (`None`: vacant) now and after every change. Items are `Err`
@@ -87,25 +90,87 @@ async fn run(
     tx: mpsc::Sender<Result<Option<Leader>, Error>>,
     stop: CancellationToken,
 ) {
-    let mut filter = TokenFilter::default();
+    let opener = client.clone();
+    let open = move |ch| {
+        let req = opener.authorized(ObserveRequest {
+            election: election.clone(),
+        });
+        async move { ElectionClient::new(ch).observe(req).await }
+    };
+    follow(client, "observe", LeaderFollower::default(), tx, stop, open).await;
+}
+
+/// `Observe`'s messages as the observer delivers them: tokens never go down
+/// ([`TokenFilter`]), and a reconnect's repeat of an unchanged leader is not delivered again.
+#[derive(Debug, Default)]
+struct LeaderFollower {
+    filter: TokenFilter,
+    /// A message came on some stream already: the next stream's first one is a repeat.
+    connected_before: bool,
+    first: bool,
+}
+
+impl Follower for LeaderFollower {
+    type Msg = ObserveResponse;
+    type Item = Option<Leader>;
+
+    fn reconnected(&mut self) {
+        self.first = self.connected_before;
+    }
+
+    fn admit(&mut self, msg: ObserveResponse) -> Vec<Option<Leader>> {
+        self.connected_before = true;
+        let deliver = self.filter.admit(msg.leader.as_ref(), self.first);
+        self.first = false;
+        if deliver {
+            vec![msg.leader]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// What an observer makes of its stream's messages ([`follow`]).
+pub(crate) trait Follower {
+    type Msg;
+    type Item;
+    /// A new stream is open: after a reconnect its first messages repeat the current state.
+    fn reconnected(&mut self);
+    /// What to deliver for `msg`, in order.
+    fn admit(&mut self, msg: Self::Msg) -> Vec<Self::Item>;
+}
+
+/// The observers' one reconnect loop (`Observe` and `ObserveMany`): opens the stream with
+/// `open` on the current endpoint within the client's deadline, delivers what `follower`
+/// admits, and after an end, a transport failure or a refusal that may pass, fails over to
+/// the next endpoint after a backoff (reset by every message). A refusal that reconnecting
+/// cannot fix is delivered as the last item. Returns when `stop` is cancelled or nobody
+/// receives any more.
+pub(crate) async fn follow<F, Open, Fut>(
+    client: Client,
+    what: &'static str,
+    mut follower: F,
+    tx: mpsc::Sender<Result<F::Item, Error>>,
+    stop: CancellationToken,
+    mut open: Open,
+) where
+    F: Follower,
+    Open: FnMut(Channel) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<tonic::Streaming<F::Msg>>, Status>>,
+{
     let mut backoff = Backoff::default();
-    let mut connected_before = false;
     loop {
         let i = client.current();
         let (ch, ep) = client.channel(i);
-        let req = ObserveRequest {
-            election: election.clone(),
-        };
-        let mut stub = ElectionClient::new(ch);
         let opened = tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            r = tokio::time::timeout(client.timeout(), stub.observe(client.authorized(req))) => r,
+            r = tokio::time::timeout(client.timeout(), open(ch)) => r,
         };
         match opened {
             Ok(Ok(resp)) => {
                 let mut s = resp.into_inner();
-                let mut first = connected_before;
+                follower.reconnected();
                 loop {
                     let m = tokio::select! {
                         biased;
@@ -115,16 +180,15 @@ async fn run(
                     match m {
                         Ok(Some(msg)) => {
                             backoff.reset();
-                            connected_before = true;
-                            let deliver = filter.admit(msg.leader.as_ref(), first);
-                            first = false;
-                            if deliver && tx.send(Ok(msg.leader)).await.is_err() {
-                                return;
+                            for item in follower.admit(msg) {
+                                if tx.send(Ok(item)).await.is_err() {
+                                    return;
+                                }
                             }
                         }
                         Ok(None) => break,
                         Err(status) if is_transport_failure(&status) => {
-                            tracing::debug!(endpoint = %ep, %status, "observe: reconnecting");
+                            tracing::debug!(endpoint = %ep, %status, "{what}: reconnecting");
                             break;
                         }
                         Err(status) => {

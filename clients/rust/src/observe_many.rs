@@ -13,12 +13,10 @@ use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::backoff::Backoff;
-use crate::hold::is_transport_failure;
-use crate::observe::TokenFilter;
+use crate::observe::{follow, Follower, TokenFilter};
 use crate::pb::election_client::ElectionClient;
 use crate::pb::observe_many_response::Event;
-use crate::pb::{Leader, ObserveManyRequest};
+use crate::pb::{Leader, ObserveManyRequest, ObserveManyResponse};
 use crate::{Client, Error};
 
 /// One item of an [`ManyObserver`].
@@ -129,71 +127,37 @@ async fn run(
     tx: mpsc::Sender<Result<ManyEvent, Error>>,
     stop: CancellationToken,
 ) {
-    let mut filter = ManyFilter::default();
-    let mut backoff = Backoff::default();
-    loop {
-        let i = client.current();
-        let (ch, ep) = client.channel(i);
-        let req = ObserveManyRequest {
+    let opener = client.clone();
+    let open = move |ch| {
+        let req = opener.authorized(ObserveManyRequest {
             prefix: prefix.clone(),
             elections: elections.clone(),
-        };
-        let mut stub = ElectionClient::new(ch);
-        let opened = tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            r = tokio::time::timeout(client.timeout(), stub.observe_many(client.authorized(req))) => r,
-        };
-        match opened {
-            Ok(Ok(resp)) => {
-                let mut s = resp.into_inner();
-                filter.reconnected();
-                loop {
-                    let m = tokio::select! {
-                        biased;
-                        () = stop.cancelled() => return,
-                        m = s.message() => m,
-                    };
-                    match m {
-                        Ok(Some(msg)) => {
-                            backoff.reset();
-                            let Some(event) = msg.event else { continue };
-                            for e in filter.admit(event) {
-                                if tx.send(Ok(e)).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(status) if is_transport_failure(&status) => {
-                            tracing::debug!(endpoint = %ep, %status, "observe_many: reconnecting");
-                            break;
-                        }
-                        Err(status) => {
-                            let e = Error::Status(status);
-                            if e.is_permanent() {
-                                let _ = tx.send(Err(e)).await;
-                                return;
-                            }
-                            break;
-                        }
-                    }
-                }
-            }
-            Ok(Err(status)) if !is_transport_failure(&status) => {
-                let e = Error::Status(status);
-                if e.is_permanent() {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
-            }
-            Ok(Err(_)) | Err(_) => {}
-        }
-        client.fail_over_after(i);
-        tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(backoff.next_delay()) => {}
+        });
+        async move { ElectionClient::new(ch).observe_many(req).await }
+    };
+    follow(
+        client,
+        "observe_many",
+        ManyFilter::default(),
+        tx,
+        stop,
+        open,
+    )
+    .await;
+}
+
+impl Follower for ManyFilter {
+    type Msg = ObserveManyResponse;
+    type Item = ManyEvent;
+
+    fn reconnected(&mut self) {
+        ManyFilter::reconnected(self);
+    }
+
+    fn admit(&mut self, msg: ObserveManyResponse) -> Vec<ManyEvent> {
+        match msg.event {
+            Some(event) => ManyFilter::admit(self, event),
+            None => Vec::new(),
         }
     }
 }

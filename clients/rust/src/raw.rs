@@ -28,7 +28,6 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 
-use crate::hold::Grant;
 use crate::pb::{self, acquire_request, acquire_response, campaign_request, campaign_response};
 use crate::pb::{election_client::ElectionClient, lock_client::LockClient, Leader};
 
@@ -293,6 +292,16 @@ impl From<acquire_request::Request> for pb::AcquireRequest {
             request: Some(request),
         }
     }
+}
+
+/// The hold was granted: `elected` or `acquired`.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub fencing_token: u64,
+    /// A holder that hears nothing for this long must assume it lost (the watchdog does).
+    pub silence_limit: Option<Duration>,
+    /// For leadership: the leader as elected, then as proclaimed.
+    pub leader: Option<Leader>,
 }
 
 /// An event of either stream in one vocabulary: what the helpers (and the test recorder) act

@@ -109,25 +109,16 @@ impl Captured {
     }
 }
 
-/// Sends `signal` (e.g. "INT") to `pid` with kill(1) (the crate denies `unsafe`).
+/// Sends `signal` (e.g. "INT") to `pid` ([`zkgate::localzk::send_signal`]).
 pub fn signal(pid: u32, signal: &str) {
-    let ok = Command::new("kill")
-        .args([format!("-{signal}"), pid.to_string()])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill -{signal} {pid} failed");
+    if let Err(e) = zkgate::localzk::send_signal(pid, signal) {
+        panic!("{e}");
+    }
 }
 
-/// Whether `pid` is a live (not zombie) process.
+/// Whether `pid` is a live (not zombie) process ([`zkgate::localzk::pid_alive`]).
 pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !matches!(
-            stat.rsplit_once(')')
-                .and_then(|(_, rest)| rest.trim_start().chars().next()),
-            Some('Z' | 'X')
-        ),
-        Err(_) => false,
-    }
+    zkgate::localzk::pid_alive(pid)
 }
 
 /// Waits up to `within` for `child` to exit.
@@ -250,9 +241,7 @@ impl Drop for DevGateway {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             // A stopped gateway (a test froze it) must be continued to die cleanly.
-            let _ = Command::new("kill")
-                .args(["-CONT", &self.pid().to_string()])
-                .status();
+            let _ = zkgate::localzk::send_signal(self.pid(), "CONT");
             let _ = self.child.kill();
             let _ = self.child.wait();
         }

@@ -31,17 +31,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use zookeeper_client as zkc;
 use zookeeper_client::{EventType, SessionState, WatchedEvent};
 
-use super::link::Link;
+use super::error::{CoordError, Limit};
+use super::link::{Link, RELIST_RETRY};
 use super::paging::ReadPlan;
 use super::record::NodeRecord;
 use super::types::{Holder, MemberName, QueueKind, QueueName};
 use super::zk::Zk;
-use super::{CoordError, Limit};
 use state::{Action, Due, Event, MemberData, Ownership};
 pub use state::{Created, Enlisted, HolderScan, MemberSignal, QueueState, QueueView, Refusal};
-
-/// How soon a failed re-listing of an unsynced queue is tried again (while the link is up).
-pub const RELIST_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What an actor needs of its session: the client, whose session owns the members it
 /// confirms, and the link, which says when confirmations may run.
@@ -625,13 +622,8 @@ impl Actor {
             }
             Action::List => Ok(vec![self.list().await]),
             Action::CheckPresent(node) => {
-                let present = self
-                    .io
-                    .zk
-                    .get_data(&format!("{}/{node}", self.path))
-                    .await
-                    .is_ok();
-                Ok(vec![Event::Present(present)])
+                let read = self.io.zk.get_data(&format!("{}/{node}", self.path)).await;
+                Ok(vec![Event::Present(state::presence(read))])
             }
             // Events that arrived meanwhile (members created before ours among them) must be
             // in the view before it decides anything.

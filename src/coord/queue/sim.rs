@@ -88,11 +88,11 @@ use super::state::{
     Action, Created, Due, Enlisted, Event, MemberData, MemberSignal, Ownership, QueueState,
 };
 use crate::coord::clock::{SessionClock, Verdict};
+use crate::coord::config::CoordConfig;
 use crate::coord::link::LossReason;
 use crate::coord::record::NodeRecord;
 use crate::coord::timing::Timing;
 use crate::coord::types::{MemberMode, MemberName, QueueKind, QueueName};
-use crate::coord::CoordConfig;
 
 /// What the schedules exercised, summed over a run (printed, so a model change that stops
 /// reaching a path shows).
@@ -1439,9 +1439,10 @@ impl Sim {
                     Event::ListFailed(zkc::Error::ConnectionLoss)
                 }
             },
-            Pending::CheckPresent => {
-                Event::Present(nodes(&resp).is_some_and(|n| n.first().is_some_and(|z| z.is_some())))
-            }
+            Pending::CheckPresent => Event::Present(match nodes(&resp) {
+                Some(n) => Ok(n.first().is_some_and(|z| z.is_some())),
+                None => Err(zkc::Error::ConnectionLoss),
+            }),
             Pending::ReadPermits(names) => match nodes(&resp) {
                 // Every znode of the model is ephemeral (a member's).
                 Some(n) => Event::PermitsRead(Ok(names

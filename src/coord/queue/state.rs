@@ -181,8 +181,9 @@ pub enum Event {
     DataChanged(MemberName, i64),
     /// A local member to register (the actor keeps its signal channel).
     Register(Created),
-    /// Answer to [`Action::CheckPresent`].
-    Present(bool),
+    /// Answer to [`Action::CheckPresent`], as [`presence`] reads it: `Err` when the read got
+    /// no answer (a transport error says nothing about the znode).
+    Present(Result<bool, zkc::Error>),
     /// Every event received before the [`Action::Settle`] has been applied.
     Settled,
     /// Answer to [`Action::ReadPermits`]: each member's permits by node name, in its order
@@ -208,6 +209,19 @@ pub enum Event {
     Unsynced,
     /// Answer to [`Action::List`] when it failed; asked again on the next reconcile.
     ListFailed(zkc::Error),
+}
+
+/// Whether a read of a znode found it: `NoNode` is absence; any other failure (the link above
+/// all) is no answer, never taken for absence.
+///
+/// # Errors
+/// The read's error, unless it is `NoNode`.
+pub fn presence<T>(read: Result<T, zkc::Error>) -> Result<bool, zkc::Error> {
+    match read {
+        Ok(_) => Ok(true),
+        Err(zkc::Error::NoNode) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// What the state asks the actor to do.
@@ -437,11 +451,15 @@ impl QueueState {
                 }
             }
             Event::Register(created) => self.register(created, &mut out),
-            Event::Present(false) => {
+            Event::Present(Err(e)) => {
+                self.pending = None;
+                out.push(Action::Reply(Err(Refusal::Zk(e))));
+            }
+            Event::Present(Ok(false)) => {
                 self.pending = None;
                 out.push(Action::Reply(Err(Refusal::Gone)));
             }
-            Event::Present(true) => {
+            Event::Present(Ok(true)) => {
                 if let Some(c) = &self.pending {
                     self.members.insert(key(&c.member), c.member.clone());
                     out.push(Action::Settle);
@@ -1274,7 +1292,7 @@ mod tests {
         assert!(matches!(out.as_slice(), [Action::CheckPresent(n)] if n == &node('w', 5)));
         // Present: events received meanwhile are applied before it is placed.
         assert!(matches!(
-            s.apply(Event::Present(true)).as_slice(),
+            s.apply(Event::Present(Ok(true))).as_slice(),
             [Action::Settle]
         ));
         s.apply(Event::MemberCreated(member('w', 4)));
@@ -1294,10 +1312,28 @@ mod tests {
         assert!(matches!(
             {
                 s.apply(Event::Register(created('w', 9, 1, None)));
-                s.apply(Event::Present(false))
+                s.apply(Event::Present(Ok(false)))
             }
             .as_slice(),
             [Action::Reply(Err(Refusal::Gone))]
+        ));
+    }
+
+    #[test]
+    fn a_presence_read_lost_to_the_link_is_no_answer_not_absence() {
+        assert!(matches!(presence(Ok(())), Ok(true)));
+        assert!(matches!(presence::<()>(Err(zkc::Error::NoNode)), Ok(false)));
+        for e in [zkc::Error::ConnectionLoss, zkc::Error::Timeout] {
+            assert!(matches!(presence::<()>(Err(e.clone())), Err(got) if got == e));
+        }
+        // The registration is refused with the read's error (retryable as the link's), not as a
+        // member that vanished after its create.
+        let mut s = state(QueueKind::Lock, &[]);
+        s.apply(Event::Register(created('w', 9, 1, None)));
+        assert!(matches!(
+            s.apply(Event::Present(Err(zkc::Error::ConnectionLoss)))
+                .as_slice(),
+            [Action::Reply(Err(Refusal::Zk(zkc::Error::ConnectionLoss)))]
         ));
     }
 

@@ -2,7 +2,7 @@
 //! `etcdctl elect` / `consul lock`, built on the Rust client (`zkgate-client`, so the CLI
 //! follows the fleet rules of `clients/CONFORMANCE.md`: endpoint failover, loss reasons, the
 //! silence watchdog). `elect -- CMD` and `lock -- CMD` run CMD exactly while the hold lasts
-//! ([`crate::held_command`]); without CMD, `--output json` makes them the conformance agent.
+//! ([`super::held_command`]); without CMD, `--output json` makes them the conformance agent.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -16,15 +16,15 @@ use zkgate_client::{
     LockOptions, LossReason, ManyEvent, TlsOptions,
 };
 
-use crate::config::{
+use super::args::{
     ClientArgs, DevArgs, ElectArgs, LeaseArgs, LockArgs, NameArgs, ObserveArgs, Output,
     ValidateArgs,
 };
-use crate::coord::{CoordConfig, Coordinator};
-use crate::held_command::{
+use super::held_command::{
     exit_code, spawn_error_code, stop_grace, HeldCommand, HoldLeft, StopCause, FENCING_TOKEN_ENV,
     LEASE_ENV,
 };
+use crate::coord::{CoordConfig, Coordinator};
 use crate::localzk::{LocalZk, LocalZkOptions};
 use crate::server::{self, ServeConfig};
 
@@ -51,7 +51,7 @@ pub mod exit {
     pub const NOT_ACQUIRED: u8 = 6;
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
+/// Resolves on Ctrl-C or SIGTERM: how `serve` and `dev` are asked to stop.
 pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
@@ -602,14 +602,11 @@ struct Interrupts {
 
 impl Interrupts {
     fn new() -> Self {
+        use rustix::process::Signal;
         use tokio::signal::unix::{signal, SignalKind};
         let (tx, int) = tokio::sync::mpsc::unbounded_channel();
-        for (kind, signo) in [
-            (SignalKind::interrupt(), libc::SIGINT),
-            (SignalKind::terminate(), libc::SIGTERM),
-            (SignalKind::hangup(), libc::SIGHUP),
-            (SignalKind::from_raw(libc::SIGTSTP), libc::SIGTSTP),
-        ] {
+        for signo in [Signal::INT, Signal::TERM, Signal::HUP, Signal::TSTP].map(Signal::as_raw) {
+            let kind = SignalKind::from_raw(signo);
             let mut s = signal(kind).expect("signal handler");
             let tx = tx.clone();
             tokio::spawn(async move {

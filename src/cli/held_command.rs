@@ -1,7 +1,7 @@
 //! The command that `zkgate elect NAME -- CMD…` and `zkgate lock NAME -- CMD…` run while they
 //! hold leadership or the lock, and the rule for how long it may take to stop.
 //!
-//! CMD never runs as the verb's own child: a keeper process ([`crate::keeper`]) starts it in a
+//! CMD never runs as the verb's own child: a keeper process ([`super::keeper`]) starts it in a
 //! process group of its own, adopts whatever CMD leaves behind (it is a child subreaper), and
 //! kills all of it the moment the verb dies, freezes past the hold's validity, or asks. A
 //! terminal's Ctrl-C reaches only the verb, which then decides. CMD's environment carries
@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use zkgate_client::LossReason;
 
-use crate::keeper::{self, FromKeeper, ToKeeper};
+use super::keeper::{self, FromKeeper, ToKeeper};
 
 /// The environment variable carrying the hold's fencing token to CMD.
 pub const FENCING_TOKEN_ENV: &str = "ZKGATE_FENCING_TOKEN";
@@ -284,7 +284,7 @@ impl HeldCommand {
             .await
             .map(|r| *r)
             .unwrap_or_default();
-        ExitStatus::from_raw(r.exited.unwrap_or(libc::SIGKILL))
+        ExitStatus::from_raw(r.exited.unwrap_or(rustix::process::Signal::KILL.as_raw()))
     }
 
     /// Whether the keeper reported that the verb's deadline passed (the verb was frozen).
@@ -309,7 +309,7 @@ impl HeldCommand {
                 ..Reports::default()
             });
         let _ = self.keeper.wait().await;
-        ExitStatus::from_raw(r.exited.unwrap_or(libc::SIGKILL))
+        ExitStatus::from_raw(r.exited.unwrap_or(rustix::process::Signal::KILL.as_raw()))
     }
 }
 
