@@ -273,7 +273,7 @@ async fn start(session: &ZkSession, prefix: &str) -> Result<Arc<Fleet>, CoordErr
 
 struct FleetActor {
     zk: super::zk::Zk,
-    cfg: Arc<super::CoordConfig>,
+    cfg: Arc<super::config::CoordConfig>,
     root: String,
     prefix: String,
     link: watch::Receiver<Link>,
