@@ -168,8 +168,9 @@ fn env_failpoints() -> &'static EnvFailpoints {
 /// refused and leaders hear `suspended` although nothing is wrong with the link. Requests past
 /// this many wait in the gateway instead (first come, first served), where the probe overtakes
 /// them, so its answer waits for at most this many. Measured with
-/// `isolation::a_flood_of_names_comes_and_goes` at load average 8–11 on 2 cores: unbounded
-/// and 128 suspended the session (the probe unanswered for 0.8–0.9 s); 16 and 32 never did.
+/// `isolation::a_flood_of_names_comes_and_goes` on 2 cores: unbounded it failed at load
+/// average 8 or more; at 8–11, 128 suspended the session (the probe unanswered for 0.81 and
+/// 0.92 s) and 16 and 32 never did.
 /// ZooKeeper commits a session's writes in groups, so 32 still keeps its pipeline busy.
 pub const REQUESTS_IN_FLIGHT: usize = 32;
 
