@@ -1070,6 +1070,71 @@ async fn zookeeper_restart_suspends_then_resumes() {
     zk.shutdown().await;
 }
 
+/// A standalone ZooKeeper down for longer than the client library waits for its session (7/5 T
+/// after it last heard the server): every gateway gives its session up (G2), and so does the
+/// library. When ZooKeeper starts again it renews every session it knows for a full T, so the
+/// abandoned sessions' members would head the queue until then. The gateway re-attaches to
+/// each session it gave up and closes it (`session::close_abandoned`), so a new candidate is
+/// elected before ZooKeeper could have expired them. Without that, this fails: the new
+/// candidate waits until `start + T` at the earliest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_given_up_while_zookeeper_was_down_are_closed_once_it_is_back() {
+    let _serial = support::serial().lock().await;
+    let t = Duration::from_secs(8);
+    let mut zk = LocalZk::start_standalone(LocalZkOptions {
+        tick_time: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .await
+    .expect("start ZooKeeper");
+    let connect = zk.connect_string();
+    let mut s = Scenario::new("zk-down-past-the-session", t);
+    let g1 = s.gateway("g1", &connect).await;
+    let g2 = s.gateway("g2", &connect).await;
+    let e = "abandoned";
+    let a = s.join(&g1.url(), "g1", e, "a").await;
+    a.wait_granted(STEP).await.expect("a elected");
+    let b = s.join(&g2.url(), "g2", e, "b").await;
+    b.wait_for(None, STEP, |ev| matches!(ev, Ev::Queued { .. }))
+        .await
+        .expect("b queued");
+
+    let t0 = s.fault("stop ZooKeeper");
+    zk.stop(0).await.unwrap();
+    for c in [&a, &b] {
+        let (_, code) = c.wait_end(t).await.expect("stream ended");
+        assert_eq!(code, Some(Code::Aborted), "{} ends ABORTED", c.name);
+    }
+    // The library gives a session up 7/5 T after it last heard the server, which was before
+    // the stop; only past that is the gateway the one to close the sessions.
+    tokio::time::sleep_until((t0 + t * 7 / 5 + Duration::from_millis(500)).into()).await;
+    let spawned = s.fault("start ZooKeeper again");
+    zk.start(0).await.unwrap();
+    s.say(&format!(
+        "ZooKeeper serving {:?} after its start",
+        spawned.elapsed()
+    ));
+    assert!(g2.wait_serving(t).await, "g2 connects again");
+    let c = s.join(&g2.url(), "g2", e, "c").await;
+    // ZooKeeper counts the renewed sessions' T from its start at the earliest.
+    s.expect_leader(
+        e,
+        spawned,
+        t,
+        "ZooKeeper back after the sessions were given up",
+    );
+    c.wait_granted(t * 2).await.expect("c elected");
+    s.finish(vec![a, b, c], &connect, Duration::from_secs(3))
+        .await;
+    for g in [&g1, &g2] {
+        g.wait_logged("abandoned ZooKeeper session re-attached and closed", t)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    drop((g1, g2));
+    zk.shutdown().await;
+}
+
 /// An asymmetric partition: g1's requests and pings no longer reach ZooKeeper, but ZooKeeper's
 /// watch notifications still reach g1 (other candidates keep joining and leaving). G2 asks
 /// that g1's leader be suspended at once and ABORTED before the session can expire.

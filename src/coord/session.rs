@@ -336,8 +336,108 @@ pub async fn supervise_slot(
             let _ = tokio::time::timeout(Duration::from_secs(5), session.releases.wait()).await;
             return;
         }
+        if reason == LossReason::PresumedExpired {
+            let info = session.zk.client().session().clone();
+            tokio::spawn(close_abandoned(
+                cfg.clone(),
+                info,
+                timing,
+                states,
+                shutdown.clone(),
+            ));
+        }
         drop(session);
     }
+}
+
+/// How long the gateway keeps trying to close a session it gave up on, in session timeouts.
+/// ZooKeeper renews every session for a full timeout at each leader change, so under a barrage
+/// of elections a session can outlive its owner's interest for several timeouts.
+const CLOSE_ABANDONED_FOR: u32 = 10;
+
+/// The longest pause between attempts to re-attach to an abandoned session: short, because
+/// every moment it stays open is a moment its members block their queues.
+const REATTACH_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// Closes a session the gateway gave up on (its clock said "presumed expired") as soon as
+/// ZooKeeper answers again, so that its members leave their queues then rather than whenever
+/// ZooKeeper gets round to expiring it.
+///
+/// Why it is needed: the client library closes a dropped session itself when it reconnects within
+/// 7/5 T of last hearing the server, but past that it gives up on its own side while ZooKeeper may
+/// still hold the session. A ZooKeeper leader election (or a standalone server's restart) renews
+/// every session it knows for a full T from the moment it serves again, so the members of a
+/// session given up during an election longer than `stop_within` used to head their queues for
+/// election + T — the "dense barrage" stalls of the soak (docs/faults.md).
+///
+/// Why it is safe: closing does exactly what expiry does, and it happens only after the
+/// gateway's own loss verdict: every stream on the session was told `suspended` with a
+/// `stop_within` that has run out and was then ended ABORTED (G2), and a holder that could not
+/// hear its gateway had its last heartbeat early enough for its `silence_limit` to run out by
+/// that same deadline (G3b, [`Timing::silence_bound`]). Nobody can act on the session's holds any
+/// more, so nobody needs its znodes to stay.
+async fn close_abandoned(
+    cfg: Arc<CoordConfig>,
+    session: zkc::SessionInfo,
+    timing: Timing,
+    mut old: zkc::StateWatcher,
+    shutdown: CancellationToken,
+) {
+    let id = format_args!("{:#x}", session.id().0).to_string();
+    let until = Instant::now() + timing.negotiated * CLOSE_ABANDONED_FOR;
+    // First let the library finish: if it reconnects in time it sends the close itself (the
+    // session's last client is gone), and two clients on one session would only move it about.
+    let mut state = old.peek_state();
+    while !state.is_terminated() {
+        state = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep_until(until) => return,
+            s = old.changed() => s,
+        };
+    }
+    if state == SessionState::Closed {
+        tracing::info!(session = %id, "abandoned ZooKeeper session closed");
+        return;
+    }
+    // The library gave up (or ZooKeeper expired the session: then the attach is refused).
+    let mut backoff = Duration::from_millis(100);
+    while Instant::now() < until {
+        let attached = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = super::zk::reattach_session(&cfg, session.clone(), timing.negotiated, timing.negotiated / 5) => r,
+        };
+        match attached {
+            Ok(client) => {
+                let mut states = client.state_watcher();
+                // Dropping the only client sends `closeSession`; its state says when it is done.
+                drop(client);
+                let closed = tokio::time::timeout(timing.negotiated, async {
+                    while !states.changed().await.is_terminated() {}
+                })
+                .await
+                .is_ok();
+                tracing::info!(
+                    session = %id,
+                    closed,
+                    "abandoned ZooKeeper session re-attached and closed, so its members leave their queues now"
+                );
+                return;
+            }
+            Err(zkc::Error::SessionExpired) => {
+                tracing::debug!(session = %id, "abandoned ZooKeeper session already expired");
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(session = %id, error = %e, "cannot re-attach the abandoned ZooKeeper session yet");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(REATTACH_BACKOFF_MAX);
+            }
+        }
+    }
+    tracing::warn!(session = %id, "could not close the abandoned ZooKeeper session; ZooKeeper will expire it");
 }
 
 async fn connect(cfg: &CoordConfig, ask: Duration) -> Result<zkc::Client, zkc::Error> {

@@ -63,9 +63,33 @@ pub async fn open_session(
     session_timeout: std::time::Duration,
     connection_timeout: std::time::Duration,
 ) -> ZkResult<Client> {
+    connect_as(cfg, session_timeout, connection_timeout, None).await
+}
+
+/// Attaches a new client to a session the gateway already had (its id and password), with the
+/// same credentials. Used only to close a session the gateway gave up on
+/// (`session::close_abandoned`).
+pub async fn reattach_session(
+    cfg: &CoordConfig,
+    session: zkc::SessionInfo,
+    session_timeout: std::time::Duration,
+    connection_timeout: std::time::Duration,
+) -> ZkResult<Client> {
+    connect_as(cfg, session_timeout, connection_timeout, Some(session)).await
+}
+
+async fn connect_as(
+    cfg: &CoordConfig,
+    session_timeout: std::time::Duration,
+    connection_timeout: std::time::Duration,
+    session: Option<zkc::SessionInfo>,
+) -> ZkResult<Client> {
     let mut connector = Client::connector()
         .with_session_timeout(session_timeout)
         .with_connection_timeout(connection_timeout);
+    if let Some(session) = session {
+        connector = connector.with_session(session);
+    }
     if let Some(digest) = &cfg.zk_digest {
         connector = connector.with_auth("digest", digest.as_bytes());
     }
