@@ -364,6 +364,25 @@ impl Zk {
         r
     }
 
+    /// Whether `path` exists in the ensemble leader's view. Reads are answered by whichever
+    /// server the session is on, which may lag or (ZOOKEEPER-5010) keep znodes the quorum no
+    /// longer has; a `multi` holding one `check` (any version) is decided by the leader
+    /// against every change it has proposed, so `false` is the committed truth.
+    pub async fn exists_at_leader(&self, path: &str) -> ZkResult<bool> {
+        let r = self
+            .instrument("multi", || async {
+                let mut txn = self.client.new_multi_writer();
+                txn.add_check_version(path, -1)?;
+                txn.commit().await.map_err(zkc::Error::from)
+            })
+            .await;
+        match r {
+            Ok(_) => Ok(true),
+            Err(zkc::Error::NoNode) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Test seam (a failpoint, as etcd has them): the next member create succeeds in ZooKeeper
     /// but reports `ConnectionLoss`, exactly as if its reply had been lost with the connection.
     /// Proves G5 (the orphan is found again by its protected id and adopted) deterministically.

@@ -695,6 +695,18 @@ impl Actor {
                 self.view_tx.send_replace(view);
                 Ok(vec![])
             }
+            // One attempt each, all at once: a suspect without an answer stays in the view
+            // (it can only block) and is asked about again at the next listing, which a
+            // transport failure brings about anyway.
+            Action::VerifyAtLeader(nodes) => {
+                let answers = futures::future::join_all(nodes.into_iter().map(|node| {
+                    let path = format!("{}/{node}", self.path);
+                    let zk = &self.io.zk;
+                    async move { (node, zk.exists_at_leader(&path).await) }
+                }))
+                .await;
+                Ok(vec![Event::Verified(answers)])
+            }
         }
     }
 

@@ -203,11 +203,16 @@ enum Req {
     Read(Vec<String>),
     /// `sync`: proof through the quorum (the probe, and the search's first step).
     Sync,
+    /// A `multi` of one `check` per node (`Zk::exists_at_leader`): decided by the leader.
+    CheckAtLeader(Vec<String>),
 }
 
 impl Req {
     fn needs_quorum(&self) -> bool {
-        matches!(self, Req::Create { .. } | Req::Delete(_) | Req::Sync)
+        matches!(
+            self,
+            Req::Create { .. } | Req::Delete(_) | Req::Sync | Req::CheckAtLeader(_)
+        )
     }
 }
 
@@ -340,6 +345,7 @@ enum Pending {
         sequence: i64,
         node: String,
     },
+    Verify(Vec<String>),
 }
 
 /// A mirror of `super::Actor` around the real [`QueueState`].
@@ -766,6 +772,12 @@ impl Sim {
                 names
                     .iter()
                     .map(|n| self.servers[server].tree.get(n).cloned())
+                    .collect(),
+            ),
+            Req::CheckAtLeader(names) => Resp::Nodes(
+                names
+                    .iter()
+                    .map(|n| self.leader().tree.get(n).cloned())
                     .collect(),
             ),
             Req::Create {
@@ -1373,6 +1385,11 @@ impl Sim {
                     self.members[m].mailbox.push_back(MemberIn::Signal(signal));
                 }
             }
+            Action::VerifyAtLeader(nodes) => self.actor_read(
+                si,
+                Req::CheckAtLeader(nodes.clone()),
+                Pending::Verify(nodes),
+            ),
             Action::Publish(view) => {
                 let token = view.leader.map(|l| l.fencing_token.0 as i64);
                 let a = self.sessions[si].actor.as_mut().expect("actor");
@@ -1439,6 +1456,17 @@ impl Sim {
                     Event::ListFailed(zkc::Error::ConnectionLoss)
                 }
             },
+            Pending::Verify(names) => Event::Verified(match nodes(&resp) {
+                Some(n) => names
+                    .into_iter()
+                    .zip(n)
+                    .map(|(name, z)| (name, Ok(z.is_some())))
+                    .collect(),
+                None => names
+                    .into_iter()
+                    .map(|name| (name, Err(zkc::Error::ConnectionLoss)))
+                    .collect(),
+            }),
             Pending::CheckPresent => Event::Present(match nodes(&resp) {
                 Some(n) => Ok(n.first().is_some_and(|z| z.is_some())),
                 None => Err(zkc::Error::ConnectionLoss),

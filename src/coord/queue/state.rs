@@ -209,6 +209,9 @@ pub enum Event {
     Unsynced,
     /// Answer to [`Action::List`] when it failed; asked again on the next reconcile.
     ListFailed(zkc::Error),
+    /// Answer to [`Action::VerifyAtLeader`]: whether the leader has each suspect (`Err`: no
+    /// answer).
+    Verified(Vec<(String, Result<bool, zkc::Error>)>),
 }
 
 /// Whether a read of a znode found it: `NoNode` is absence; any other failure (the link above
@@ -251,6 +254,9 @@ pub enum Action {
     Signal(String, MemberSignal),
     /// Publish this view to observers.
     Publish(QueueView),
+    /// Ask the ensemble's leader whether these members exist (see `QueueState::high_water`);
+    /// answer [`Event::Verified`].
+    VerifyAtLeader(Vec<String>),
 }
 
 /// The one rule that decides who holds, applied to a queue in sequence order.
@@ -363,8 +369,21 @@ pub struct QueueState {
     unsynced: bool,
     /// A registration that arrived while unsynced, answered after the next listing.
     waiting_sync: Option<Created>,
-    /// Children named like members whose stat showed they are not (not ephemeral).
+    /// Children named like members whose stat showed they are not (not ephemeral), and
+    /// members the leader said do not exist ([`Event::Verified`]).
     ignored: HashSet<String>,
+    /// The highest sequence number the view has seen in the queue's current znode, by a
+    /// listing or an event. ZooKeeper numbers a container's children in commit order, and a
+    /// session's reads never go back in zxid, so a member that first shows up *below* it in a
+    /// later listing cannot be in the committed history: it was deleted before that earlier
+    /// listing and cannot come back — unless the server the session is on kept a znode its
+    /// quorum no longer has (ZOOKEEPER-5010: a follower that kept a long-expired session's
+    /// ephemerals after a restart and a leader change, and headed every queue with them).
+    high_water: Option<i64>,
+    /// Members shown by a listing below `high_water`, not yet judged by the leader
+    /// ([`Action::VerifyAtLeader`]); they stay in the view (blocking, never granting) until
+    /// the leader says they do not exist.
+    suspects: HashSet<String>,
 }
 
 impl QueueState {
@@ -392,6 +411,8 @@ impl QueueState {
             unsynced: false,
             waiting_sync: None,
             ignored: HashSet::new(),
+            high_water: None,
+            suspects: HashSet::new(),
         }
     }
 
@@ -429,12 +450,18 @@ impl QueueState {
         match event {
             Event::Listed(children) => self.listed(children, &mut out),
             Event::QueueCreated => self.present = true,
-            Event::QueueDeleted => self.present = false,
+            Event::QueueDeleted => {
+                // A container made again numbers its children from zero.
+                self.present = false;
+                self.high_water = None;
+            }
             Event::MemberCreated(m) => {
                 if !self.ignored.contains(&m.node_name()) {
+                    self.high_water = self.high_water.max(Some(m.sequence));
                     self.members.insert(key(&m), m);
                 }
             }
+            Event::Verified(answers) => self.verified(answers, &mut out),
             Event::MemberDeleted(m) => {
                 let node = m.node_name();
                 self.ignored.remove(&node);
@@ -526,14 +553,37 @@ impl QueueState {
     /// members missing from it are gone.
     fn listed(&mut self, children: Option<Vec<String>>, out: &mut Vec<Action>) {
         self.present = children.is_some();
+        if !self.present {
+            self.high_water = None;
+        }
         let children = children.unwrap_or_default();
         self.ignored.retain(|n| children.contains(n));
+        let before = std::mem::take(&mut self.members);
         self.members = children
             .iter()
             .filter(|c| !self.ignored.contains(*c))
             .filter_map(|c| MemberName::parse(c))
             .map(|m| (key(&m), m))
             .collect();
+        let suspects: Vec<String> = self
+            .members
+            .keys()
+            .filter(|(seq, node)| {
+                !self.local.contains_key(node)
+                    && (self.suspects.contains(node)
+                        || (!before.contains_key(&(*seq, node.clone()))
+                            && self.high_water.is_some_and(|h| *seq < h)))
+            })
+            .map(|(_, node)| node.clone())
+            .collect();
+        self.high_water = self
+            .high_water
+            .max(self.members.keys().next_back().map(|(seq, _)| *seq));
+        self.suspects = suspects.iter().cloned().collect();
+        if !suspects.is_empty() {
+            tracing::warn!(queue = %self.name, members = ?suspects, "members listed below the queue's highest sequence number that earlier listings did not have: asking the leader whether they exist");
+            out.push(Action::VerifyAtLeader(suspects));
+        }
         let mut gone: Vec<(i64, String)> = self
             .local
             .iter()
@@ -559,6 +609,42 @@ impl QueueState {
         // A registration that waited for this listing is decided now.
         if let Some(c) = self.waiting_sync.take() {
             self.register(c, out);
+        }
+    }
+
+    /// The leader's answer on suspects: a member it does not have leaves the view for as long
+    /// as listings show it; one it has, or one it could not answer for, stays (a suspect
+    /// without an answer is asked about again at the next listing).
+    fn verified(
+        &mut self,
+        answers: Vec<(String, Result<bool, zkc::Error>)>,
+        out: &mut Vec<Action>,
+    ) {
+        for (node, answer) in answers {
+            if !self.suspects.contains(&node) {
+                continue;
+            }
+            match answer {
+                Ok(true) => {
+                    self.suspects.remove(&node);
+                }
+                Ok(false) => {
+                    self.suspects.remove(&node);
+                    let seq = self
+                        .members
+                        .keys()
+                        .find(|(_, n)| *n == node)
+                        .map(|(s, _)| *s);
+                    if let Some(seq) = seq {
+                        tracing::warn!(queue = %self.name, member = %node, "the session's server lists a member the ensemble's leader does not have (a diverged server): left out of the queue");
+                        self.ignored.insert(node.clone());
+                        self.forget(seq, &node, out);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(queue = %self.name, member = %node, error = %e, "the leader could not be asked about a suspect member; it stays in the view until the next listing");
+                }
+            }
         }
     }
 
@@ -1692,5 +1778,83 @@ mod tests {
             2,
             "a new znode of that name is looked at again"
         );
+    }
+
+    fn verify_asked(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .find_map(|a| match a {
+                Action::VerifyAtLeader(n) => Some(n.clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_member_listed_below_the_high_water_is_judged_by_the_leader() {
+        // (the leader's answer, kept in the view, asked again at the next listing)
+        let table: [(Result<bool, zkc::Error>, bool, bool); 3] = [
+            (Ok(false), false, false),
+            (Ok(true), true, false),
+            (Err(zkc::Error::ConnectionLoss), true, true),
+        ];
+        for (answer, kept, asked_again) in table {
+            let case = format!("{answer:?}");
+            // Our w5 waits behind w4; sequence numbers up to 5 have been seen.
+            let mut s = state(QueueKind::Lock, &[('w', 4), ('w', 5)]);
+            let e = enlist(&mut s, created('w', 5, 1, Some(50)));
+            assert!(!e.holds, "{case}");
+            // After a reconnect the session's server lists w1, which no earlier listing had.
+            let relisted = vec![node('w', 1), node('w', 4), node('w', 5)];
+            let out = s.apply(Event::Listed(Some(relisted.clone())));
+            assert_eq!(verify_asked(&out), vec![node('w', 1)], "{case}");
+            // w4 leaves; until the leader answers, w1 blocks w5 (a suspect never grants).
+            s.apply(Event::MemberDeleted(member('w', 4)));
+            assert!(
+                ownership_asked(&s.apply(Event::Reconcile { link_up: true })).is_empty(),
+                "{case}"
+            );
+            s.apply(Event::Verified(vec![(node('w', 1), answer)]));
+            assert_eq!(s.members(), if kept { 2 } else { 1 }, "{case}");
+            let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+            assert_eq!(
+                due.len(),
+                usize::from(!kept),
+                "{case}: w5 holds once w1 is out"
+            );
+            // The server keeps showing w1: a ghost stays out, an unanswered suspect is asked
+            // about again, a confirmed member is not.
+            let out = s.apply(Event::Listed(Some(vec![node('w', 1), node('w', 5)])));
+            assert_eq!(s.members(), if kept { 2 } else { 1 }, "{case}");
+            assert_eq!(!verify_asked(&out).is_empty(), asked_again, "{case}");
+        }
+    }
+
+    #[test]
+    fn only_strangers_first_seen_below_the_high_water_are_suspects() {
+        // Members seen before and members above the high water are never asked about.
+        let mut s = state(QueueKind::Election, &[('c', 3), ('c', 4)]);
+        let out = s.apply(Event::Listed(Some(vec![
+            node('c', 3),
+            node('c', 4),
+            node('c', 7),
+        ])));
+        assert!(verify_asked(&out).is_empty());
+        // Created events raise the high water too.
+        s.apply(Event::MemberCreated(member('c', 9)));
+        let out = s.apply(Event::Listed(Some(vec![
+            node('c', 3),
+            node('c', 8),
+            node('c', 9),
+        ])));
+        assert_eq!(verify_asked(&out), vec![node('c', 8)]);
+        // A queue znode gone and made again numbers from zero: nothing is suspect then.
+        let mut s = state(QueueKind::Lock, &[('w', 6)]);
+        s.apply(Event::Listed(None));
+        let out = s.apply(Event::Listed(Some(vec![node('w', 1)])));
+        assert!(verify_asked(&out).is_empty());
+        s.apply(Event::QueueDeleted);
+        let out = s.apply(Event::Listed(Some(vec![node('w', 0), node('w', 1)])));
+        assert!(verify_asked(&out).is_empty());
     }
 }
