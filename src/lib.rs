@@ -3,9 +3,9 @@
 //! observe leaders and hold locks over gRPC.
 //!
 //! # Layout
-//! - [`proto`]: the `zkgate.v1` API: the `zkgate-client` crate's messages and client stubs
-//!   (one set of types in the workspace) and the servers generated here (from
-//!   `proto/zkgate/v1/`), using [`codec`]'s small per-call buffers.
+//! - [`proto`]: the `zkgate.v1` API, the `zkgate-proto` crate (`crates/zkgate-proto`): the
+//!   messages and client stubs (one set of types in the workspace, the Rust client's too), the
+//!   servers with small per-call buffers, and the reflection descriptor set.
 //! - [`api`]: tonic handlers; proto ↔ domain conversion; errors → gRPC status;
 //!   [`api::limits`]: stream limits per gateway and per client connection (G10).
 //! - [`coord`]: no tonic types. [`coord::session`]: the ZooKeeper session pool, the G2 clock
@@ -37,7 +37,6 @@
 pub mod api;
 pub mod auth;
 pub mod cli;
-pub mod codec;
 pub mod config;
 pub mod coord;
 pub mod grpc_metrics;
