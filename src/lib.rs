@@ -41,9 +41,11 @@ pub mod config;
 pub mod coord;
 pub mod grpc_metrics;
 pub mod http;
-pub mod localzk;
 pub mod logging;
 pub mod metrics;
 pub mod proto;
 pub mod server;
 pub mod ui;
+
+/// The local ZooKeeper, moved to its own crate (`crates/localzk`).
+pub use zkgate_localzk as localzk;
