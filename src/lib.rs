@@ -26,8 +26,9 @@
 //! - [`config`]: `serve`'s settings, declared once and merged from flags, `ZKGATE_*` and the
 //!   TOML file in one place.
 //! - [`logging`]: the binary's log setup (`ZKGATE_LOG`; the ZooKeeper client capped at `info`).
-//! - [`localzk`]: start and stop real local ZooKeeper servers, tied to our process (`zkgate
-//!   dev`; the test kit, `crates/testkit`, adds ensembles and fault injection on top).
+//! - `zkgate dev`'s standalone ZooKeeper is the `zkgate-localzk` crate (`crates/localzk`:
+//!   real local ZooKeeper servers tied to our process, and process state and signals by pid);
+//!   the test kit (`crates/testkit`) builds ensembles and fault injection on the same crate.
 //! - [`cli`]: the command line's grammar and its verbs: [`cli::verbs`] (`dev` and the client
 //!   verbs `elect`, `lock`, `observe`, `leader`, `candidates`, `holders`, `resign`, `release`,
 //!   `validate`, built on the Rust client crate `zkgate-client`, `clients/rust`);
@@ -46,6 +47,3 @@ pub mod metrics;
 pub mod proto;
 pub mod server;
 pub mod ui;
-
-/// The local ZooKeeper, moved to its own crate (`crates/localzk`).
-pub use zkgate_localzk as localzk;
