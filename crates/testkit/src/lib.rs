@@ -19,6 +19,7 @@
 //!   serial lock of timing-sensitive scenarios ([`serial`]).
 #![allow(missing_docs)]
 
+pub mod bench;
 pub mod checker;
 pub mod dev_process;
 pub mod ensemble;
