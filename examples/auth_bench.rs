@@ -30,7 +30,7 @@ use zkgate::proto::campaign_response::Event;
 use zkgate::proto::election_client::ElectionClient;
 use zkgate::server::{self, ServeConfig};
 use zkgate_client::raw::CampaignStream;
-use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
+use zkgate_testkit::bench::{percentile, zk_or_local, BenchArgs};
 use zkgate_testkit::pki;
 
 #[derive(Clone)]
@@ -74,10 +74,6 @@ async fn gateway(zk: &str, root: &str, auth: Option<Policy>, tls: Option<ServerT
     port
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 async fn measure(c: &mut Stub, calls: usize) -> (Duration, Duration) {
     let req = || pb::LeaderRequest {
         election: "bench.auth".into(),
@@ -97,23 +93,10 @@ async fn measure(c: &mut Stub, calls: usize) -> (Duration, Duration) {
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let args = BenchArgs::from_env();
+    let arg = |name: &str| args.get(name);
     let calls: usize = arg("--calls").map(|s| s.parse().unwrap()).unwrap_or(5000);
-    let local = match arg("--zk") {
-        Some(_) => None,
-        None => Some(
-            LocalZk::start_standalone(LocalZkOptions::default())
-                .await
-                .expect("start ZooKeeper"),
-        ),
-    };
-    let zk = arg("--zk").unwrap_or_else(|| local.as_ref().unwrap().connect_string());
+    let (zk, _local) = zk_or_local(&args).await;
     let root = format!("/bench{:x}", rand::random::<u32>());
     let dir = tempfile::tempdir().unwrap();
     pki::make_pki(dir.path());

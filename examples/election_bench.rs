@@ -18,7 +18,7 @@ use zkgate::proto::campaign_response::Event;
 use zkgate::proto::election_client::ElectionClient;
 use zkgate::server::{self, ServeConfig};
 use zkgate_client::raw::CampaignStream;
-use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
+use zkgate_testkit::bench::{percentile_ms, zk_or_local, BenchArgs};
 
 type Client = ElectionClient<tonic::transport::Channel>;
 
@@ -44,7 +44,7 @@ async fn until_elected(s: &mut CampaignStream) {
 
 fn report(name: &str, mut v: Vec<Duration>) {
     v.sort();
-    let p = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0;
+    let p = |q: f64| percentile_ms(&v, q);
     println!(
         "{name:<28} n={:<5} p50={:>7.2} ms  p90={:>7.2} ms  p99={:>7.2} ms  max={:>7.2} ms",
         v.len(),
@@ -72,23 +72,10 @@ async fn main() {
     if let Ok(f) = std::env::var("ZKGATE_LOG") {
         tracing_subscriber::fmt().with_env_filter(f).init();
     }
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let args = BenchArgs::from_env();
+    let arg = |name: &str| args.get(name);
     let rounds: usize = arg("--rounds").map(|s| s.parse().unwrap()).unwrap_or(300);
-    let local = match arg("--zk") {
-        Some(_) => None,
-        None => Some(
-            LocalZk::start_standalone(LocalZkOptions::default())
-                .await
-                .expect("start ZooKeeper"),
-        ),
-    };
-    let zk = arg("--zk").unwrap_or_else(|| local.as_ref().unwrap().connect_string());
+    let (zk, local) = zk_or_local(&args).await;
     let mut cc = CoordConfig::new(&zk);
     cc.root = format!("/bench{:x}", rand::random::<u32>());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -24,7 +24,7 @@ use zkgate::proto::acquire_response::Event;
 use zkgate::proto::lock_client::LockClient;
 use zkgate::server::{self, ServeConfig};
 use zkgate_client::raw::AcquireStream;
-use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
+use zkgate_testkit::bench::{percentile_ms, zk_or_local, BenchArgs};
 
 type Client = LockClient<tonic::transport::Channel>;
 
@@ -55,7 +55,7 @@ async fn acquire_release(c: &mut Client, name: &str) -> (Duration, Duration) {
 
 fn pct(v: &mut [Duration], q: f64) -> f64 {
     v.sort();
-    v[((v.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0
+    percentile_ms(v, q)
 }
 
 /// `clients` tasks loop acquire → release on `locks` names for `secs`; returns
@@ -102,24 +102,11 @@ async fn throughput(
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let args = BenchArgs::from_env();
+    let arg = |name: &str| args.get(name);
     let rounds: usize = arg("--rounds").map_or(1000, |s| s.parse().expect("--rounds N"));
     let secs: f64 = arg("--seconds").map_or(5.0, |s| s.parse().expect("--seconds S"));
-    let local = match arg("--zk") {
-        Some(_) => None,
-        None => Some(
-            LocalZk::start_standalone(LocalZkOptions::default())
-                .await
-                .expect("start ZooKeeper"),
-        ),
-    };
-    let zk = arg("--zk").unwrap_or_else(|| local.as_ref().unwrap().connect_string());
+    let (zk, local) = zk_or_local(&args).await;
     let mut cc = CoordConfig::new(&zk);
     cc.root = format!("/lockbench{:x}", rand::random::<u32>());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -421,7 +421,7 @@ struct VerbSlot {
 
 /// One verb process.
 struct VerbRun {
-    child: zkgate::localzk::TiedChild,
+    child: zkgate_localzk::TiedChild,
     /// Its stdout and stderr (`--output json` lines and diagnostics).
     out: std::path::PathBuf,
     /// SIGSTOPped by a fault (SIGCONT comes from the fault's own task).
@@ -1664,7 +1664,7 @@ async fn run_verb(world: Arc<World>, i: usize) {
             return;
         };
         let mut cmd =
-            zkgate::localzk::TiedChild::command(&format!("verb-{}", slot.who), &world.zkgate, None);
+            zkgate_localzk::TiedChild::command(&format!("verb-{}", slot.who), &world.zkgate, None);
         cmd.arg(slot.verb)
             .arg(&slot.resource)
             .arg(if slot.verb == "lock" {
@@ -1691,7 +1691,7 @@ async fn run_verb(world: Arc<World>, i: usize) {
             }
         }
         cmd.stderr(out_file);
-        let child = match zkgate::localzk::TiedChild::spawn(cmd).await {
+        let child = match zkgate_localzk::TiedChild::spawn(cmd).await {
             Ok(c) => c,
             Err(e) => {
                 world.say(&format!("starting verb {} failed: {e}", slot.who));
@@ -1909,7 +1909,7 @@ async fn inject(
                     let deadline = Instant::now() + Duration::from_secs(60);
                     while Instant::now() < deadline {
                         for (i, a) in addrs.iter().enumerate() {
-                            let answer = zkgate::localzk::four_letter_word(
+                            let answer = zkgate_localzk::four_letter_word(
                                 *a,
                                 "srvr",
                                 Duration::from_millis(500),
@@ -1917,7 +1917,7 @@ async fn inject(
                             .await;
                             if answer
                                 .as_deref()
-                                .is_ok_and(|s| zkgate::localzk::parse_mode(s) == Some("leader"))
+                                .is_ok_and(|s| zkgate_localzk::parse_mode(s) == Some("leader"))
                             {
                                 return Some((Instant::now(), i));
                             }

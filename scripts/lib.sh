@@ -36,7 +36,7 @@ apt_install() {
         apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
-# Java and Apache ZooKeeper in the Debian layout that src/localzk.rs (and so the test kit) looks for
+# Java and Apache ZooKeeper in the Debian layout that crates/localzk (and so the test kit) looks for
 # (/usr/share/java/zookeeper.jar); ZOOKEEPER_HOME pointing at an unpacked tarball also works.
 ensure_zookeeper() {
     if [ -n "${ZOOKEEPER_HOME:-}" ] && command -v java >/dev/null 2>&1; then

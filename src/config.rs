@@ -24,9 +24,11 @@ pub const DEFAULT_ZK: &str = "127.0.0.1:2181";
 /// → `--zk-tick-time`), an environment variable (`ZKGATE_ZK_TICK_TIME`) and a key of the
 /// `--config` TOML file (`zk_tick_time`), with its default in the `arg` attribute; [`load`]
 /// merges them (flags > environment > file > defaults), and the test
-/// `every_setting_is_reachable_from_flag_env_and_file` keeps the three in step.
+/// `every_setting_is_reachable_from_flag_env_and_file` keeps the three in step. A group of
+/// settings that one part of the gateway takes whole is declared on that part's own type and
+/// flattened in ([`limits::StreamLimits`]), so [`ServeArgs::resolve`] copies nothing by hand.
+/// (serde's `deny_unknown_fields` does not work beside `flatten`: [`load`] refuses unknown keys.)
 #[derive(Debug, Args, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ServeArgs {
     /// TOML file with any of these settings (keys as the flag names, with `_` for `-`)
     #[arg(long, env = "ZKGATE_CONFIG")]
@@ -127,28 +129,17 @@ pub struct ServeArgs {
     /// Distinct election/lock names that get their own metric label before `other`
     #[arg(long, env = "ZKGATE_METRICS_NAME_CAP", default_value_t = crate::metrics::DEFAULT_NAME_LABEL_CAP)]
     pub metrics_name_cap: usize,
-    /// Open Campaign + Acquire streams on this gateway; past it RESOURCE_EXHAUSTED
-    #[arg(long, env = "ZKGATE_MAX_HOLDER_STREAMS", default_value_t = limits::DEFAULT_HOLDER_STREAMS_PER_GATEWAY)]
-    pub max_holder_streams: usize,
-    /// Open Campaign + Acquire streams per client connection
-    #[arg(long, env = "ZKGATE_MAX_HOLDER_STREAMS_PER_CONNECTION", default_value_t = limits::DEFAULT_HOLDER_STREAMS_PER_CONNECTION)]
-    pub max_holder_streams_per_connection: usize,
-    /// Open Observe streams per client connection
-    #[arg(long, env = "ZKGATE_MAX_OBSERVE_STREAMS_PER_CONNECTION", default_value_t = limits::DEFAULT_OBSERVE_STREAMS_PER_CONNECTION)]
-    pub max_observe_streams_per_connection: usize,
-    /// Elections one ObserveMany stream may follow at once; past it RESOURCE_EXHAUSTED
-    #[arg(long, env = "ZKGATE_MAX_OBSERVE_MANY_ELECTIONS", default_value_t = crate::coord::observe_many::DEFAULT_MAX_OBSERVE_MANY_ELECTIONS)]
-    pub max_observe_many_elections: usize,
+    /// The stream limits (G10): `--max-holder-streams` …, `--first-message-timeout` (their
+    /// flags, variables and keys are declared on [`limits::StreamLimits`]).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub limits: limits::StreamLimits,
     /// Distinct elections + locks in use on this gateway at once
     #[arg(long, env = "ZKGATE_MAX_QUEUES", default_value_t = crate::coord::DEFAULT_MAX_QUEUES)]
     pub max_queues: usize,
     /// Proclaimed bytes in flight per ZooKeeper session; in-stream proclaims wait, Proclaim by lease gets RESOURCE_EXHAUSTED
     #[arg(long, env = "ZKGATE_MAX_PROCLAIM_BYTES_IN_FLIGHT", default_value_t = crate::coord::DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT)]
     pub max_proclaim_bytes_in_flight: usize,
-    /// A Campaign/Acquire stream must send join/acquire within this
-    #[arg(long, env = "ZKGATE_FIRST_MESSAGE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
-    #[serde(with = "humantime_serde")]
-    pub first_message_timeout: Duration,
     /// Largest packet sent to or expected from ZooKeeper, in bytes (default 1 MiB − 64 KiB); keep
     /// it below the servers' jute.maxbuffer. Multi-reads are paged to fit, and it bounds a queue's size
     #[arg(long, env = "ZKGATE_ZK_MAX_PACKET", default_value_t = crate::coord::paging::DEFAULT_ZK_MAX_PACKET)]
@@ -180,25 +171,6 @@ pub struct ServeArgs {
     #[arg(long, env = "ZKGATE_AUDIT_LOG")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_log: Option<PathBuf>,
-    /// Under --auth-policy: open Campaign/Acquire streams per identity on this gateway
-    #[arg(long, env = "ZKGATE_MAX_HOLDER_STREAMS_PER_IDENTITY", default_value_t = limits::DEFAULT_HOLDER_STREAMS_PER_IDENTITY)]
-    pub max_holder_streams_per_identity: usize,
-    /// Under --auth-policy: open Observe streams per identity on this gateway
-    #[arg(long, env = "ZKGATE_MAX_OBSERVE_STREAMS_PER_IDENTITY", default_value_t = limits::DEFAULT_OBSERVE_STREAMS_PER_IDENTITY)]
-    pub max_observe_streams_per_identity: usize,
-    /// Under --auth-policy: distinct elections + locks one identity's Campaign/Acquire streams are in
-    #[arg(long, env = "ZKGATE_MAX_QUEUES_PER_IDENTITY", default_value_t = limits::DEFAULT_QUEUES_PER_IDENTITY)]
-    pub max_queues_per_identity: usize,
-    /// Under --auth-policy: unary calls per second per identity (bursts of one second's worth)
-    #[arg(long, env = "ZKGATE_MAX_UNARY_RATE_PER_IDENTITY", default_value_t = limits::DEFAULT_UNARY_RATE_PER_IDENTITY)]
-    pub max_unary_rate_per_identity: u32,
-    /// Under --auth-policy: unary calls in flight at once per identity
-    #[arg(long, env = "ZKGATE_MAX_UNARY_IN_FLIGHT_PER_IDENTITY", default_value_t = limits::DEFAULT_UNARY_IN_FLIGHT_PER_IDENTITY)]
-    pub max_unary_in_flight_per_identity: usize,
-    /// Under --auth-policy: election value bytes per identity its Campaign streams keep in
-    /// ZooKeeper, plus Proclaim-by-lease values while the call runs
-    #[arg(long, env = "ZKGATE_MAX_BYTES_IN_FLIGHT_PER_IDENTITY", default_value_t = limits::DEFAULT_BYTES_IN_FLIGHT_PER_IDENTITY)]
-    pub max_bytes_in_flight_per_identity: usize,
     /// Log as JSON lines: the global `--log-json` / `ZKGATE_LOG_JSON` (which every verb takes),
     /// here so that the file can set it too.
     #[arg(skip)]
@@ -295,6 +267,12 @@ pub fn load(matches: &ArgMatches) -> Result<ServeArgs, ConfigError> {
         source,
     };
     let mut merged: toml::Table = text.parse().map_err(file_error)?;
+    let known = file_keys();
+    if let Some(key) = merged.keys().find(|key| !known.contains(key)) {
+        return Err(file_error(serde::de::Error::custom(format!(
+            "unknown key `{key}`: the keys are the `serve` flags' names with `_` for `-`"
+        ))));
+    }
     let given = toml::Table::try_from(&args).expect("the settings serialize to a TOML table");
     for (key, value) in given {
         let from_flag_or_env = has(&key)
@@ -309,6 +287,19 @@ pub fn load(matches: &ArgMatches) -> Result<ServeArgs, ConfigError> {
     let mut settings: ServeArgs = merged.try_into().map_err(file_error)?;
     settings.config = Some(path);
     Ok(settings)
+}
+
+/// The keys a `--config` file may hold: every `serve` setting's id (its flag with `_` for
+/// `-`, clap's and serde's name alike) but `config` itself, and `log_json`.
+fn file_keys() -> Vec<String> {
+    let cmd = ServeArgs::augment_args(clap::Command::new("serve"));
+    let mut keys: Vec<String> = cmd
+        .get_arguments()
+        .map(|a| a.get_id().as_str().to_owned())
+        .filter(|id| id != "config")
+        .collect();
+    keys.push("log_json".into());
+    keys
 }
 
 /// Fully resolved `serve` settings.
@@ -339,38 +330,33 @@ impl ServeArgs {
         }
         let mut coord = CoordConfig::new(self.zk);
         coord.root = root;
-        coord.session_timeout = self.session_timeout;
         coord.pool_size = self.zk_sessions.max(1);
-        coord.max_value_bytes = self.max_value_bytes;
-        coord.zk_max_packet = self.zk_max_packet;
+        // The settings the coordination layer takes as they are, under the same names: named
+        // once here. (Its own type, `coord::CoordConfig`, carries no command-line attributes.)
+        macro_rules! as_they_are {
+            ($($field:ident),+) => { $(coord.$field = self.$field;)+ };
+        }
+        as_they_are!(
+            session_timeout,
+            max_value_bytes,
+            zk_max_packet,
+            stop_margin,
+            silence_limit,
+            zk_tick_time,
+            keepalive_interval,
+            keepalive_timeout,
+            zk_digest,
+            max_queues,
+            max_proclaim_bytes_in_flight
+        );
         coord
             .check_packet_budget()
             .map_err(ConfigError::PacketBudget)?;
-        coord.stop_margin = self.stop_margin;
-        coord.silence_limit = self.silence_limit;
-        coord.zk_tick_time = self.zk_tick_time;
-        coord.zk_digest = self.zk_digest;
         coord.zk_tls = zk_tls(self.zk_tls_ca, self.zk_tls_cert, self.zk_tls_key)?;
         coord.zk_sasl = zk_sasl(self.zk_sasl_user, self.zk_sasl_password_file)?;
-        coord.max_queues = self.max_queues;
-        coord.max_proclaim_bytes_in_flight = self.max_proclaim_bytes_in_flight;
         let mut serve = ServeConfig::new(coord);
-        serve.coord.keepalive_interval = self.keepalive_interval;
-        serve.coord.keepalive_timeout = self.keepalive_timeout;
         serve.name_label_cap = self.metrics_name_cap;
-        serve.limits = limits::StreamLimits {
-            holder_streams_per_gateway: self.max_holder_streams,
-            holder_streams_per_connection: self.max_holder_streams_per_connection,
-            observe_streams_per_connection: self.max_observe_streams_per_connection,
-            observe_many_elections: self.max_observe_many_elections,
-            holder_streams_per_identity: self.max_holder_streams_per_identity,
-            observe_streams_per_identity: self.max_observe_streams_per_identity,
-            queues_per_identity: self.max_queues_per_identity,
-            unary_rate_per_identity: self.max_unary_rate_per_identity,
-            unary_in_flight_per_identity: self.max_unary_in_flight_per_identity,
-            bytes_in_flight_per_identity: self.max_bytes_in_flight_per_identity,
-            first_message_timeout: self.first_message_timeout,
-        };
+        serve.limits = self.limits;
         // Under a policy a client certificate is one way to be identified, not a condition of
         // connecting: callers with a token or none (`anonymous`) get what the policy gives them.
         let optional_client_cert = self.auth_policy.is_some();
@@ -794,14 +780,7 @@ mod tests {
     /// Every setting: the field names that are flags (clap) and keys (serde), except the file
     /// itself; `log_json` is the global flag.
     fn every_setting() -> Vec<String> {
-        let cmd = ServeArgs::augment_args(clap::Command::new("serve"));
-        let mut keys: Vec<String> = cmd
-            .get_arguments()
-            .map(|a| a.get_id().as_str().to_owned())
-            .filter(|id| id != "config")
-            .collect();
-        keys.push("log_json".into());
-        keys
+        file_keys()
     }
 
     /// The merged value of `key`, as the file would write it.

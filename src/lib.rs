@@ -3,9 +3,9 @@
 //! observe leaders and hold locks over gRPC.
 //!
 //! # Layout
-//! - [`proto`]: the `zkgate.v1` API: the `zkgate-client` crate's messages and client stubs
-//!   (one set of types in the workspace) and the servers generated here (from
-//!   `proto/zkgate/v1/`), using [`codec`]'s small per-call buffers.
+//! - [`proto`]: the `zkgate.v1` API, the `zkgate-proto` crate (`crates/zkgate-proto`): the
+//!   messages and client stubs (one set of types in the workspace, the Rust client's too), the
+//!   servers with small per-call buffers, and the reflection descriptor set.
 //! - [`api`]: tonic handlers; proto ↔ domain conversion; errors → gRPC status;
 //!   [`api::limits`]: stream limits per gateway and per client connection (G10).
 //! - [`coord`]: no tonic types. [`coord::session`]: the ZooKeeper session pool, the G2 clock
@@ -26,8 +26,9 @@
 //! - [`config`]: `serve`'s settings, declared once and merged from flags, `ZKGATE_*` and the
 //!   TOML file in one place.
 //! - [`logging`]: the binary's log setup (`ZKGATE_LOG`; the ZooKeeper client capped at `info`).
-//! - [`localzk`]: start and stop real local ZooKeeper servers, tied to our process (`zkgate
-//!   dev`; the test kit, `crates/testkit`, adds ensembles and fault injection on top).
+//! - `zkgate dev`'s standalone ZooKeeper is the `zkgate-localzk` crate (`crates/localzk`:
+//!   real local ZooKeeper servers tied to our process, and process state and signals by pid);
+//!   the test kit (`crates/testkit`) builds ensembles and fault injection on the same crate.
 //! - [`cli`]: the command line's grammar and its verbs: [`cli::verbs`] (`dev` and the client
 //!   verbs `elect`, `lock`, `observe`, `leader`, `candidates`, `holders`, `resign`, `release`,
 //!   `validate`, built on the Rust client crate `zkgate-client`, `clients/rust`);
@@ -37,12 +38,10 @@
 pub mod api;
 pub mod auth;
 pub mod cli;
-pub mod codec;
 pub mod config;
 pub mod coord;
 pub mod grpc_metrics;
 pub mod http;
-pub mod localzk;
 pub mod logging;
 pub mod metrics;
 pub mod proto;

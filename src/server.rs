@@ -11,7 +11,7 @@ use tonic::transport::Server;
 use tonic_health::ServingStatus;
 
 use crate::api::limits::{Admission, StreamLimits};
-use crate::api::{ElectionApi, LockApi};
+use crate::api::{ApiDeps, ElectionApi, LockApi};
 use crate::auth::{Auth, LeaseKeys};
 use crate::coord::timing::{Timing, TimingError};
 use crate::coord::{CoordConfig, Coordinator};
@@ -178,6 +178,12 @@ pub async fn run_with(
         tokio::spawn(reload_on_sighup(cfg.auth.clone()));
     }
     let interceptor = cfg.auth.interceptor();
+    let deps = ApiDeps::new(
+        coord.clone(),
+        admission,
+        cfg.auth.clone(),
+        cfg.lease_keys.clone(),
+    );
     let local = listener.local_addr().ok();
     tracing::info!(grpc = ?local, zk = %cfg.coord.zk, root = %cfg.coord.root, "zkgate serving");
     let serve = builder
@@ -185,21 +191,11 @@ pub async fn run_with(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(ElectionServer::with_interceptor(
-            ElectionApi::new(
-                coord.clone(),
-                admission.clone(),
-                cfg.auth.clone(),
-                cfg.lease_keys.clone(),
-            ),
+            ElectionApi::new(deps.clone()),
             interceptor.clone(),
         ))
         .add_service(LockServer::with_interceptor(
-            LockApi::new(
-                coord.clone(),
-                admission,
-                cfg.auth.clone(),
-                cfg.lease_keys.clone(),
-            ),
+            LockApi::new(deps),
             interceptor,
         ))
         .serve_with_incoming_shutdown(incoming(listener), signal);

@@ -40,15 +40,7 @@ async fn fifo_order_of_five_candidates_and_cancel_releases() {
 #[tokio::test]
 async fn resign_in_stream_and_by_lease_from_another_gateway() {
     let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
-    let other = Gateway::start_with(
-        &zk,
-        GatewayOpts {
-            root: Some(gw.root.clone()),
-            ..Default::default()
-        },
-    )
-    .await;
+    let (gw, other) = two_gateways_on_one_root(&zk).await;
     let mut c = gw.client().await;
     let mut c2 = other.client().await;
 
@@ -202,15 +194,7 @@ async fn proclaim_by_leader_and_non_leader() {
 #[tokio::test]
 async fn observe_vacant_leader_vacant_and_handoff() {
     let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
-    let other = Gateway::start_with(
-        &zk,
-        GatewayOpts {
-            root: Some(gw.root.clone()),
-            ..Default::default()
-        },
-    )
-    .await;
+    let (gw, other) = two_gateways_on_one_root(&zk).await;
     let mut c = gw.client().await;
     let mut c2 = other.client().await;
     let mut obs_local = observe(&mut c, "obs").await;
@@ -438,14 +422,7 @@ async fn observe_first_message_is_the_existing_leader_on_a_fresh_gateway() {
     // A second gateway that has never seen this election: its first Observe message must be
     // the leader, not a vacancy, and so must Leader/Validate.
     for _ in 0..3 {
-        let other = Gateway::start_with(
-            &zk,
-            GatewayOpts {
-                root: Some(gw.root.clone()),
-                ..Default::default()
-            },
-        )
-        .await;
+        let other = Gateway::start_beside(&zk, &gw).await;
         let mut c2 = other.client().await;
         let mut obs = observe(&mut c2, "first").await;
         let l = next_observed(&mut obs)
@@ -573,15 +550,7 @@ fn end_requested(e: &Event) -> bool {
 #[tokio::test]
 async fn a_leader_resigned_by_lease_elsewhere_is_told_before_its_successor_is_elected() {
     let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
-    let other = Gateway::start_with(
-        &zk,
-        GatewayOpts {
-            root: Some(gw.root.clone()),
-            ..Default::default()
-        },
-    )
-    .await;
+    let (gw, other) = two_gateways_on_one_root(&zk).await;
     let mut c = gw.client().await;
     let mut c2 = other.client().await;
     let zkc = zk_client(&zk).await;
@@ -645,14 +614,7 @@ async fn a_resign_by_lease_asked_while_the_leaders_gateway_is_cut_off_is_told_on
         .await
         .unwrap();
     let gw = Gateway::start(&cut.addr().to_string()).await;
-    let other = Gateway::start_with(
-        &zk,
-        GatewayOpts {
-            root: Some(gw.root.clone()),
-            ..Default::default()
-        },
-    )
-    .await;
+    let other = Gateway::start_beside(&zk, &gw).await;
     let mut c = gw.client().await;
     let mut c2 = other.client().await;
     let zkc = zk_client(&zk).await;
@@ -706,15 +668,7 @@ async fn a_resign_by_lease_asked_while_the_leaders_gateway_is_cut_off_is_told_on
 #[tokio::test]
 async fn a_leader_that_does_not_act_on_the_notice_keeps_its_znode_for_its_silence_limit() {
     let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
-    let other = Gateway::start_with(
-        &zk,
-        GatewayOpts {
-            root: Some(gw.root.clone()),
-            ..Default::default()
-        },
-    )
-    .await;
+    let (gw, other) = two_gateways_on_one_root(&zk).await;
     let mut c = gw.client().await;
     let mut c2 = other.client().await;
     let mut a = Campaign::join(&mut c, "deaf", "a", b"").await;
@@ -770,15 +724,7 @@ async fn a_leader_that_does_not_act_on_the_notice_keeps_its_znode_for_its_silenc
 #[tokio::test]
 async fn a_leader_that_cannot_hear_is_replaced_only_after_its_watchdog_fired() {
     let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
-    let other = Gateway::start_with(
-        &zk,
-        GatewayOpts {
-            root: Some(gw.root.clone()),
-            ..Default::default()
-        },
-    )
-    .await;
+    let (gw, other) = two_gateways_on_one_root(&zk).await;
     let cut = zkgate_testkit::linkcut::LinkCutter::start(gw.addr)
         .await
         .unwrap();

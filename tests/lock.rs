@@ -107,14 +107,7 @@ async fn mutex_twenty_contenders_lose_no_update() {
     const CONTENDERS: u64 = 20;
     const ROUNDS: u64 = 4;
     let (zk, gw, _, _shared) = setup().await;
-    let other = Gateway::start_with(
-        &zk,
-        GatewayOpts {
-            root: Some(gw.root.clone()),
-            ..Default::default()
-        },
-    )
-    .await;
+    let other = Gateway::start_beside(&zk, &gw).await;
     let counter = Arc::new(AtomicU64::new(0));
     let inside = Arc::new(AtomicUsize::new(0));
     let tokens = Arc::new(Mutex::new(Vec::new()));
@@ -374,14 +367,7 @@ async fn lapsed_ttl_holder_that_ends_its_stream_is_replaced_at_once() {
 #[tokio::test]
 async fn release_by_lease_from_another_gateway_then_not_found() {
     let (zk, gw, _, _shared) = setup().await;
-    let other = Gateway::start_with(
-        &zk,
-        GatewayOpts {
-            root: Some(gw.root.clone()),
-            ..Default::default()
-        },
-    )
-    .await;
+    let other = Gateway::start_beside(&zk, &gw).await;
     let mut c = lock_client(&gw).await;
     let mut c2 = lock_client(&other).await;
 
@@ -842,14 +828,7 @@ async fn zookeeper_pause_suspends_then_resumes_the_holder() {
 #[tokio::test]
 async fn a_holder_released_by_lease_elsewhere_is_told_before_the_next_holder_acquires() {
     let (zk, gw, mut c, _shared) = setup().await;
-    let other = Gateway::start_with(
-        &zk,
-        GatewayOpts {
-            root: Some(gw.root.clone()),
-            ..Default::default()
-        },
-    )
-    .await;
+    let other = Gateway::start_beside(&zk, &gw).await;
     let mut c2 = lock_client(&other).await;
     let zkc = zk_client(&zk).await;
     let mut a = Acquisition::open(&mut c, acquire_msg("told", "a")).await;

@@ -159,14 +159,7 @@ async fn after_a_zookeeper_reconnect_the_stream_is_truthful() {
         },
     )
     .await;
-    let direct = Gateway::start_with(
-        &zk,
-        GatewayOpts {
-            root: Some(observed.root.clone()),
-            ..Default::default()
-        },
-    )
-    .await;
+    let direct = Gateway::start_beside(&zk, &observed).await;
     let mut c = direct.client().await;
     let mut a = Campaign::join(&mut c, "r.x", "a", b"").await;
     let ta = a.elected().await.fencing_token;
@@ -624,15 +617,7 @@ fn row<'a>(state: &'a serde_json::Value, table: &str, name: &str) -> Option<&'a 
 #[tokio::test]
 async fn the_page_shows_waiters_and_lock_holders_of_every_gateway() {
     let zk = shared_zk();
-    let a = Gateway::start(&zk).await;
-    let b = Gateway::start_with(
-        &zk,
-        GatewayOpts {
-            root: Some(a.root.clone()),
-            ..Default::default()
-        },
-    )
-    .await;
+    let (a, b) = two_gateways_on_one_root(&zk).await;
     let mut viewer = PageViewer::open(a.http, "f.").await;
     let (mut c, mut l) = (b.client().await, b.lock_client().await);
     let mut leader = Campaign::join(&mut c, "f.e", "lead", b"").await;
@@ -757,14 +742,7 @@ async fn after_a_zookeeper_reconnect_the_page_is_truthful() {
         },
     )
     .await;
-    let direct = Gateway::start_with(
-        &zk,
-        GatewayOpts {
-            root: Some(observed.root.clone()),
-            ..Default::default()
-        },
-    )
-    .await;
+    let direct = Gateway::start_beside(&zk, &observed).await;
     let mut l = direct.lock_client().await;
     let mut x = Acquisition::open(&mut l, acquire_msg("r.lock", "x")).await;
     x.acquired().await;

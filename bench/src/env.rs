@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 
 /// `$@` is the gateway's command line. Prints the gateway's pid, then waits for it, while a
 /// watcher `kill -9`s it when our end of the stdin pipe closes (this process exited for any
-/// reason), as `zkgate::localzk` does for ZooKeeper: no gateway outlives a benchmark run.
+/// reason), as `zkgate_localzk` does for ZooKeeper: no gateway outlives a benchmark run.
 const WRAPPER: &str = r#"exec 3<&0 0</dev/null
 "$@" 3<&- &
 pid=$!
@@ -303,7 +303,7 @@ pub fn parse_mntr(text: &str) -> ZkCounters {
 }
 
 pub async fn mntr(zk: SocketAddr) -> ZkCounters {
-    match zkgate::localzk::four_letter_word(zk, "mntr", Duration::from_secs(5)).await {
+    match zkgate_localzk::four_letter_word(zk, "mntr", Duration::from_secs(5)).await {
         Ok(text) => parse_mntr(&text),
         Err(e) => {
             eprintln!("mntr failed: {e}");

@@ -4,7 +4,7 @@
 //! cargo run --release -p zkgate-bench -- --out BENCHMARKS.md [--only W1,W3] [--quick]
 //! ```
 //!
-//! Starts a standalone ZooKeeper (`zkgate::localzk`, Debian's `zookeeper` package), a
+//! Starts a standalone ZooKeeper (`zkgate_localzk`, Debian's `zookeeper` package), a
 //! single-member etcd (Debian's `etcd-server`) and the release `zkgate serve` binary with its
 //! default flags as a child process, then runs every workload on the three systems in the same
 //! order (zkgate, etcd, raw ZK). bench/README.md says what each workload measures and how.
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 
-use zkgate::localzk::{four_letter_word, LocalZk, LocalZkOptions};
+use zkgate_localzk::{four_letter_word, LocalZk, LocalZkOptions};
 
 use crate::clients::Target;
 use crate::env::Gateway;

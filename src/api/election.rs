@@ -1,46 +1,39 @@
 //! The Election service: stream plumbing and conversions around `coord::election`.
 
-use std::sync::Arc;
-
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert;
+use super::deps::ApiDeps;
 use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step, Suspension, Tenant};
-use super::limits::{Admission, BytesPermit, QueuePermit, UnaryPermit};
+use super::limits::{BytesPermit, QueuePermit};
 use super::outbox::{self, Outbox, TrySend};
-use crate::auth::{self, audit, Auth, Identity, LeaseKeys, Verb};
+use crate::auth::{self, audit, LeaseKeys, Verb};
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
 use crate::coord::link::LossReason;
 use crate::coord::member::Member;
 use crate::coord::types::{FencingToken, InvalidInput, QueueKind};
-use crate::coord::{CoordError, Coordinator};
+use crate::coord::CoordError;
 use crate::proto as pb;
 use crate::proto::campaign_request::Request as CampaignMsg;
 use crate::proto::campaign_response::Event;
 use crate::proto::election_server::Election;
 
-/// Serves `zkgate.v1.Election`.
+/// Serves `zkgate.v1.Election`: the shared [`ApiDeps`] (reached through `Deref`) and the
+/// methods below.
 #[derive(Debug, Clone)]
-pub struct ElectionApi {
-    coord: Arc<Coordinator>,
-    admission: Arc<Admission>,
-    auth: Arc<Auth>,
-    keys: LeaseKeys,
+pub struct ElectionApi(ApiDeps);
+
+impl std::ops::Deref for ElectionApi {
+    type Target = ApiDeps;
+
+    fn deref(&self) -> &ApiDeps {
+        &self.0
+    }
 }
 
 impl ElectionApi {
-    pub fn new(
-        coord: Arc<Coordinator>,
-        admission: Arc<Admission>,
-        auth: Arc<Auth>,
-        keys: LeaseKeys,
-    ) -> Self {
-        Self {
-            coord,
-            admission,
-            auth,
-            keys,
-        }
+    pub fn new(deps: ApiDeps) -> Self {
+        Self(deps)
     }
 
     /// The caller may `observe` `name` (the check of every read).
@@ -50,17 +43,6 @@ impl ElectionApi {
 
     fn max_value(&self) -> usize {
         self.coord.cfg.max_value_bytes
-    }
-
-    /// The caller's identity under a policy (the per-identity limits count it), else none.
-    fn limited(&self, identity: &Identity) -> Option<Identity> {
-        self.auth.enforced().then(|| identity.clone())
-    }
-
-    /// Admits a unary call against the caller's per-identity limits (G10), before any work.
-    fn unary<T>(&self, request: &Request<T>) -> Result<UnaryPermit, CoordError> {
-        let identity = auth::caller(request);
-        self.admission.unary(self.limited(&identity).as_ref())
     }
 }
 

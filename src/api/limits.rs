@@ -62,24 +62,55 @@ pub const DEFAULT_UNARY_IN_FLIGHT_PER_IDENTITY: usize = 1_000;
 pub const DEFAULT_BYTES_IN_FLIGHT_PER_IDENTITY: usize = 16 * 1024 * 1024;
 pub const DEFAULT_FIRST_MESSAGE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The configured stream limits (flags/env/TOML: README "zkgate serve").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The configured stream limits, declared once: each field is a `serve` flag, a `ZKGATE_*`
+/// variable and a `--config` key (README "zkgate serve"), flattened into
+/// [`crate::config::ServeArgs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args, serde::Serialize, serde::Deserialize)]
 pub struct StreamLimits {
+    /// Open Campaign + Acquire streams on this gateway; past it RESOURCE_EXHAUSTED
+    #[arg(id = "max_holder_streams", value_name = "MAX_HOLDER_STREAMS", long = "max-holder-streams", env = "ZKGATE_MAX_HOLDER_STREAMS", default_value_t = DEFAULT_HOLDER_STREAMS_PER_GATEWAY)]
+    #[serde(rename = "max_holder_streams")]
     pub holder_streams_per_gateway: usize,
+    /// Open Campaign + Acquire streams per client connection
+    #[arg(id = "max_holder_streams_per_connection", value_name = "MAX_HOLDER_STREAMS_PER_CONNECTION", long = "max-holder-streams-per-connection", env = "ZKGATE_MAX_HOLDER_STREAMS_PER_CONNECTION", default_value_t = DEFAULT_HOLDER_STREAMS_PER_CONNECTION)]
+    #[serde(rename = "max_holder_streams_per_connection")]
     pub holder_streams_per_connection: usize,
+    /// Open Observe streams per client connection
+    #[arg(id = "max_observe_streams_per_connection", value_name = "MAX_OBSERVE_STREAMS_PER_CONNECTION", long = "max-observe-streams-per-connection", env = "ZKGATE_MAX_OBSERVE_STREAMS_PER_CONNECTION", default_value_t = DEFAULT_OBSERVE_STREAMS_PER_CONNECTION)]
+    #[serde(rename = "max_observe_streams_per_connection")]
     pub observe_streams_per_connection: usize,
-    /// Elections one ObserveMany stream may follow at once (it counts as one Observe stream).
+    /// Elections one ObserveMany stream may follow at once; past it RESOURCE_EXHAUSTED
+    #[arg(id = "max_observe_many_elections", value_name = "MAX_OBSERVE_MANY_ELECTIONS", long = "max-observe-many-elections", env = "ZKGATE_MAX_OBSERVE_MANY_ELECTIONS", default_value_t = crate::coord::observe_many::DEFAULT_MAX_OBSERVE_MANY_ELECTIONS)]
+    #[serde(rename = "max_observe_many_elections")]
     pub observe_many_elections: usize,
-    /// Under a policy only (see the module docs).
+    /// Under --auth-policy: open Campaign/Acquire streams per identity on this gateway
+    #[arg(id = "max_holder_streams_per_identity", value_name = "MAX_HOLDER_STREAMS_PER_IDENTITY", long = "max-holder-streams-per-identity", env = "ZKGATE_MAX_HOLDER_STREAMS_PER_IDENTITY", default_value_t = DEFAULT_HOLDER_STREAMS_PER_IDENTITY)]
+    #[serde(rename = "max_holder_streams_per_identity")]
     pub holder_streams_per_identity: usize,
+    /// Under --auth-policy: open Observe streams per identity on this gateway
+    #[arg(id = "max_observe_streams_per_identity", value_name = "MAX_OBSERVE_STREAMS_PER_IDENTITY", long = "max-observe-streams-per-identity", env = "ZKGATE_MAX_OBSERVE_STREAMS_PER_IDENTITY", default_value_t = DEFAULT_OBSERVE_STREAMS_PER_IDENTITY)]
+    #[serde(rename = "max_observe_streams_per_identity")]
     pub observe_streams_per_identity: usize,
-    /// Distinct names an identity's holder streams are in (see the module docs).
+    /// Under --auth-policy: distinct elections + locks one identity's Campaign/Acquire streams are in
+    #[arg(id = "max_queues_per_identity", value_name = "MAX_QUEUES_PER_IDENTITY", long = "max-queues-per-identity", env = "ZKGATE_MAX_QUEUES_PER_IDENTITY", default_value_t = DEFAULT_QUEUES_PER_IDENTITY)]
+    #[serde(rename = "max_queues_per_identity")]
     pub queues_per_identity: usize,
-    /// Unary calls per second per identity, in bursts of up to one second's worth.
+    /// Under --auth-policy: unary calls per second per identity (bursts of one second's worth)
+    #[arg(id = "max_unary_rate_per_identity", value_name = "MAX_UNARY_RATE_PER_IDENTITY", long = "max-unary-rate-per-identity", env = "ZKGATE_MAX_UNARY_RATE_PER_IDENTITY", default_value_t = DEFAULT_UNARY_RATE_PER_IDENTITY)]
+    #[serde(rename = "max_unary_rate_per_identity")]
     pub unary_rate_per_identity: u32,
+    /// Under --auth-policy: unary calls in flight at once per identity
+    #[arg(id = "max_unary_in_flight_per_identity", value_name = "MAX_UNARY_IN_FLIGHT_PER_IDENTITY", long = "max-unary-in-flight-per-identity", env = "ZKGATE_MAX_UNARY_IN_FLIGHT_PER_IDENTITY", default_value_t = DEFAULT_UNARY_IN_FLIGHT_PER_IDENTITY)]
+    #[serde(rename = "max_unary_in_flight_per_identity")]
     pub unary_in_flight_per_identity: usize,
-    /// Election value bytes an identity has outstanding (see the module docs).
+    /// Under --auth-policy: election value bytes per identity its Campaign streams keep in
+    /// ZooKeeper, plus Proclaim-by-lease values while the call runs
+    #[arg(id = "max_bytes_in_flight_per_identity", value_name = "MAX_BYTES_IN_FLIGHT_PER_IDENTITY", long = "max-bytes-in-flight-per-identity", env = "ZKGATE_MAX_BYTES_IN_FLIGHT_PER_IDENTITY", default_value_t = DEFAULT_BYTES_IN_FLIGHT_PER_IDENTITY)]
+    #[serde(rename = "max_bytes_in_flight_per_identity")]
     pub bytes_in_flight_per_identity: usize,
+    /// A Campaign/Acquire stream must send join/acquire within this
+    #[arg(long, env = "ZKGATE_FIRST_MESSAGE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[serde(with = "humantime_serde")]
     pub first_message_timeout: Duration,
 }
 

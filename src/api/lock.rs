@@ -1,51 +1,37 @@
 //! The Lock service: stream plumbing and conversions around `coord::lock`.
 
-use std::sync::Arc;
-
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert::{self, Converted};
+use super::deps::ApiDeps;
 use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step, Suspension, Tenant};
-use super::limits::{Admission, QueuePermit, UnaryPermit};
-use crate::auth::{self, audit, Auth, LeaseKeys, Verb};
+use super::limits::QueuePermit;
+use crate::auth::{self, audit, Verb};
 use crate::coord::lock::{AcquireSpec, LockEnd, LockEvent, LockHold, LockMode};
 use crate::coord::member::Member;
 use crate::coord::types::{FencingToken, InvalidInput, MemberInfo, Participant, QueueKind};
-use crate::coord::{CoordError, Coordinator};
+use crate::coord::CoordError;
 use crate::proto as pb;
 use crate::proto::acquire_request::Request as AcquireMsg;
 use crate::proto::acquire_response::Event;
 use crate::proto::lock_server::Lock;
 
-/// Serves `zkgate.v1.Lock`.
+/// Serves `zkgate.v1.Lock`: the shared [`ApiDeps`] (reached through `Deref`) and the
+/// methods below.
 #[derive(Debug, Clone)]
-pub struct LockApi {
-    coord: Arc<Coordinator>,
-    admission: Arc<Admission>,
-    auth: Arc<Auth>,
-    keys: LeaseKeys,
+pub struct LockApi(ApiDeps);
+
+impl std::ops::Deref for LockApi {
+    type Target = ApiDeps;
+
+    fn deref(&self) -> &ApiDeps {
+        &self.0
+    }
 }
 
 impl LockApi {
-    pub fn new(
-        coord: Arc<Coordinator>,
-        admission: Arc<Admission>,
-        auth: Arc<Auth>,
-        keys: LeaseKeys,
-    ) -> Self {
-        Self {
-            coord,
-            admission,
-            auth,
-            keys,
-        }
-    }
-
-    /// Admits a unary call against the caller's per-identity limits (G10), before any work.
-    fn unary<T>(&self, request: &Request<T>) -> Result<UnaryPermit, CoordError> {
-        let identity = auth::caller(request);
-        self.admission
-            .unary(self.auth.enforced().then_some(&identity))
+    pub fn new(deps: ApiDeps) -> Self {
+        Self(deps)
     }
 }
 

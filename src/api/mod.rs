@@ -2,6 +2,7 @@
 //! coordination errors to gRPC statuses. No ZooKeeper calls here.
 
 pub mod convert;
+pub mod deps;
 pub mod election;
 pub mod error;
 mod holder_stream;
@@ -10,5 +11,6 @@ pub mod lock;
 pub mod observe_many;
 mod outbox;
 
+pub use deps::ApiDeps;
 pub use election::ElectionApi;
 pub use lock::LockApi;

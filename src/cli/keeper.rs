@@ -154,33 +154,12 @@ pub fn descendants_of(root: i32, table: &[(i32, i32)]) -> Vec<i32> {
     out
 }
 
-/// The parent pid in a `/proc/PID/stat` line (the command name may hold spaces and
-/// parentheses: the fields after the last `)` are `state ppid …`).
-pub fn stat_ppid(stat: &str) -> Option<i32> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// `(pid, parent pid)` of every process in `/proc`.
-fn process_table() -> Vec<(i32, i32)> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(Result::ok)
-        .filter_map(|e| {
-            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            Some((pid, stat_ppid(&stat)?))
-        })
-        .collect()
-}
-
 /// Sends `signal` to CMD's process group and to every descendant of this keeper (those that
 /// left the group included). Errors (ESRCH: already gone) are fine.
 fn signal_all(group: Pid, signal: Signal) {
     let _ = rustix::process::kill_process_group(group, signal);
     let me = rustix::process::getpid().as_raw_nonzero().get();
-    for pid in descendants_of(me, &process_table()) {
+    for pid in descendants_of(me, &zkgate_localzk::process::process_table()) {
         if let Some(pid) = Pid::from_raw(pid) {
             let _ = rustix::process::kill_process(pid, signal);
         }
@@ -389,13 +368,5 @@ mod tests {
         assert_eq!(descendants_of(30, &table), [31]);
         // A (corrupt) cycle does not loop forever.
         assert_eq!(descendants_of(5, &[(6, 5), (5, 6)]), [6]);
-    }
-
-    #[test]
-    fn the_parent_pid_is_read_after_the_command_name() {
-        assert_eq!(stat_ppid("42 (sh) S 7 42 42 0 -1"), Some(7));
-        assert_eq!(stat_ppid("42 (a) b) (c) R 9 1"), Some(9));
-        assert_eq!(stat_ppid("42 (sh"), None);
-        assert_eq!(stat_ppid(""), None);
     }
 }

@@ -25,8 +25,8 @@ use super::held_command::{
     LEASE_ENV,
 };
 use crate::coord::{CoordConfig, Coordinator};
-use crate::localzk::{LocalZk, LocalZkOptions};
 use crate::server::{self, ServeConfig};
+use zkgate_localzk::{LocalZk, LocalZkOptions};
 
 /// The client verbs' exit codes (README "Command line"). With CMD, `elect` and `lock` exit
 /// with CMD's own code once CMD has run.
@@ -69,7 +69,7 @@ pub async fn shutdown_signal() {
 
 /// `zkgate dev`: a local ZooKeeper from the installed distribution plus a gateway in this
 /// process. Ctrl-C (or SIGTERM) drains the gateway and stops ZooKeeper, leaving nothing running;
-/// a second Ctrl-C exits at once (the JVM still dies with us: see [`crate::localzk`]).
+/// a second Ctrl-C exits at once (the JVM still dies with us: see [`zkgate_localzk`]).
 ///
 /// Prints one `NAME  VALUE` line per endpoint once the gateway is connected, e.g.
 /// `gRPC       127.0.0.1:50051`, with the addresses actually bound (so `--listen

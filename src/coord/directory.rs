@@ -17,13 +17,13 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, Weak};
 
-use futures::FutureExt;
 use tokio::sync::watch;
 use zookeeper_client as zkc;
 use zookeeper_client::{EventType, SessionState};
 
 use super::error::CoordError;
-use super::link::{Link, RELIST_RETRY};
+use super::folder_watch::{self, FolderActor, Waits};
+use super::link::Link;
 use super::zk::Zk;
 
 /// The elections that exist, as of the newest listing.
@@ -106,7 +106,7 @@ async fn start(
         dirty: false,
         tx,
     };
-    tokio::spawn(actor.run());
+    tokio::spawn(folder_watch::run(actor));
     Ok(Arc::new(Directory { view: rx }))
 }
 
@@ -123,40 +123,39 @@ struct DirectoryActor {
     tx: watch::Sender<DirectoryView>,
 }
 
-impl DirectoryActor {
-    async fn run(mut self) {
-        loop {
-            let retry = self.dirty;
-            tokio::select! {
-                biased;
-                () = self.tx.closed() => return,
-                ev = self.watcher.changed() => {
-                    if !self.on_event(ev) {
-                        return;
-                    }
-                }
-                r = self.link.changed(), if self.link_open => {
-                    self.link_open = r.is_ok();
-                    if !self.link_open {
-                        return;
-                    }
-                    self.unsynced();
-                }
-                // A failed listing is tried again while the link is up.
-                () = tokio::time::sleep(RELIST_RETRY), if retry => {}
-            }
-            // Every event already here is one listing's worth.
-            while let Some(ev) = self.watcher.changed().now_or_never() {
-                if !self.on_event(ev) {
-                    return;
-                }
-            }
-            if self.dirty && matches!(*self.link.borrow_and_update(), Link::Connected) {
-                self.relist().await;
-            }
+impl FolderActor for DirectoryActor {
+    type View = DirectoryView;
+
+    fn waits(&mut self) -> Waits<'_, DirectoryView> {
+        Waits {
+            tx: &self.tx,
+            watcher: &mut self.watcher,
+            link: &mut self.link,
+            link_open: &mut self.link_open,
         }
     }
 
+    fn retry_pending(&self) -> bool {
+        self.dirty
+    }
+
+    fn on_event(&mut self, ev: zkc::WatchedEvent) -> bool {
+        DirectoryActor::on_event(self, ev)
+    }
+
+    fn on_link_change(&mut self) -> bool {
+        self.unsynced();
+        true
+    }
+
+    async fn work(&mut self) {
+        if self.dirty && matches!(*self.link.borrow_and_update(), Link::Connected) {
+            self.relist().await;
+        }
+    }
+}
+
+impl DirectoryActor {
     /// Applies a watch event; false when the session is over.
     fn on_event(&mut self, ev: zkc::WatchedEvent) -> bool {
         match ev.event_type {

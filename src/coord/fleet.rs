@@ -29,13 +29,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use tokio::sync::watch;
 use zookeeper_client as zkc;
 use zookeeper_client::{EventType, SessionState};
 
 use super::error::CoordError;
-use super::link::{Link, RELIST_RETRY};
+use super::folder_watch::{self, FolderActor, Waits};
+use super::link::Link;
 use super::lock::{AgreedScan, Judged};
 use super::pool::SessionPool;
 use super::record::{since, NodeRecord};
@@ -267,7 +268,7 @@ async fn start(session: &ZkSession, prefix: &str) -> Result<Arc<Fleet>, CoordErr
         tx,
     };
     actor.relist().await?;
-    tokio::spawn(actor.run());
+    tokio::spawn(folder_watch::run(actor));
     Ok(Arc::new(Fleet { view: rx }))
 }
 
@@ -291,52 +292,52 @@ struct FleetActor {
     tx: watch::Sender<FleetView>,
 }
 
-impl FleetActor {
-    async fn run(mut self) {
-        loop {
-            let retry = self.resync || !self.to_read.is_empty();
-            tokio::select! {
-                biased;
-                () = self.tx.closed() => return,
-                ev = self.watcher.changed() => {
-                    if !self.on_event(ev) {
-                        return;
-                    }
-                }
-                r = self.link.changed(), if self.link_open => {
-                    self.link_open = r.is_ok();
-                    if !self.link_open {
-                        return;
-                    }
-                    if let Link::Lost(_) = &*self.link.borrow_and_update() {
-                        return;
-                    }
-                    self.unsynced();
-                }
-                // A failed listing or read is tried again while the link is up.
-                () = tokio::time::sleep(RELIST_RETRY), if retry => {}
-            }
-            // Every event already here goes into one read.
-            while let Some(ev) = self.watcher.changed().now_or_never() {
-                if !self.on_event(ev) {
-                    return;
-                }
-            }
-            if !matches!(*self.link.borrow(), Link::Connected) {
-                continue;
-            }
-            if self.resync {
-                if let Err(e) = self.relist().await {
-                    tracing::debug!(error = %e, "listing the queues for /ui failed; retrying");
-                }
-            } else if !self.to_read.is_empty() {
-                self.read_changed().await;
-            } else {
-                self.publish();
-            }
+impl FolderActor for FleetActor {
+    type View = FleetView;
+
+    fn waits(&mut self) -> Waits<'_, FleetView> {
+        Waits {
+            tx: &self.tx,
+            watcher: &mut self.watcher,
+            link: &mut self.link,
+            link_open: &mut self.link_open,
         }
     }
 
+    /// A failed listing or read.
+    fn retry_pending(&self) -> bool {
+        self.resync || !self.to_read.is_empty()
+    }
+
+    fn on_event(&mut self, ev: zkc::WatchedEvent) -> bool {
+        FleetActor::on_event(self, ev)
+    }
+
+    fn on_link_change(&mut self) -> bool {
+        if let Link::Lost(_) = &*self.link.borrow_and_update() {
+            return false;
+        }
+        self.unsynced();
+        true
+    }
+
+    async fn work(&mut self) {
+        if !matches!(*self.link.borrow(), Link::Connected) {
+            return;
+        }
+        if self.resync {
+            if let Err(e) = self.relist().await {
+                tracing::debug!(error = %e, "listing the queues for /ui failed; retrying");
+            }
+        } else if !self.to_read.is_empty() {
+            self.read_changed().await;
+        } else {
+            self.publish();
+        }
+    }
+}
+
+impl FleetActor {
     /// Applies a watch event; false when the session is over.
     fn on_event(&mut self, ev: zkc::WatchedEvent) -> bool {
         let at = match ev.event_type {

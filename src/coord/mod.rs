@@ -26,6 +26,7 @@ pub mod directory;
 pub mod election;
 pub mod error;
 pub mod fleet;
+mod folder_watch;
 pub mod link;
 pub mod lock;
 pub mod member;

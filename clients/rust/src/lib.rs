@@ -32,11 +32,9 @@ pub mod observe_many;
 pub mod raw;
 mod runner;
 
-/// Generated `zkgate.v1` messages and client stubs (from the repository's `proto/`).
-#[allow(clippy::all, missing_docs)]
-pub mod pb {
-    tonic::include_proto!("zkgate.v1");
-}
+/// Generated `zkgate.v1` messages and client stubs (from the repository's `proto/`): the
+/// `zkgate-proto` crate, whose messages the gateway serves too.
+pub use zkgate_proto as pb;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};

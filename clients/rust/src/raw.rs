@@ -276,24 +276,6 @@ impl AcquireStream {
     }
 }
 
-/// One `Campaign` request: `Request::Resign(..).into()`.
-impl From<campaign_request::Request> for pb::CampaignRequest {
-    fn from(request: campaign_request::Request) -> Self {
-        pb::CampaignRequest {
-            request: Some(request),
-        }
-    }
-}
-
-/// One `Acquire` request: `Request::Release(..).into()`.
-impl From<acquire_request::Request> for pb::AcquireRequest {
-    fn from(request: acquire_request::Request) -> Self {
-        pb::AcquireRequest {
-            request: Some(request),
-        }
-    }
-}
-
 /// The hold was granted: `elected` or `acquired`.
 #[derive(Debug, Clone)]
 pub struct Grant {

@@ -1,6 +1,6 @@
 //! The built `zkgate` binary run as `zkgate dev` on free ports, for tests that drive it with
 //! real external clients (grpcurl, Python). Nothing outlives the test: dropping a [`DevGateway`]
-//! kills the process, and its ZooKeeper dies with it (see `zkgate::localzk`).
+//! kills the process, and its ZooKeeper dies with it (see `zkgate_localzk`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
@@ -109,16 +109,16 @@ impl Captured {
     }
 }
 
-/// Sends `signal` (e.g. "INT") to `pid` ([`zkgate::localzk::send_signal`]).
+/// Sends `signal` (e.g. "INT") to `pid` ([`zkgate_localzk::send_signal`]).
 pub fn signal(pid: u32, signal: &str) {
-    if let Err(e) = zkgate::localzk::send_signal(pid, signal) {
+    if let Err(e) = zkgate_localzk::send_signal(pid, signal) {
         panic!("{e}");
     }
 }
 
-/// Whether `pid` is a live (not zombie) process ([`zkgate::localzk::pid_alive`]).
+/// Whether `pid` is a live (not zombie) process ([`zkgate_localzk::pid_alive`]).
 pub fn alive(pid: u32) -> bool {
-    zkgate::localzk::pid_alive(pid)
+    zkgate_localzk::pid_alive(pid)
 }
 
 /// Waits up to `within` for `child` to exit.
@@ -241,7 +241,7 @@ impl Drop for DevGateway {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             // A stopped gateway (a test froze it) must be continued to die cleanly.
-            let _ = zkgate::localzk::send_signal(self.pid(), "CONT");
+            let _ = zkgate_localzk::send_signal(self.pid(), "CONT");
             let _ = self.child.kill();
             let _ = self.child.wait();
         }

@@ -102,6 +102,15 @@ impl Gateway {
         Self::start_with(zk, GatewayOpts::default()).await
     }
 
+    /// Another gateway of `first`'s fleet: on `first`'s root, with the default options.
+    pub async fn start_beside(zk: &str, first: &Gateway) -> Gateway {
+        let opts = GatewayOpts {
+            root: Some(first.root.clone()),
+            ..Default::default()
+        };
+        Self::start_with(zk, opts).await
+    }
+
     /// Starts without waiting for a ZooKeeper session (for tests of the unavailable case).
     pub async fn start_unconnected(zk: &str) -> Gateway {
         let opts = GatewayOpts {
@@ -263,4 +272,12 @@ pub async fn health_client(gw: &Gateway) -> tonic_health::pb::health_client::Hea
         .await
         .expect("connect");
     tonic_health::pb::health_client::HealthClient::new(ch)
+}
+
+/// Two gateways of one fleet (one root, default options), the tests' "the other gateway":
+/// a stream on one, a call by lease or an observer on the other.
+pub async fn two_gateways_on_one_root(zk: &str) -> (Gateway, Gateway) {
+    let first = Gateway::start(zk).await;
+    let second = Gateway::start_beside(zk, &first).await;
+    (first, second)
 }

@@ -19,6 +19,7 @@
 //!   serial lock of timing-sensitive scenarios ([`serial`]).
 #![allow(missing_docs)]
 
+pub mod bench;
 pub mod checker;
 pub mod dev_process;
 pub mod ensemble;
@@ -46,7 +47,7 @@ pub fn serial() -> &'static tokio::sync::Mutex<()> {
 
 /// A standalone ZooKeeper shared by one test binary's tests that do not stop it (each
 /// isolated by its root), started with `options` on first use: the first caller's options
-/// hold for the whole binary. It dies with the process (see [`zkgate::localzk`]).
+/// hold for the whole binary. It dies with the process (see [`zkgate_localzk`]).
 pub fn shared_standalone(options: fn() -> LocalZkOptions) -> String {
     static ZK: OnceLock<LocalZk> = OnceLock::new();
     ZK.get_or_init(|| {

@@ -2,7 +2,7 @@
 //! fault injection (stop, kill, restart, pause, resume one server; find the leader; route the
 //! peer links of an ensemble through link cutters).
 //!
-//! Built on [`zkgate::localzk::ServerSet`], which starts the JVMs and guarantees that none
+//! Built on [`zkgate_localzk::ServerSet`], which starts the JVMs and guarantees that none
 //! outlives the test process (see that module's docs); this module adds only what tests need,
 //! so none of it is compiled into the gateway.
 
@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zkgate::localzk::{four_letter_word, loopback, parse_mode, ServerSet, ServerSetSpec, ZkServer};
+use zkgate_localzk::{four_letter_word, loopback, parse_mode, ServerSet, ServerSetSpec, ZkServer};
 
-pub use zkgate::localzk::LocalZkError;
+pub use zkgate_localzk::LocalZkError;
 
 /// Upper bound for one `srvr` exchange: a paused server accepts the TCP connection (the kernel
 /// does that) but never answers.
@@ -93,7 +93,7 @@ pub fn write_digest_jaas(path: &Path, users: &[(&str, &str)]) {
 
 impl Default for LocalZkOptions {
     fn default() -> Self {
-        let product = zkgate::localzk::LocalZkOptions::default();
+        let product = zkgate_localzk::LocalZkOptions::default();
         Self {
             tick_time: product.tick_time,
             max_client_cnxns: product.max_client_cnxns,
@@ -144,12 +144,12 @@ impl LocalZk {
     /// Whether Java and the ZooKeeper jars can be found, so that tests can
     /// skip (with [`LocalZk::install_hint`]) instead of failing obscurely.
     pub fn is_installed() -> bool {
-        zkgate::localzk::LocalZk::is_installed()
+        zkgate_localzk::LocalZk::is_installed()
     }
 
     /// How to make [`LocalZk::is_installed`] true.
     pub fn install_hint() -> &'static str {
-        zkgate::localzk::LocalZk::install_hint()
+        zkgate_localzk::LocalZk::install_hint()
     }
 
     /// Starts one standalone server and waits until it serves requests.
@@ -396,10 +396,7 @@ impl LocalZk {
         let Some(pid) = self.pid(i) else {
             return;
         };
-        let state = || {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            stat.rsplit_once(')')?.1.trim_start().chars().next()
-        };
+        let state = || zkgate_localzk::process::process_state(pid);
         let deadline = Instant::now() + Duration::from_secs(5);
         while !done(state()) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(2)).await;

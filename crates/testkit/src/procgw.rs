@@ -2,7 +2,7 @@
 //!
 //! Tests run the real binary (`zkgate serve …`); the soak example runs itself in gateway mode
 //! (examples do not get the binary's path). Either way the process is started through a small
-//! `sh` wrapper holding a pipe from us, [`zkgate::localzk::TiedChild`], as for ZooKeeper: when
+//! `sh` wrapper holding a pipe from us, [`zkgate_localzk::TiedChild`], as for ZooKeeper: when
 //! this process dies for any reason the pipe closes and the wrapper `kill -9`s the gateway, so
 //! no gateway outlives its test.
 
@@ -15,7 +15,7 @@ use tonic::transport::Endpoint;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
-use zkgate::localzk::TiedChild;
+use zkgate_localzk::TiedChild;
 
 /// How to start a gateway.
 #[derive(Debug, Clone)]

@@ -1,4 +1,4 @@
-//! Integration tests for `zkgate_testkit::localzk` (and the `zkgate::localzk::ServerSet` under it): real ZooKeeper JVMs are started,
+//! Integration tests for `zkgate_testkit::localzk` (and the `zkgate_localzk::ServerSet` under it): real ZooKeeper JVMs are started,
 //! stopped, killed, paused and resumed, and must never outlive their owner.
 //!
 //! Every test skips (with a hint) when Java or ZooKeeper is not installed.
@@ -41,8 +41,7 @@ async fn ask(addr: SocketAddr, cmd: &str) -> std::io::Result<String> {
 /// The process state letter from /proc (`R`, `S`, `T`, `Z`, ...), or `None`
 /// if the pid does not exist.
 fn proc_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
+    zkgate_localzk::process::process_state(pid)
 }
 
 /// Gone or a zombie (a zombie holds no ports or memory).

@@ -4,7 +4,8 @@
 //! messages are small (a candidate, a lease, a heartbeat; values are the exception and make a
 //! buffer grow as needed), and a gateway holds tens of thousands of long-lived streams: the two
 //! default buffers were ≈ 16 of the ≈ 23 KiB each open stream cost (`examples/scale_bench.rs`).
-//! The generated code uses this codec (`build.rs`, `codec_path`).
+//! The generated code uses this codec (`build.rs`, `codec_path`, in its own pass with only the
+//! servers).
 
 use std::marker::PhantomData;
 
