@@ -85,9 +85,49 @@ async fn untouchable(stranger: &zkc::Client, member: &str) {
     assert!(deleted.is_err(), "a stranger deleted {member}");
 }
 
-/// ZooKeeper with TLS clients on its `secureClientPort` (client certificates wanted, not
-/// needed): a gateway with `--zk-tls-ca` is elected over it; one without TLS never gets a
-/// session; one with a client certificate is identified by it (`x509:CN=client`) and its
+/// The TCP ports process `pid` listens on (Linux: its socket inodes looked up in
+/// `/proc/net/tcp` and `tcp6`, state `0A`, LISTEN).
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_owned(),
+            )
+        })
+        .collect();
+    let mut ports = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            if *state == "0A" && inodes.iter().any(|i| i == inode) {
+                let port = local.rsplit_once(':').unwrap().1;
+                ports.push(u16::from_str_radix(port, 16).unwrap());
+            }
+        }
+    }
+    ports.sort_unstable();
+    ports
+}
+
+/// ZooKeeper with TLS clients on its `secureClientPort` only (client certificates wanted, not
+/// needed): the server listens on nothing but the secure port and its AdminServer (no
+/// `clientPort` in its config, no other listening socket), and the kit saw it healthy over
+/// the AdminServer. A gateway with `--zk-tls-ca` is elected over it; one without TLS never gets
+/// a session; one with a client certificate is identified by it (`x509:CN=client`) and its
 /// znodes are closed to everyone else, while the anonymous TLS gateway's stay open (and its
 /// `/readyz` says so).
 #[tokio::test]
@@ -112,6 +152,18 @@ async fn tls_link_to_the_secure_client_port() {
     .await
     .unwrap();
     let secure = zk.secure_address(0).to_string();
+    let admin = zk
+        .admin_address(0)
+        .expect("a TLS-only server has an AdminServer");
+    let config = std::fs::read_to_string(zk.base_dir().join("zk1/zoo.cfg")).unwrap();
+    assert!(
+        !config.lines().any(|l| l.starts_with("clientPort")),
+        "{config}"
+    );
+    let mut expected = vec![zk.secure_address(0).port(), admin.port()];
+    expected.sort_unstable();
+    assert_eq!(listening_ports(zk.pid(0).unwrap()), expected, "{config}");
+    assert_eq!(zk.mode(0).await.as_deref(), Some("standalone"));
     let ca_only = ZkTls {
         ca: read(pki, "ca.pem"),
         identity: None,
@@ -141,7 +193,16 @@ async fn tls_link_to_the_secure_client_port() {
     let (status, body) = readyz(anon.http).await;
     assert!(status.contains("200"), "{status}");
     assert!(body.contains("no ZooKeeper authentication"), "{body}");
-    let stranger = zk_client(&zk.connect_string()).await;
+    // A ZooKeeper user with TLS but no certificate: authenticated as nobody.
+    let stranger = zkc::Client::connector()
+        .with_tls(
+            zkc::TlsOptions::new()
+                .with_pem_ca(&read(pki, "ca.pem"))
+                .unwrap(),
+        )
+        .secure_connect(&zk.connect_string())
+        .await
+        .unwrap();
     let member = only_member(&stranger, &anon.root, "tls").await;
     stranger.get_data(&member).await.unwrap();
 
