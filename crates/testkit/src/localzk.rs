@@ -82,6 +82,9 @@ pub struct SaslServer {
     pub jaas: PathBuf,
     /// Refuse every request of a session that did not authenticate with SASL.
     pub required: bool,
+    /// For Kerberos (GSSAPI): the realm's `krb5.conf` (`-Djava.security.krb5.conf`; see
+    /// [`crate::kdc`] and [`crate::kdc::write_kerberos_jaas`]). `None` for DIGEST-MD5.
+    pub krb5_conf: Option<PathBuf>,
 }
 
 /// Writes a JAAS file whose `Server` section accepts the given DIGEST-MD5 logins.
@@ -263,6 +266,12 @@ impl LocalZk {
                 .chain(opts.sasl.iter().map(|sasl| {
                     format!("-Djava.security.auth.login.config={}", sasl.jaas.display())
                 }))
+                .chain(
+                    opts.sasl
+                        .iter()
+                        .filter_map(|sasl| sasl.krb5_conf.as_ref())
+                        .map(|conf| format!("-Djava.security.krb5.conf={}", conf.display())),
+                )
                 .collect();
         let set = ServerSet::start(ServerSetSpec {
             size,
