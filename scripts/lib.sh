@@ -48,6 +48,19 @@ ensure_zookeeper() {
     apt_install zookeeper
 }
 
+# MIT Kerberos for the `zk-kerberos` feature: the KDC and its admin tools, which the test kit
+# runs as a throwaway realm (crates/testkit/src/kdc.rs), kinit/klist, and what building the
+# feature needs (the GSSAPI headers and libclang for the bindings, made by bindgen).
+ensure_kerberos() {
+    local missing=()
+    command -v /usr/sbin/krb5kdc >/dev/null 2>&1 || missing+=(krb5-kdc)
+    command -v /usr/sbin/kadmin.local >/dev/null 2>&1 || missing+=(krb5-admin-server)
+    command -v kinit >/dev/null 2>&1 || missing+=(krb5-user)
+    [ -f /usr/include/gssapi/gssapi.h ] || missing+=(libkrb5-dev)
+    compgen -G '/usr/lib/llvm-*/lib/libclang.so' >/dev/null || missing+=(libclang-dev clang)
+    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+}
+
 # etcd's server (Debian's etcd-server, 3.4), which only the benchmark program (bench/, run by
 # scripts/bench.sh) starts, to compare zkgate with etcd's election and lock APIs. Not part of
 # the test suite.

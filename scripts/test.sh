@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls exactly this). Installs what is missing
 # (ZooKeeper, promtool, grpcurl, the Python client's packages, Node.js, the JDK and Debian's
-# gRPC Java jars, Go with the Go client's Debian packages, buildah, systemd-analyze and the
-# deploy kit's checkers), then checks formatting and
-# clippy lints and runs every test. Extra arguments go to `cargo test`, e.g.
+# gRPC Java jars, Go with the Go client's Debian packages, buildah, systemd-analyze, the
+# deploy kit's checkers and MIT Kerberos), then checks formatting and
+# clippy lints and runs every test, with the gateway's `zk-kerberos` feature on (so
+# tests/zk_security.rs runs its Kerberos test against a throwaway KDC). Extra arguments go to
+# `cargo test`, e.g.
 #   scripts/test.sh --test walkthrough
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
@@ -23,6 +25,7 @@ ensure_go
 ensure_buildah
 ensure_systemd_analyze
 ensure_deploy_checkers
+ensure_kerberos
 say "tools ready in $(($(date +%s) - start)) s: $(java -version 2>&1 | head -1); $(grpcurl -version 2>&1); python3 $(python3 -c 'import grpc; print("grpcio", grpc.__version__)')"
 
 # The conformance agents tests/cross_language.rs starts (the Python, Node and Rust ones need no
@@ -33,8 +36,8 @@ bash clients/go/build.sh >/dev/null
 
 say "cargo fmt --check"
 cargo fmt --all --check
-say "cargo clippy --all-targets -- -D warnings"
-cargo clippy --quiet --workspace --all-targets -- -D warnings
-say "cargo test"
-cargo test --workspace "$@"
+say "cargo clippy --all-targets --features zkgate/zk-kerberos -- -D warnings"
+cargo clippy --quiet --workspace --all-targets --features zkgate/zk-kerberos -- -D warnings
+say "cargo test --features zkgate/zk-kerberos"
+cargo test --workspace --features zkgate/zk-kerberos "$@"
 say "all passed in $(($(date +%s) - start)) s"

@@ -126,6 +126,22 @@ pub struct ServeArgs {
     #[arg(long, env = "ZKGATE_ZK_SASL_PASSWORD_FILE")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zk_sasl_password_file: Option<PathBuf>,
+    /// SASL mechanism toward ZooKeeper: `digest-md5` (the default, with --zk-sasl-user) or
+    /// `gssapi` (Kerberos, with --zk-kerberos-principal and --zk-kerberos-keytab; needs a
+    /// gateway built with the `zk-kerberos` feature)
+    #[arg(long, env = "ZKGATE_ZK_SASL_MECHANISM")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zk_sasl_mechanism: Option<String>,
+    /// Kerberos principal of the gateway toward ZooKeeper (`--zk-sasl-mechanism gssapi`);
+    /// znodes then get a creator-only ACL, `sasl:<principal>`
+    #[arg(long, env = "ZKGATE_ZK_KERBEROS_PRINCIPAL")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zk_kerberos_principal: Option<String>,
+    /// Keytab of --zk-kerberos-principal: the gateway obtains and renews its tickets from it
+    /// into a private credential cache (no kinit cron job needed)
+    #[arg(long, env = "ZKGATE_ZK_KERBEROS_KEYTAB")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zk_kerberos_keytab: Option<PathBuf>,
     /// Distinct election/lock names that get their own metric label before `other`
     #[arg(long, env = "ZKGATE_METRICS_NAME_CAP", default_value_t = crate::metrics::DEFAULT_NAME_LABEL_CAP)]
     pub metrics_name_cap: usize,
@@ -213,6 +229,9 @@ pub enum ConfigError {
     /// Half a setup of the link to ZooKeeper (TLS or SASL): never connected without it.
     #[error("{0}: refusing to start without it")]
     HalfZkLink(&'static str),
+    /// SASL settings that do not fit the chosen mechanism (or a mechanism this build lacks).
+    #[error("{0}; refusing to start")]
+    ZkSaslMechanism(&'static str),
     /// A ZooKeeper TLS file holds no usable certificate or key.
     #[error("{}: {reason}", path.display())]
     ZkTlsPem { path: PathBuf, reason: String },
@@ -353,7 +372,13 @@ impl ServeArgs {
             .check_packet_budget()
             .map_err(ConfigError::PacketBudget)?;
         coord.zk_tls = zk_tls(self.zk_tls_ca, self.zk_tls_cert, self.zk_tls_key)?;
-        coord.zk_sasl = zk_sasl(self.zk_sasl_user, self.zk_sasl_password_file)?;
+        let (zk_sasl, zk_kerberos) = zk_sasl_any(
+            self.zk_sasl_mechanism.as_deref(),
+            (self.zk_sasl_user, self.zk_sasl_password_file),
+            (self.zk_kerberos_principal, self.zk_kerberos_keytab),
+        )?;
+        coord.zk_sasl = zk_sasl;
+        coord.zk_kerberos = zk_kerberos;
         let mut serve = ServeConfig::new(coord);
         serve.name_label_cap = self.metrics_name_cap;
         serve.limits = self.limits;
@@ -465,6 +490,53 @@ fn zk_tls(
         });
     }
     Ok(Some(tls))
+}
+
+/// A SASL login as the settings give it: DIGEST-MD5's user and password file, or Kerberos'
+/// principal and keytab; either half may be missing.
+type SaslLogin = (Option<String>, Option<PathBuf>);
+
+/// SASL to ZooKeeper by `mechanism` (`digest-md5` when unset, or `gssapi`): DIGEST-MD5's
+/// user and password file, or Kerberos' principal and keytab. Settings of the other mechanism
+/// are refused rather than ignored, and so is `gssapi` in a gateway built without Kerberos.
+fn zk_sasl_any(
+    mechanism: Option<&str>,
+    digest: SaslLogin,
+    kerberos: SaslLogin,
+) -> Result<
+    (
+        Option<crate::coord::ZkSasl>,
+        Option<crate::kerberos::ZkKerberos>,
+    ),
+    ConfigError,
+> {
+    match mechanism.map(str::to_ascii_lowercase).as_deref() {
+        None | Some("digest-md5") => {
+            if kerberos.0.is_some() || kerberos.1.is_some() {
+                return Err(ConfigError::ZkSaslMechanism("zk_kerberos_principal and zk_kerberos_keytab need zk_sasl_mechanism = \"gssapi\" (--zk-sasl-mechanism gssapi)"));
+            }
+            Ok((zk_sasl(digest.0, digest.1)?, None))
+        }
+        Some("gssapi") => {
+            if digest.0.is_some() || digest.1.is_some() {
+                return Err(ConfigError::ZkSaslMechanism("zk_sasl_user and zk_sasl_password_file are DIGEST-MD5's: with zk_sasl_mechanism = \"gssapi\" the gateway logs in with zk_kerberos_principal and zk_kerberos_keytab"));
+            }
+            if !cfg!(feature = "zk-kerberos") {
+                return Err(ConfigError::ZkSaslMechanism("zk_sasl_mechanism = \"gssapi\": this gateway was built without Kerberos (build it with `--features zk-kerberos`)"));
+            }
+            match kerberos {
+                (Some(principal), Some(keytab)) => Ok((
+                    None,
+                    Some(crate::kerberos::ZkKerberos { principal, keytab }),
+                )),
+                (None, _) => Err(ConfigError::HalfZkLink("zk_sasl_mechanism = \"gssapi\" needs zk_kerberos_principal (--zk-kerberos-principal, ZKGATE_ZK_KERBEROS_PRINCIPAL or zk_kerberos_principal in the config file)")),
+                (Some(_), None) => Err(ConfigError::HalfZkLink("zk_sasl_mechanism = \"gssapi\" needs zk_kerberos_keytab (--zk-kerberos-keytab, ZKGATE_ZK_KERBEROS_KEYTAB or zk_kerberos_keytab in the config file)")),
+            }
+        }
+        Some(_) => Err(ConfigError::ZkSaslMechanism(
+            "zk_sasl_mechanism is `digest-md5` or `gssapi`",
+        )),
+    }
 }
 
 /// SASL DIGEST-MD5 to ZooKeeper, or none; a user without a password file or a password file
@@ -763,6 +835,9 @@ mod tests {
             "zk_tls_key" => s("/zk-one.key", "/zk-two.key"),
             "zk_sasl_user" => s("gw1", "gw2"),
             "zk_sasl_password_file" => s("/one.pw", "/two.pw"),
+            "zk_sasl_mechanism" => s("gssapi", "digest-md5"),
+            "zk_kerberos_principal" => s("gw1@R", "gw2@R"),
+            "zk_kerberos_keytab" => s("/one.keytab", "/two.keytab"),
             "auth_policy" => s("/one-policy.toml", "/two-policy.toml"),
             "lease_key_file" => s("/one.keys", "/two.keys"),
             "audit_log" => s("/one-audit.log", "/two-audit.log"),
@@ -805,6 +880,103 @@ mod tests {
             Some(toml::Value::String(s)) => std::env::set_var(var, s),
             Some(other) => std::env::set_var(var, other.to_string()),
             None => std::env::remove_var(var),
+        }
+    }
+
+    /// The SASL mechanism decides which login settings count: the other mechanism's are refused
+    /// (not silently ignored), halves of a login are refused, and `gssapi` needs a gateway
+    /// built with Kerberos.
+    #[test]
+    fn zk_sasl_mechanism_settings_go_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "secret\n").unwrap();
+        let kt = || Some(PathBuf::from("/gw.keytab"));
+        let principal = || Some("gw@R".to_owned());
+        let user = || Some("gw".to_owned());
+        let digest = |u: Option<String>, p: bool| (u, p.then(|| pw.clone()));
+        let kerberos = cfg!(feature = "zk-kerberos");
+        #[rustfmt::skip]
+        // Ok((a DIGEST-MD5 login?, a Kerberos login?)), or words of the error.
+        type Want = Result<(bool, bool), &'static str>;
+        let cases: Vec<(Option<&str>, SaslLogin, SaslLogin, Want)> = vec![
+            // mechanism, digest login, kerberos login, Ok((digest?, kerberos?)) or the error's words
+            (None, digest(None, false), (None, None), Ok((false, false))),
+            (None, digest(user(), true), (None, None), Ok((true, false))),
+            (
+                Some("DIGEST-MD5"),
+                digest(user(), true),
+                (None, None),
+                Ok((true, false)),
+            ),
+            (
+                None,
+                digest(None, false),
+                (principal(), kt()),
+                Err("need zk_sasl_mechanism = \"gssapi\""),
+            ),
+            (
+                None,
+                digest(None, false),
+                (None, kt()),
+                Err("need zk_sasl_mechanism = \"gssapi\""),
+            ),
+            (
+                Some("gssapi"),
+                digest(user(), true),
+                (principal(), kt()),
+                Err("are DIGEST-MD5's"),
+            ),
+            (
+                Some("kerberos"),
+                digest(None, false),
+                (principal(), kt()),
+                Err("`digest-md5` or `gssapi`"),
+            ),
+            (
+                Some("gssapi"),
+                digest(None, false),
+                (principal(), kt()),
+                if kerberos {
+                    Ok((false, true))
+                } else {
+                    Err("built without Kerberos")
+                },
+            ),
+            (
+                Some("gssapi"),
+                digest(None, false),
+                (None, kt()),
+                Err(if kerberos {
+                    "needs zk_kerberos_principal"
+                } else {
+                    "built without Kerberos"
+                }),
+            ),
+            (
+                Some("gssapi"),
+                digest(None, false),
+                (principal(), None),
+                Err(if kerberos {
+                    "needs zk_kerberos_keytab"
+                } else {
+                    "built without Kerberos"
+                }),
+            ),
+        ];
+        for (mechanism, d, k, want) in cases {
+            let case = format!("{mechanism:?} {d:?} {k:?}");
+            match (zk_sasl_any(mechanism, d, k), want) {
+                (Ok((sasl, krb)), Ok((want_sasl, want_krb))) => {
+                    assert_eq!(
+                        (sasl.is_some(), krb.is_some()),
+                        (want_sasl, want_krb),
+                        "{case}"
+                    );
+                }
+                (Err(e), Err(words)) => assert!(e.to_string().contains(words), "{case}: {e}"),
+                (got, want) => panic!("{case}: got {got:?}, want {want:?}"),
+            }
         }
     }
 

@@ -42,6 +42,7 @@ pub mod config;
 pub mod coord;
 pub mod grpc_metrics;
 pub mod http;
+pub mod kerberos;
 pub mod logging;
 pub mod metrics;
 pub mod proto;

@@ -94,8 +94,19 @@ pub async fn run(
     cfg.check_timing()?;
     // The recorder first, so nothing the coordinator records at start-up is lost.
     crate::metrics::install(cfg.name_label_cap);
+    // The Kerberos ticket before the first session asks GSSAPI for it.
+    if let Some(k) = &cfg.coord.zk_kerberos {
+        crate::kerberos::login(k)
+            .await
+            .map_err(|e| ServeError::Config(format!("Kerberos: {e}")))?;
+    }
+    let kerberos = cfg.coord.zk_kerberos.is_some();
     let coord = Coordinator::start(cfg.coord.clone());
-    run_with(coord, cfg, listener, http, shutdown).await
+    let served = run_with(coord, cfg, listener, http, shutdown).await;
+    if kerberos {
+        crate::kerberos::logout();
+    }
+    served
 }
 
 /// [`run`] with a coordinator the caller started (tests read its request counter).
@@ -116,7 +127,7 @@ pub async fn run_with(
     let metrics = crate::metrics::install(cfg.name_label_cap);
     if crate::coord::zk::ZkIdentity::of(&coord.cfg) == crate::coord::zk::ZkIdentity::Anonymous {
         tracing::warn!(
-            "no ZooKeeper authentication (--zk-digest, --zk-sasl-user or --zk-tls-cert): the gateway's znodes carry the open ACL world:anyone, so every ZooKeeper client can read, list and delete them (G9)"
+            "no ZooKeeper authentication (--zk-digest, --zk-sasl-user, --zk-kerberos-principal or --zk-tls-cert): the gateway's znodes carry the open ACL world:anyone, so every ZooKeeper client can read, list and delete them (G9)"
         );
     }
 

@@ -41,6 +41,10 @@ pub struct CoordConfig {
     pub zk_tls: Option<ZkTls>,
     /// SASL DIGEST-MD5 to ZooKeeper; znodes then get a creator-only ACL (G9).
     pub zk_sasl: Option<ZkSasl>,
+    /// SASL GSSAPI (Kerberos) to ZooKeeper (cargo feature `zk-kerberos`); znodes then get a
+    /// creator-only ACL, `sasl:<principal>` (G9). The ticket is the process's: see
+    /// [`crate::kerberos`].
+    pub zk_kerberos: Option<crate::kerberos::ZkKerberos>,
     /// The ensemble's `tickTime`, if the operator states it (unstated: the largest tick a server
     /// granting the session's timeout T can run with, T/2). The ensemble's leader hears
     /// of a session held by a follower only through the follower's ping replies, every half
@@ -77,6 +81,7 @@ impl CoordConfig {
             zk_digest: None,
             zk_tls: None,
             zk_sasl: None,
+            zk_kerberos: None,
             zk_tick_time: None,
             keepalive_interval: None,
             keepalive_timeout: None,

@@ -30,12 +30,16 @@ pub enum ZkIdentity {
 }
 
 /// What the gateway says, at start and on `/readyz`, when it does not authenticate to ZooKeeper.
-pub const ANONYMOUS_WARNING_LINE: &str = "warning: no ZooKeeper authentication (--zk-digest, --zk-sasl-user or --zk-tls-cert): every ZooKeeper client can read, list and delete the gateway's znodes\n";
+pub const ANONYMOUS_WARNING_LINE: &str = "warning: no ZooKeeper authentication (--zk-digest, --zk-sasl-user, --zk-kerberos-principal or --zk-tls-cert): every ZooKeeper client can read, list and delete the gateway's znodes\n";
 
 impl ZkIdentity {
     pub fn of(cfg: &CoordConfig) -> Self {
         let client_cert = cfg.zk_tls.as_ref().is_some_and(|t| t.identity.is_some());
-        if cfg.zk_digest.is_some() || cfg.zk_sasl.is_some() || client_cert {
+        if cfg.zk_digest.is_some()
+            || cfg.zk_sasl.is_some()
+            || cfg.zk_kerberos.is_some()
+            || client_cert
+        {
             Self::Authenticated
         } else {
             Self::Anonymous
@@ -98,6 +102,12 @@ async fn connect_as(
             sasl.user.clone(),
             sasl.password.clone(),
         ));
+    }
+    // Kerberos: the process's ticket (crate::kerberos), for the service `zookeeper/<host>` of
+    // the host the connect string names, as the Java client does by default.
+    #[cfg(feature = "zk-kerberos")]
+    if cfg.zk_kerberos.is_some() {
+        connector = connector.with_sasl(zkc::SaslOptions::gssapi());
     }
     match &cfg.zk_tls {
         // `secure_connect`: endpoints without a scheme use TLS too.

@@ -24,6 +24,7 @@ pub mod checker;
 pub mod dev_process;
 pub mod ensemble;
 pub mod gateway;
+pub mod kdc;
 pub mod linkcut;
 pub mod localzk;
 pub mod pki;

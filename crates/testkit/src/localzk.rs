@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zkgate_localzk::{four_letter_word, loopback, parse_mode, ServerSet, ServerSetSpec, ZkServer};
+use zkgate_localzk::{
+    admin_command, four_letter_word, loopback, parse_admin_mode, parse_mode, ClientListener,
+    ServerSet, ServerSetSpec, ZkServer,
+};
 
 pub use zkgate_localzk::LocalZkError;
 
@@ -51,9 +54,10 @@ pub struct LocalZkOptions {
     /// existing data in it is reused.
     pub base_dir: Option<PathBuf>,
     /// TLS for clients on a `secureClientPort` of every server (see [`LocalZk::secure_address`]),
-    /// served with Netty from PEM files. The plaintext `clientPort` stays, bound to 127.0.0.1,
-    /// because the kit checks health with four-letter words over it; a test that wants a
-    /// TLS-only client hands out only the secure address.
+    /// served with Netty from PEM files, and no plaintext client port at all: the secure port
+    /// is the servers' client port ([`LocalZk::connect_string`] lists it), and the kit checks
+    /// health, [`LocalZk::mode`] included, over HTTP on the AdminServer
+    /// ([`LocalZk::admin_address`]), since four-letter words need a plaintext port.
     pub secure_client: Option<SecureClient>,
     /// SASL for clients: the servers' JAAS file (see [`write_digest_jaas`]) and whether an
     /// unauthenticated client is refused (`enforce.auth.enabled`, ZooKeeper 3.8).
@@ -78,6 +82,9 @@ pub struct SaslServer {
     pub jaas: PathBuf,
     /// Refuse every request of a session that did not authenticate with SASL.
     pub required: bool,
+    /// For Kerberos (GSSAPI): the realm's `krb5.conf` (`-Djava.security.krb5.conf`; see
+    /// [`crate::kdc`] and [`crate::kdc::write_kerberos_jaas`]). `None` for DIGEST-MD5.
+    pub krb5_conf: Option<PathBuf>,
 }
 
 /// Writes a JAAS file whose `Server` section accepts the given DIGEST-MD5 logins.
@@ -180,19 +187,25 @@ impl LocalZk {
         ensemble: bool,
         opts: LocalZkOptions,
     ) -> Result<LocalZk, LocalZkError> {
+        // Port 0 is the client port (the secure one with TLS), then an ensemble's quorum and
+        // election ports, then with TLS the AdminServer's.
         let plain_ports = if ensemble { 3 } else { 1 };
+        let client = match opts.secure_client {
+            Some(_) => ClientListener::NoPlaintext { admin: plain_ports },
+            None => ClientListener::Plaintext,
+        };
         let extra_config = |servers: &[ZkServer], i: usize| -> String {
             let mut cfg = String::new();
             if let Some(tls) = &opts.secure_client {
                 let _ = writeln!(
                     cfg,
-                    "secureClientPort={}\n\
+                    "secureClientPort={}\nsecureClientPortAddress=127.0.0.1\n\
                      serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
                      ssl.keyStore.location={}\nssl.keyStore.type=PEM\n\
                      ssl.trustStore.location={}\nssl.trustStore.type=PEM\n\
                      ssl.clientAuth={}\n\
                      authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider",
-                    servers[i].port(plain_ports),
+                    servers[i].port(0),
                     tls.key_store.display(),
                     tls.trust_store.display(),
                     tls.client_auth,
@@ -253,6 +266,12 @@ impl LocalZk {
                 .chain(opts.sasl.iter().map(|sasl| {
                     format!("-Djava.security.auth.login.config={}", sasl.jaas.display())
                 }))
+                .chain(
+                    opts.sasl
+                        .iter()
+                        .filter_map(|sasl| sasl.krb5_conf.as_ref())
+                        .map(|conf| format!("-Djava.security.krb5.conf={}", conf.display())),
+                )
                 .collect();
         let set = ServerSet::start(ServerSetSpec {
             size,
@@ -263,6 +282,7 @@ impl LocalZk {
             jvm_options,
             extra_config: &extra_config,
             myid: ensemble,
+            client,
         })
         .await?;
         Ok(LocalZk { set })
@@ -283,14 +303,23 @@ impl LocalZk {
     }
 
     /// The `secureClientPort` address of server `i` (0-based), when started with
-    /// [`LocalZkOptions::secure_client`].
+    /// [`LocalZkOptions::secure_client`]: the same as [`LocalZk::server_address`], since such
+    /// a server has no other client port.
     ///
     /// # Panics
     /// If `i >= self.len()` or the servers have no secure port.
     pub fn secure_address(&self, i: usize) -> SocketAddr {
-        let server = &self.set.servers()[i];
-        let secure = if self.set.len() > 1 { 3 } else { 1 };
-        loopback(server.port(secure))
+        assert!(
+            self.admin_address(i).is_some(),
+            "the servers were started without secure_client"
+        );
+        self.server_address(i)
+    }
+
+    /// The AdminServer (HTTP, 127.0.0.1) of server `i`, for servers started with
+    /// [`LocalZkOptions::secure_client`]; `None` for the others, whose AdminServer is off.
+    pub fn admin_address(&self, i: usize) -> Option<SocketAddr> {
+        self.set.admin_address(i)
     }
 
     /// Number of servers (1 for a standalone server).
@@ -408,6 +437,12 @@ impl LocalZk {
     /// (yet) part of a quorum, or `i` is out of range.
     pub async fn mode(&self, i: usize) -> Option<String> {
         self.pid(i)?;
+        if let Some(admin) = self.admin_address(i) {
+            let answer = admin_command(admin, "srvr", FOUR_LETTER_TIMEOUT)
+                .await
+                .ok()?;
+            return parse_admin_mode(&answer);
+        }
         let answer = four_letter_word(self.server_address(i), "srvr", FOUR_LETTER_TIMEOUT)
             .await
             .ok()?;

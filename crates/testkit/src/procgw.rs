@@ -87,6 +87,30 @@ impl GatewayProc {
     /// # Errors
     /// A sentence with the end of the gateway's log.
     pub async fn spawn(name: &str, spec: GatewaySpec) -> Result<GatewayProc, String> {
+        let gw = Self::spawn_listening(name, spec).await?;
+        if gw.spec.extra.iter().any(|a| a == "--tls-cert") {
+            // The health check below speaks plaintext: a TLS gateway is ready once its
+            // ZooKeeper session is.
+            return gw
+                .wait_logged("ZooKeeper session established", Duration::from_secs(20))
+                .await
+                .map(|()| gw);
+        }
+        if !gw.wait_serving(Duration::from_secs(20)).await {
+            return Err(format!(
+                "gateway {name} never became SERVING:\n{}",
+                gw.log_tail(30)
+            ));
+        }
+        Ok(gw)
+    }
+
+    /// [`spawn`](Self::spawn) without waiting for the gateway to serve: returns once it
+    /// listens, for a test of a gateway that must never get a ZooKeeper session.
+    ///
+    /// # Errors
+    /// A sentence with the end of the gateway's log.
+    pub async fn spawn_listening(name: &str, spec: GatewaySpec) -> Result<GatewayProc, String> {
         let dir = tempfile::Builder::new()
             .prefix("zkgate-gw-")
             .tempdir()
@@ -145,20 +169,6 @@ impl GatewayProc {
             _dir: dir,
         };
         gw.addr = gw.wait_listening(Duration::from_secs(20)).await?;
-        if gw.spec.extra.iter().any(|a| a == "--tls-cert") {
-            // The health check below speaks plaintext: a TLS gateway is ready once its
-            // ZooKeeper session is.
-            return gw
-                .wait_logged("ZooKeeper session established", Duration::from_secs(20))
-                .await
-                .map(|()| gw);
-        }
-        if !gw.wait_serving(Duration::from_secs(20)).await {
-            return Err(format!(
-                "gateway {name} never became SERVING:\n{}",
-                gw.log_tail(30)
-            ));
-        }
         Ok(gw)
     }
 
