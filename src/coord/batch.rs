@@ -71,7 +71,8 @@ pub struct BatchLimits {
 }
 
 /// Operations in one `multi` at most by default: a batch's reply then stays far below the
-/// packet budget too (a path and a stat per create), and one batch's round trip stays short.
+/// packet budget too (a path and a stat per create). The session's request slots bound it
+/// further (a batch of n takes n of its `REQUESTS_IN_FLIGHT`, see `zk::Zk`'s driver).
 pub const DEFAULT_MAX_BATCH_OPS: usize = 128;
 
 impl BatchLimits {

@@ -445,20 +445,26 @@ impl Zk {
     }
 
     /// The batch driver: sends what is waiting, one request at a time, until nothing is.
+    ///
+    /// A batch of n operations takes n of the session's request slots ([`REQUESTS_IN_FLIGHT`]),
+    /// not one: ZooKeeper applies a `multi`'s operations one by one (and sends the session a
+    /// watch event for each) before it answers the liveness probe queued behind it, so the
+    /// slots keep bounding the work ahead of the probe exactly as they did for single
+    /// requests. Batching saves transactions and fsyncs, not that work.
     async fn drive(self, batcher: Arc<Batcher>) {
         loop {
-            let slot = self
+            let mut slots = self
                 .in_flight
                 .clone()
                 .acquire_owned()
                 .await
                 .expect("the semaphore is never closed");
             let mut taken = Vec::new();
-            let Some(request) = self.take_and_send(&batcher, &mut taken) else {
+            let Some(request) = self.take_and_send(&batcher, &mut taken, &mut slots) else {
                 return;
             };
             let answer = request.await;
-            drop(slot);
+            drop(slots);
             self.answer(&batcher, taken, answer);
         }
     }
@@ -469,6 +475,7 @@ impl Zk {
         &'a self,
         batcher: &Batcher,
         taken: &'a mut Vec<Waiting>,
+        slots: &mut tokio::sync::OwnedSemaphorePermit,
     ) -> Option<futures::future::BoxFuture<'a, Result<Vec<Written>, BatchError>>> {
         let mut q = batcher.queue.lock().unwrap_or_else(|p| p.into_inner());
         // Callers gone before their operation was sent: never sent (see `Withdraw`).
@@ -483,10 +490,27 @@ impl Zk {
                 create: matches!(w.op, WriteOp::Create { .. }),
             })
             .collect();
-        let picked = batch::next_batch(&queued, batcher.limits);
+        // One slot is held; the batch may use as many more as are free now (see `drive`).
+        let limits = BatchLimits {
+            max_ops: batcher
+                .limits
+                .max_ops
+                .min(1 + self.in_flight.available_permits()),
+            ..batcher.limits
+        };
+        let mut picked = batch::next_batch(&queued, limits);
         if picked.is_empty() {
             q.driving = false;
             return None;
+        }
+        let more = u32::try_from(picked.len() - 1).unwrap_or(u32::MAX);
+        if more > 0 {
+            match self.in_flight.clone().try_acquire_many_owned(more) {
+                Ok(extra) => slots.merge(extra),
+                // Taken meanwhile by another request: the first operation goes alone (any
+                // prefix of a batch is a valid batch).
+                Err(_) => picked.truncate(1),
+            }
         }
         let mut picked_ops: Vec<Waiting> = picked
             .iter()
