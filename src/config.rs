@@ -160,6 +160,10 @@ pub struct ServeArgs {
     /// it below the servers' jute.maxbuffer. Multi-reads are paged to fit, and it bounds a queue's size
     #[arg(long, env = "ZKGATE_ZK_MAX_PACKET", default_value_t = crate::coord::paging::DEFAULT_ZK_MAX_PACKET)]
     pub zk_max_packet: usize,
+    /// Send member creates and deletes that are ready while another write is in flight together,
+    /// in one ZooKeeper multi (one transaction, one fsync); `false` sends each alone
+    #[arg(long, env = "ZKGATE_ZK_BATCH", default_value_t = true, action = clap::ArgAction::Set)]
+    pub zk_batch: bool,
     /// PEM certificate for TLS on the gRPC port (needs --tls-key; half a TLS setup is refused)
     #[arg(long, env = "ZKGATE_TLS_CERT")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -359,6 +363,7 @@ impl ServeArgs {
             session_timeout,
             max_value_bytes,
             zk_max_packet,
+            zk_batch,
             stop_margin,
             silence_limit,
             zk_tick_time,
@@ -827,6 +832,7 @@ mod tests {
             "max_proclaim_bytes_in_flight" => i(19, 20),
             "first_message_timeout" => s("3s", "4s"),
             "zk_max_packet" => i(500_000, 600_000),
+            "zk_batch" => Some((B(false), B(true))),
             "tls_cert" => s("/one.pem", "/two.pem"),
             "tls_key" => s("/one.key", "/two.key"),
             "tls_client_ca" => s("/one-ca.pem", "/two-ca.pem"),

@@ -66,6 +66,9 @@ pub struct CoordConfig {
     /// Largest packet the gateway sends to or expects from ZooKeeper (`--zk-max-packet`): every
     /// multi-read is paged to stay within it, and it bounds the queue size (see [`paging`]).
     pub zk_max_packet: usize,
+    /// Member creates and deletes that are ready while another write of the session is in
+    /// flight leave together in one ZooKeeper `multi` (`--zk-batch`; see [`super::batch`]).
+    pub zk_batch: bool,
 }
 
 impl CoordConfig {
@@ -88,6 +91,7 @@ impl CoordConfig {
             max_queues: DEFAULT_MAX_QUEUES,
             max_proclaim_bytes_in_flight: DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT,
             zk_max_packet: paging::DEFAULT_ZK_MAX_PACKET,
+            zk_batch: true,
         }
     }
 

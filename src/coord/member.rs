@@ -413,7 +413,7 @@ async fn create_member(
                 .zk
                 .create_member(&prefix_path, &data)
                 .await
-                .map(|(stat, seq)| (seq, Some(stat.czxid)))
+                .map(|(czxid, seq)| (seq, czxid))
         };
         match made {
             Ok((sequence, czxid)) => return Ok(created(sequence, czxid)),

@@ -18,6 +18,7 @@
 //! - [`directory`]: the elections folder's one watch per session, and [`observe_many`]: the
 //!   `ObserveMany` stream over it and the elections' queue actors.
 
+pub mod batch;
 pub mod board;
 pub mod bounds;
 pub mod clock;

@@ -279,7 +279,8 @@ pub async fn supervise_slot(
         let (link_tx, link_rx) = watch::channel(Link::Connected);
         let mut states = client.state_watcher();
         let session = Arc::new(ZkSession {
-            zk: Zk::new(client, acls, counter.clone()),
+            zk: Zk::new(client, acls, counter.clone())
+                .with_batching(cfg.zk_batch, cfg.zk_max_packet),
             timing,
             cfg: cfg.clone(),
             link: link_rx,

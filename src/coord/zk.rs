@@ -10,6 +10,7 @@ use futures::StreamExt;
 use zookeeper_client as zkc;
 use zookeeper_client::{Acls, AddWatchMode, Client, CreateMode, PersistentWatcher, Stat};
 
+use super::batch::{self, BatchLimits, Failure, Fate, WriteOp};
 use super::config::CoordConfig;
 use super::paging::{ReadPlan, PAGES_IN_FLIGHT};
 use crate::metrics as m;
@@ -218,6 +219,77 @@ pub struct Zk {
     lose_create_reply: Arc<std::sync::atomic::AtomicBool>,
     /// Test seams: `op` → how many of its next requests fail with `ConnectionLoss` unsent.
     fail_unsent: Arc<std::sync::Mutex<std::collections::HashMap<&'static str, u32>>>,
+    /// Member creates and deletes gathered into `multi`s, when batching is on
+    /// ([`Zk::with_batching`]; see [`batch`]).
+    batcher: Option<Arc<Batcher>>,
+    /// Test seam: the next batch of several operations is applied but reports `ConnectionLoss`.
+    lose_batch_reply: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The session's write batcher: creates and deletes waiting for the batch in flight.
+#[derive(Debug)]
+struct Batcher {
+    limits: BatchLimits,
+    queue: std::sync::Mutex<BatchQueue>,
+}
+
+#[derive(Debug, Default)]
+struct BatchQueue {
+    waiting: std::collections::VecDeque<Waiting>,
+    /// A driver task is sending (a batch is in flight or about to be): new operations wait.
+    driving: bool,
+    next_id: u64,
+}
+
+/// An operation waiting to be sent, with where its answer goes.
+#[derive(Debug)]
+struct Waiting {
+    id: u64,
+    op: WriteOp,
+    alone: bool,
+    reply: tokio::sync::oneshot::Sender<ZkResult<Written>>,
+}
+
+/// A batched write's answer.
+#[derive(Debug)]
+enum Written {
+    /// The member's sequence number, and its stat when the reply carried one (a `multi`
+    /// reply does not: ZOOKEEPER-4026; the confirmation then reads the fencing token).
+    Created {
+        sequence: i64,
+        stat: Option<Stat>,
+    },
+    Deleted,
+}
+
+/// How a sent batch failed.
+#[derive(Debug)]
+enum BatchError {
+    /// One operation sent alone failed: its own answer.
+    Alone(zkc::Error),
+    /// ZooKeeper refused operation `index` of a `multi`: nothing of it was applied.
+    Refused { index: usize, source: zkc::Error },
+    /// The client would not send the `multi` (a path it refuses): nothing was sent.
+    Unsent(zkc::Error),
+    /// Anything after the `multi` was sent that names no operation (a lost reply above
+    /// all, but also a reply the client could not read): it may have been applied.
+    Unknown(zkc::Error),
+}
+
+/// Withdraws a caller's operation from the batch queue when the caller is dropped before it
+/// was sent, so a join dropped while waiting never creates its znode after its cleanup looked
+/// for it (G5). Taking a batch and sending it happen under the queue's lock: an operation not
+/// found here is already on the wire, ahead of whatever the cleanup sends next.
+struct Withdraw<'a> {
+    batcher: &'a Batcher,
+    id: u64,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        let mut q = self.batcher.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.waiting.retain(|w| w.id != self.id);
+    }
 }
 
 fn result_label<T>(r: &ZkResult<T>) -> &'static str {
@@ -243,7 +315,27 @@ impl Zk {
             in_flight: Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT)),
             lose_create_reply: Arc::default(),
             fail_unsent: Arc::default(),
+            batcher: None,
+            lose_batch_reply: Arc::default(),
         }
+    }
+
+    /// Gathers member creates and deletes into `multi`s (see [`batch`]) when `on`, each within
+    /// `max_packet` bytes (`--zk-batch`, `--zk-max-packet`).
+    #[must_use]
+    pub fn with_batching(mut self, on: bool, max_packet: usize) -> Self {
+        self.batcher = on.then(|| {
+            Arc::new(Batcher {
+                limits: BatchLimits::new(max_packet),
+                queue: Default::default(),
+            })
+        });
+        self
+    }
+
+    /// Whether creates and deletes are batched.
+    pub fn batching(&self) -> bool {
+        self.batcher.is_some()
     }
 
     pub fn client(&self) -> &Client {
@@ -312,19 +404,294 @@ impl Zk {
         false
     }
 
-    /// Creates an EPHEMERAL_SEQUENTIAL znode; returns its stat and sequence number.
-    pub async fn create_member(&self, prefix_path: &str, data: &[u8]) -> ZkResult<(Stat, i64)> {
-        let opts = CreateMode::EphemeralSequential.with_acls(self.acls);
-        let r = self
-            .instrument("create", || async {
-                let (stat, seq) = self.client.create(prefix_path, data, &opts).await?;
-                Ok((stat, seq.into_i64()))
-            })
-            .await;
+    /// Creates an EPHEMERAL_SEQUENTIAL znode; returns its creation zxid (`None` when it went in
+    /// a batch, whose reply does not carry it) and sequence number.
+    pub async fn create_member(
+        &self,
+        prefix_path: &str,
+        data: &[u8],
+    ) -> ZkResult<(Option<i64>, i64)> {
+        let r = match &self.batcher {
+            None => {
+                let opts = CreateMode::EphemeralSequential.with_acls(self.acls);
+                self.instrument("create", || async {
+                    let (stat, seq) = self.client.create(prefix_path, data, &opts).await?;
+                    Ok((Some(stat.czxid), seq.into_i64()))
+                })
+                .await
+            }
+            Some(batcher) => {
+                let op = WriteOp::Create {
+                    prefix: prefix_path.to_owned(),
+                    data: data.to_vec(),
+                };
+                match self.write(batcher, op).await {
+                    Ok(Written::Created { sequence, stat }) => {
+                        Ok((stat.filter(|s| !s.is_invalid()).map(|s| s.czxid), sequence))
+                    }
+                    Ok(Written::Deleted) => Err(zkc::Error::UnexpectedError(
+                        "a create answered as a delete".into(),
+                    )),
+                    Err(e) => Err(e),
+                }
+            }
+        };
         if r.is_ok() && self.lose_reply_of_applied_create(prefix_path) {
             return Err(zkc::Error::ConnectionLoss);
         }
         r
+    }
+
+    /// Sends `op` through the batcher and waits for its answer: at once, alone, when nothing
+    /// is in flight; else in the next batch (see [`batch`]).
+    ///
+    /// # Cancellation safety
+    /// Dropped before its operation was sent, the operation is never sent ([`Withdraw`]).
+    async fn write(&self, batcher: &Arc<Batcher>, op: WriteOp) -> ZkResult<Written> {
+        if self.take_failure(op.label()) {
+            self.counter.0.fetch_add(1, Ordering::Relaxed);
+            m::zk_request(op.label(), "connection_loss", std::time::Duration::ZERO);
+            return Err(zkc::Error::ConnectionLoss);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (id, start_driver) = {
+            let mut q = batcher.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let id = q.next_id;
+            q.next_id += 1;
+            q.waiting.push_back(Waiting {
+                id,
+                op,
+                alone: false,
+                reply: tx,
+            });
+            let start = !q.driving;
+            q.driving = true;
+            (id, start)
+        };
+        let _withdraw = Withdraw { batcher, id };
+        if start_driver {
+            tokio::spawn(self.clone().drive(batcher.clone()));
+        }
+        // The driver answers every operation it takes; a driver gone without answering (the
+        // runtime shutting down) is reported as the link's failure: the caller then looks
+        // for what may have been applied.
+        rx.await.unwrap_or(Err(zkc::Error::ConnectionLoss))
+    }
+
+    /// The batch driver: sends what is waiting, one request at a time, until nothing is.
+    ///
+    /// A batch of n operations takes n of the session's request slots ([`REQUESTS_IN_FLIGHT`]),
+    /// not one: ZooKeeper applies a `multi`'s operations one by one (and sends the session a
+    /// watch event for each) before it answers the liveness probe queued behind it, so the
+    /// slots keep bounding the work ahead of the probe exactly as they did for single
+    /// requests. Batching saves transactions and fsyncs, not that work.
+    async fn drive(self, batcher: Arc<Batcher>) {
+        loop {
+            let mut slots = self
+                .in_flight
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            let mut taken = Vec::new();
+            let Some(request) = self.take_and_send(&batcher, &mut taken, &mut slots) else {
+                return;
+            };
+            let answer = request.await;
+            drop(slots);
+            self.answer(&batcher, taken, answer);
+        }
+    }
+
+    /// Takes the next batch into `taken` and sends it, under the queue's lock (see
+    /// [`Withdraw`]); `None`, and the driver stops, when nothing is waiting.
+    fn take_and_send<'a>(
+        &'a self,
+        batcher: &Batcher,
+        taken: &'a mut Vec<Waiting>,
+        slots: &mut tokio::sync::OwnedSemaphorePermit,
+    ) -> Option<futures::future::BoxFuture<'a, Result<Vec<Written>, BatchError>>> {
+        let mut q = batcher.queue.lock().unwrap_or_else(|p| p.into_inner());
+        // Callers gone before their operation was sent: never sent (see `Withdraw`).
+        q.waiting.retain(|w| !w.reply.is_closed());
+        let queued: Vec<batch::Queued> = q
+            .waiting
+            .iter()
+            .map(|w| batch::Queued {
+                bytes: w.op.bytes(),
+                alone: w.alone,
+                queue: w.op.queue(),
+                create: matches!(w.op, WriteOp::Create { .. }),
+            })
+            .collect();
+        // One slot is held; the batch may use as many more as are free now (see `drive`).
+        let limits = BatchLimits {
+            max_ops: batcher
+                .limits
+                .max_ops
+                .min(1 + self.in_flight.available_permits()),
+            ..batcher.limits
+        };
+        let mut picked = batch::next_batch(&queued, limits);
+        if picked.is_empty() {
+            q.driving = false;
+            return None;
+        }
+        let more = u32::try_from(picked.len() - 1).unwrap_or(u32::MAX);
+        if more > 0 {
+            match self.in_flight.clone().try_acquire_many_owned(more) {
+                Ok(extra) => slots.merge(extra),
+                // Taken meanwhile by another request: the first operation goes alone (any
+                // prefix of a batch is a valid batch).
+                Err(_) => picked.truncate(1),
+            }
+        }
+        let mut picked_ops: Vec<Waiting> = picked
+            .iter()
+            .rev()
+            .filter_map(|&i| q.waiting.remove(i))
+            .collect();
+        picked_ops.reverse();
+        taken.extend(picked_ops);
+        let taken: &'a Vec<Waiting> = taken;
+        Some(self.send_batch(taken))
+    }
+
+    /// Puts `taken` on the wire now: one operation as its plain request, several as a `multi`.
+    fn send_batch<'a>(
+        &'a self,
+        taken: &'a [Waiting],
+    ) -> futures::future::BoxFuture<'a, Result<Vec<Written>, BatchError>> {
+        use futures::FutureExt;
+        self.counter.0.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        let member = CreateMode::EphemeralSequential.with_acls(self.acls);
+        if let [one] = taken {
+            let label = one.op.label();
+            let client = &self.client;
+            let sent: futures::future::BoxFuture<'a, ZkResult<Written>> = match &one.op {
+                WriteOp::Create { prefix, data } => {
+                    let f = client.create(prefix, data, &member);
+                    async move {
+                        let (stat, seq) = f.await?;
+                        Ok(Written::Created {
+                            sequence: seq.into_i64(),
+                            stat: Some(stat),
+                        })
+                    }
+                    .boxed()
+                }
+                WriteOp::Delete { path } => {
+                    let f = client.delete(path, None);
+                    async move { f.await.map(|()| Written::Deleted) }.boxed()
+                }
+            };
+            return async move {
+                let r = sent.await;
+                m::zk_request(label, result_label(&r), start.elapsed());
+                r.map(|w| vec![w]).map_err(BatchError::Alone)
+            }
+            .boxed();
+        }
+        let mut txn = self.client.new_multi_writer();
+        for w in taken {
+            let added = match &w.op {
+                WriteOp::Create { prefix, data } => txn.add_create(prefix, data, &member),
+                WriteOp::Delete { path } => txn.add_delete(path, None),
+            };
+            if let Err(source) = added {
+                // A path the client refuses: nothing is sent; each goes again alone and gets
+                // its own answer.
+                return futures::future::ready(Err(BatchError::Unsent(source))).boxed();
+            }
+        }
+        let sent = txn.commit();
+        let lose = self.lose_batch_reply.swap(false, Ordering::Relaxed);
+        async move {
+            let mut r = match sent.await {
+                Ok(results) => results
+                    .into_iter()
+                    .map(|r| match r {
+                        zkc::MultiWriteResult::Create { path, stat } => Ok(Written::Created {
+                            sequence: sequence_of(&path)?,
+                            stat: Some(stat),
+                        }),
+                        _ => Ok(Written::Deleted),
+                    })
+                    .collect::<ZkResult<Vec<_>>>()
+                    .map_err(BatchError::Unknown),
+                Err(zkc::MultiWriteError::OperationFailed { index, source }) => {
+                    Err(BatchError::Refused { index, source })
+                }
+                Err(zkc::MultiWriteError::RequestFailed { source }) => {
+                    Err(BatchError::Unknown(source))
+                }
+            };
+            if lose && r.is_ok() {
+                tracing::warn!("failpoint: batch applied, reply lost");
+                r = Err(BatchError::Unknown(zkc::Error::ConnectionLoss));
+            }
+            let label = match &r {
+                Ok(_) => "ok",
+                Err(
+                    BatchError::Refused { source, .. }
+                    | BatchError::Unknown(source)
+                    | BatchError::Unsent(source)
+                    | BatchError::Alone(source),
+                ) => result_label::<()>(&Err(source.clone())),
+            };
+            m::zk_request("batch", label, start.elapsed());
+            r
+        }
+        .boxed()
+    }
+
+    /// Gives each operation of a sent batch its answer, or queues it again (see
+    /// [`batch::after_failure`]).
+    fn answer(
+        &self,
+        batcher: &Batcher,
+        taken: Vec<Waiting>,
+        answer: Result<Vec<Written>, BatchError>,
+    ) {
+        let (failure, error) = match answer {
+            Ok(results) if results.len() == taken.len() => {
+                for (w, r) in taken.into_iter().zip(results) {
+                    let _ = w.reply.send(Ok(r));
+                }
+                return;
+            }
+            Ok(results) => (
+                Failure::Link,
+                ambiguous(zkc::Error::UnexpectedError(format!(
+                    "a multi of {} operations answered {}",
+                    taken.len(),
+                    results.len()
+                ))),
+            ),
+            // One operation's own answer, as without batching.
+            Err(BatchError::Alone(e)) => (Failure::Link, e),
+            Err(BatchError::Refused { index, source }) => (Failure::Refused { index }, source),
+            Err(BatchError::Unsent(e)) => (Failure::Other, e),
+            Err(BatchError::Unknown(e)) => (Failure::Link, ambiguous(e)),
+        };
+        let fates = batch::after_failure(taken.len(), failure);
+        let mut again = Vec::new();
+        for (mut w, fate) in taken.into_iter().zip(fates) {
+            match fate {
+                Fate::Fail => {
+                    let _ = w.reply.send(Err(error.clone()));
+                }
+                Fate::Again { alone } => {
+                    w.alone = alone;
+                    again.push(w);
+                }
+            }
+        }
+        let mut q = batcher.queue.lock().unwrap_or_else(|p| p.into_inner());
+        for w in again.into_iter().rev() {
+            q.waiting.push_front(w);
+        }
     }
 
     /// Creates a queue's container znode and its first member in one transaction: one round
@@ -399,6 +766,44 @@ impl Zk {
     #[doc(hidden)]
     pub fn lose_next_create_reply(&self) {
         self.lose_create_reply.store(true, Ordering::Relaxed);
+    }
+
+    /// Test seam: takes every request slot of the session ([`REQUESTS_IN_FLIGHT`]) until the
+    /// permit is dropped, so writes asked meanwhile gather in the batcher (the liveness probe
+    /// takes no slot: the link stays up).
+    #[doc(hidden)]
+    pub async fn hold_requests(&self) -> tokio::sync::OwnedSemaphorePermit {
+        self.in_flight
+            .clone()
+            .acquire_many_owned(REQUESTS_IN_FLIGHT as u32)
+            .await
+            .expect("the semaphore is never closed")
+    }
+
+    /// Test seam: creates and deletes waiting in the batcher, not yet sent.
+    #[doc(hidden)]
+    pub fn queued_writes(&self) -> usize {
+        self.batcher.as_ref().map_or(0, |b| {
+            b.queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .waiting
+                .len()
+        })
+    }
+
+    /// Test seam: the next batch of several operations is applied by ZooKeeper but every one
+    /// of its operations reports `ConnectionLoss`, as if the batch's reply had been lost with
+    /// the connection (G5 per member of a batch).
+    #[doc(hidden)]
+    pub fn lose_next_batch_reply(&self) {
+        self.lose_batch_reply.store(true, Ordering::Relaxed);
+    }
+
+    /// Test seam: whether the failure armed by [`Zk::lose_next_batch_reply`] is still waiting.
+    #[doc(hidden)]
+    pub fn batch_reply_loss_armed(&self) -> bool {
+        self.lose_batch_reply.load(Ordering::Relaxed)
     }
 
     /// Test seam: the next `times` requests of kind `op` (`"get_data"`, `"get_children"`,
@@ -495,9 +900,20 @@ impl Zk {
         self.instrument("sync", || self.client.sync(path)).await
     }
 
+    /// Deletes `path` (any version); batched with other writes when batching is on.
     pub async fn delete(&self, path: &str) -> ZkResult<()> {
-        self.instrument("delete", || self.client.delete(path, None))
-            .await
+        match &self.batcher {
+            None => {
+                self.instrument("delete", || self.client.delete(path, None))
+                    .await
+            }
+            Some(batcher) => {
+                let op = WriteOp::Delete {
+                    path: path.to_owned(),
+                };
+                self.write(batcher, op).await.map(|_| ())
+            }
+        }
     }
 
     pub async fn get_data(&self, path: &str) -> ZkResult<(Vec<u8>, Stat)> {
@@ -606,6 +1022,19 @@ impl Zk {
         self.instrument("exists", || self.client.check_stat(path))
             .await
     }
+}
+
+/// The error every operation of a batch gets when the batch may or may not have been applied:
+/// the link's failure as it is; anything else (a reply the client could not read) is logged and
+/// reported as `ConnectionLoss`, so that each caller looks for what may have been applied — a
+/// member create by its protected name (G5), a delete by deleting again — instead of taking it
+/// for a refusal.
+fn ambiguous(e: zkc::Error) -> zkc::Error {
+    if is_transport_failure(&e) {
+        return e;
+    }
+    tracing::warn!(error = %e, "a batch of writes failed without naming an operation: treated as a lost reply");
+    zkc::Error::ConnectionLoss
 }
 
 /// The sequence number at the end of a sequential znode's path (ZooKeeper appends ten digits).

@@ -1,0 +1,264 @@
+//! Natural batching (`--zk-batch`, `coord::batch`): member creates and deletes ready while
+//! another write of the session is in flight leave together in one ZooKeeper `multi`. On real
+//! ZooKeeper: members created together share one transaction, but never two of one queue (their
+//! fencing tokens would be equal, G1); one refused operation does not fail the others of its
+//! batch; a batch whose reply is lost leaves no orphan (G5).
+//!
+//! Batches are made deterministic with `Zk::hold_requests`: while the test holds every request
+//! slot of the gateway's session, writes gather in the batcher; released, they leave at once.
+
+use std::time::Duration;
+
+use zkgate_testkit::*;
+
+const JOINS: usize = 12;
+
+/// The creation zxid of each member znode of the queue `kind/name`, by sequence.
+async fn czxids(
+    zk: &zookeeper_client::Client,
+    root: &str,
+    kind: &str,
+    name: &str,
+) -> Vec<(String, i64)> {
+    let path = format!("{root}/{kind}/{name}");
+    let mut children = zk.list_children(&path).await.expect("queue listed");
+    children.sort_by_key(|c| c[c.len() - 10..].to_owned());
+    let mut out = Vec::new();
+    for c in children {
+        let (_, stat) = zk
+            .get_data(&format!("{path}/{c}"))
+            .await
+            .expect("member read");
+        out.push((c, stat.czxid));
+    }
+    out
+}
+
+fn gateway_zk(gw: &Gateway) -> zkgate::coord::zk::Zk {
+    gw.coord.session().expect("session").zk.clone()
+}
+
+/// `JOINS` lock waiters asked at the same moment on `JOINS` different locks: their creates
+/// leave in one transaction (one creation zxid for all), and each still gets a fencing token
+/// above its lock's previous holder's when that one releases. Many candidates of one election
+/// asked at the same moment each get a transaction of their own: their tokens strictly increase
+/// in queue order.
+#[tokio::test]
+async fn creates_ready_together_share_a_transaction_but_never_a_fencing_token() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let zkc = zk_client(&zk).await;
+    let mut lc = gw.lock_client().await;
+    let mut holders = Vec::new();
+    for i in 0..JOINS {
+        let mut h = Acquisition::open(&mut lc, acquire_msg(&format!("b{i}"), "holder")).await;
+        let token = h.acquired().await.fencing_token;
+        holders.push((h, token));
+    }
+
+    let gz = gateway_zk(&gw);
+    assert!(gz.batching(), "batching is on by default");
+    let hold = gz.hold_requests().await;
+    let waiters: Vec<_> = (0..JOINS)
+        .map(|i| {
+            let mut lc = lc.clone();
+            tokio::spawn(async move {
+                Acquisition::open(&mut lc, acquire_msg(&format!("b{i}"), "waiter")).await
+            })
+        })
+        .collect();
+    wait_until(
+        "every waiter's create waits in the batcher",
+        STEP,
+        || async { gz.queued_writes() == JOINS },
+    )
+    .await;
+    drop(hold);
+    let mut waiting = Vec::new();
+    for w in waiters {
+        waiting.push(w.await.expect("waiter joined"));
+    }
+
+    let mut waiter_zxids = Vec::new();
+    for i in 0..JOINS {
+        let members = czxids(&zkc, &gw.root, "locks", &format!("b{i}")).await;
+        assert_eq!(members.len(), 2, "holder and waiter of b{i}: {members:?}");
+        waiter_zxids.push(members[1].1);
+    }
+    waiter_zxids.dedup();
+    assert_eq!(
+        waiter_zxids.len(),
+        1,
+        "{JOINS} creates asked together left in one transaction"
+    );
+
+    for ((holder, token), mut waiter) in holders.into_iter().zip(waiting) {
+        drop(holder);
+        let next = waiter.acquired().await.fencing_token;
+        assert!(next > token, "successive holders' tokens increase");
+    }
+
+    // One election, many candidates at once: one create per queue per batch.
+    let mut ec = gw.client().await;
+    let mut leader = Campaign::join(&mut ec, "many", "leader", b"").await;
+    leader.elected().await;
+    let hold = gz.hold_requests().await;
+    let candidates: Vec<_> = (0..JOINS)
+        .map(|i| {
+            let mut ec = ec.clone();
+            tokio::spawn(
+                async move { Campaign::join(&mut ec, "many", &format!("c{i}"), b"").await },
+            )
+        })
+        .collect();
+    wait_until(
+        "every candidate's create waits in the batcher",
+        STEP,
+        || async { gz.queued_writes() == JOINS },
+    )
+    .await;
+    drop(hold);
+    let mut joined = Vec::new();
+    for c in candidates {
+        joined.push(c.await.expect("candidate joined"));
+    }
+    let members = czxids(&zkc, &gw.root, "elections", "many").await;
+    assert_eq!(members.len(), JOINS + 1);
+    assert!(
+        members.windows(2).all(|w| w[0].1 < w[1].1),
+        "tokens strictly increase in queue order: {members:?}"
+    );
+    drop(joined);
+    drop(leader);
+    wait_no_members(&zkc, &gw.root, Duration::from_secs(10)).await;
+}
+
+/// A batch holding operations ZooKeeper refuses (a create under a vanished queue, a delete of a
+/// znode already gone): nothing of it is applied, the refused ones get their own error, and the
+/// others leave again and succeed.
+#[tokio::test]
+async fn a_refused_operation_does_not_fail_the_others_of_its_batch() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let zkc = zk_client(&zk).await;
+    let gz = gateway_zk(&gw);
+    // Queues of their own (persistent, so nothing reaps them while the test runs), one per
+    // create: a batch creates at most one member per queue.
+    let parent = format!("{}/batch-refused", gw.root);
+    gz.ensure_folders(&gw.root, "batch-refused").await.unwrap();
+    let persistent =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    for i in 0..4 {
+        zkc.create(&format!("{parent}/q{i}"), b"", &persistent)
+            .await
+            .unwrap();
+    }
+
+    let hold = gz.hold_requests().await;
+    let creates: Vec<_> = (0..4)
+        .map(|i| {
+            let (gz, prefix) = (gz.clone(), format!("{parent}/q{i}/ok-"));
+            tokio::spawn(async move { gz.create_member(&prefix, b"x").await })
+        })
+        .collect();
+    let vanished = {
+        let (gz, prefix) = (gz.clone(), format!("{parent}/gone/m-"));
+        tokio::spawn(async move { gz.create_member(&prefix, b"x").await })
+    };
+    let gone = {
+        let (gz, path) = (gz.clone(), format!("{parent}/never-made"));
+        tokio::spawn(async move { gz.delete(&path).await })
+    };
+    wait_until("six writes wait in the batcher", STEP, || async {
+        gz.queued_writes() == 6
+    })
+    .await;
+    drop(hold);
+
+    assert_eq!(
+        vanished.await.unwrap().unwrap_err(),
+        zookeeper_client::Error::NoNode
+    );
+    assert_eq!(
+        gone.await.unwrap().unwrap_err(),
+        zookeeper_client::Error::NoNode
+    );
+    let mut zxids = Vec::new();
+    for c in creates {
+        let (czxid, _) = c.await.unwrap().expect("a good create succeeds");
+        zxids.push(czxid);
+    }
+    for i in 0..4 {
+        let q = format!("{parent}/q{i}");
+        let children = zkc.list_children(&q).await.unwrap();
+        assert_eq!(
+            children.len(),
+            1,
+            "the good create of q{i} once: {children:?}"
+        );
+        gz.delete(&format!("{q}/{}", children[0])).await.unwrap();
+        gz.delete(&q).await.unwrap();
+    }
+    assert!(
+        zxids.iter().all(Option::is_none),
+        "the good creates went in a batch again (a multi reply carries no stat): {zxids:?}"
+    );
+    gz.delete(&parent).await.unwrap();
+}
+
+/// A batch of member creates whose reply is lost with the connection (applied, reported as
+/// `ConnectionLoss` to every member): each member finds its own znode by its protected name and
+/// adopts it, so every lock has exactly its holder and one waiter, and nothing is left once
+/// every stream is gone (G5, per member of a batch).
+#[tokio::test]
+async fn a_lost_batch_reply_leaves_no_orphan() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let zkc = zk_client(&zk).await;
+    let mut lc = gw.lock_client().await;
+    let mut holders = Vec::new();
+    for i in 0..JOINS {
+        let mut h = Acquisition::open(&mut lc, acquire_msg(&format!("l{i}"), "holder")).await;
+        h.acquired().await;
+        holders.push(h);
+    }
+    let gz = gateway_zk(&gw);
+    let hold = gz.hold_requests().await;
+    gz.lose_next_batch_reply();
+    let waiters: Vec<_> = (0..JOINS)
+        .map(|i| {
+            let mut lc = lc.clone();
+            tokio::spawn(async move {
+                Acquisition::open(&mut lc, acquire_msg(&format!("l{i}"), "waiter")).await
+            })
+        })
+        .collect();
+    wait_until(
+        "every waiter's create waits in the batcher",
+        STEP,
+        || async { gz.queued_writes() == JOINS },
+    )
+    .await;
+    drop(hold);
+    let mut waiting = Vec::new();
+    for w in waiters {
+        let w = w.await.expect("waiter joined");
+        assert_eq!(w.position, 1);
+        waiting.push(w);
+    }
+    assert!(!gz.batch_reply_loss_armed(), "the batch's reply was lost");
+    for i in 0..JOINS {
+        let members = czxids(&zkc, &gw.root, "locks", &format!("l{i}")).await;
+        assert_eq!(
+            members.len(),
+            2,
+            "holder and adopted waiter of l{i}: {members:?}"
+        );
+    }
+    for (holder, waiter) in holders.into_iter().zip(waiting.iter_mut()) {
+        drop(holder);
+        waiter.acquired().await;
+    }
+    drop(waiting);
+    wait_no_members(&zkc, &gw.root, Duration::from_secs(10)).await;
+}
