@@ -34,6 +34,18 @@ async fn czxids(
     out
 }
 
+/// A gateway with `--zk-batch` on (it is off by default until a soak has run with it).
+async fn batching_gateway(zk: &str) -> Gateway {
+    Gateway::start_with(
+        zk,
+        GatewayOpts {
+            configure: Some(Box::new(|cfg| cfg.coord.zk_batch = true)),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
 fn gateway_zk(gw: &Gateway) -> zkgate::coord::zk::Zk {
     gw.coord.session().expect("session").zk.clone()
 }
@@ -46,7 +58,7 @@ fn gateway_zk(gw: &Gateway) -> zkgate::coord::zk::Zk {
 #[tokio::test]
 async fn creates_ready_together_share_a_transaction_but_never_a_fencing_token() {
     let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
+    let gw = batching_gateway(&zk).await;
     let zkc = zk_client(&zk).await;
     let mut lc = gw.lock_client().await;
     let mut holders = Vec::new();
@@ -57,7 +69,7 @@ async fn creates_ready_together_share_a_transaction_but_never_a_fencing_token() 
     }
 
     let gz = gateway_zk(&gw);
-    assert!(gz.batching(), "batching is on by default");
+    assert!(gz.batching(), "batching is on when asked");
     let hold = gz.hold_requests().await;
     let waiters: Vec<_> = (0..JOINS)
         .map(|i| {
@@ -139,7 +151,7 @@ async fn creates_ready_together_share_a_transaction_but_never_a_fencing_token() 
 #[tokio::test]
 async fn a_refused_operation_does_not_fail_the_others_of_its_batch() {
     let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
+    let gw = batching_gateway(&zk).await;
     let zkc = zk_client(&zk).await;
     let gz = gateway_zk(&gw);
     // Queues of their own (persistent, so nothing reaps them while the test runs), one per
@@ -213,7 +225,7 @@ async fn a_refused_operation_does_not_fail_the_others_of_its_batch() {
 #[tokio::test]
 async fn a_lost_batch_reply_leaves_no_orphan() {
     let zk = shared_zk();
-    let gw = Gateway::start(&zk).await;
+    let gw = batching_gateway(&zk).await;
     let zkc = zk_client(&zk).await;
     let mut lc = gw.lock_client().await;
     let mut holders = Vec::new();
