@@ -384,6 +384,14 @@ pub struct QueueState {
     /// ([`Action::VerifyAtLeader`]); they stay in the view (blocking, never granting) until
     /// the leader says they do not exist.
     suspects: HashSet<String>,
+    /// Members of the actor's first listing, other than its own, that the leader has not
+    /// vouched for. A server that diverged can show long-dead members in the very first
+    /// listing, where no earlier view betrays them (`high_water` has nothing to compare
+    /// with); those among the first `permits` of the queue, where they stand in the way of a
+    /// local member, are asked about before holders are decided ([`QueueState::prove_blockers`]).
+    unproven: HashSet<String>,
+    /// Whether a listing has been applied yet (the first one fills `unproven`).
+    listed_once: bool,
 }
 
 impl QueueState {
@@ -413,6 +421,8 @@ impl QueueState {
             ignored: HashSet::new(),
             high_water: None,
             suspects: HashSet::new(),
+            unproven: HashSet::new(),
+            listed_once: false,
         }
     }
 
@@ -580,6 +590,18 @@ impl QueueState {
             .high_water
             .max(self.members.keys().next_back().map(|(seq, _)| *seq));
         self.suspects = suspects.iter().cloned().collect();
+        if self.listed_once {
+            let listed: HashSet<&String> = children.iter().collect();
+            self.unproven.retain(|n| listed.contains(n));
+        } else {
+            self.listed_once = true;
+            self.unproven = self
+                .members
+                .keys()
+                .filter(|(_, n)| !self.local.contains_key(n))
+                .map(|(_, n)| n.clone())
+                .collect();
+        }
         if !suspects.is_empty() {
             tracing::warn!(queue = %self.name, members = ?suspects, "members listed below the queue's highest sequence number that earlier listings did not have: asking the leader whether they exist");
             out.push(Action::VerifyAtLeader(suspects));
@@ -646,6 +668,41 @@ impl QueueState {
                 }
             }
         }
+    }
+
+    /// Asks the leader about the members of the first listing not vouched for yet that stand
+    /// among the first `permits` of the queue (an election's head), while a local member
+    /// waits behind them. They keep blocking until the answer, like any suspect; one the
+    /// leader does not have leaves the view. Deeper ones are asked about when the queue
+    /// moves them up, so the cost is at most one check per member that ever blocks.
+    fn prove_blockers(&mut self, out: &mut Vec<Action>) {
+        if self.unproven.is_empty() || self.local.is_empty() {
+            return;
+        }
+        let first = match self.recipe {
+            Recipe::Election { .. } => 1,
+            Recipe::Lock { .. } => self
+                .local
+                .values()
+                .map(|l| l.record.permits.max(1) as usize)
+                .max()
+                .unwrap_or(1),
+        };
+        let blockers: Vec<String> = self
+            .members
+            .keys()
+            .take(first)
+            .filter(|(_, n)| self.unproven.contains(n) && !self.local.contains_key(n))
+            .map(|(_, n)| n.clone())
+            .collect();
+        if blockers.is_empty() {
+            return;
+        }
+        for b in &blockers {
+            self.unproven.remove(b);
+            self.suspects.insert(b.clone());
+        }
+        out.push(Action::VerifyAtLeader(blockers));
     }
 
     /// A member's znode is gone: drop it from the view and tell its local stream, if any.
@@ -772,6 +829,7 @@ impl QueueState {
             }
             return;
         }
+        self.prove_blockers(out);
         match self.recipe {
             Recipe::Election { .. } => self.reconcile_head(out),
             Recipe::Lock { .. } => self.reconcile_holders(out),
@@ -1082,7 +1140,15 @@ mod tests {
         }
     }
 
+    /// A view from a first listing of these members, all vouched for by the leader (see
+    /// [`first_listing`] for one that is not).
     fn state(kind: QueueKind, members: &[(char, i64)]) -> QueueState {
+        let mut s = first_listing(kind, members);
+        s.unproven.clear();
+        s
+    }
+
+    fn first_listing(kind: QueueKind, members: &[(char, i64)]) -> QueueState {
         let mut s = QueueState::new(kind, QueueName::new("q").unwrap());
         let listing = members.iter().map(|&(m, q)| node(m, q)).collect();
         assert!(s.apply(Event::Listed(Some(listing))).is_empty());
@@ -1856,5 +1922,80 @@ mod tests {
         s.apply(Event::QueueDeleted);
         let out = s.apply(Event::Listed(Some(vec![node('w', 0), node('w', 1)])));
         assert!(verify_asked(&out).is_empty());
+    }
+
+    #[test]
+    fn the_first_listings_members_in_a_local_members_way_are_judged_by_the_leader() {
+        // (queue kind, first listing, our member, its permits, what is asked about)
+        type Case = (
+            QueueKind,
+            &'static [(char, i64)],
+            (char, i64),
+            u32,
+            Vec<String>,
+        );
+        let table: [Case; 4] = [
+            // An election's head only.
+            (
+                QueueKind::Election,
+                &[('c', 3), ('c', 8), ('c', 9)],
+                ('c', 9),
+                1,
+                vec![node('c', 3)],
+            ),
+            // A 2-permit semaphore: the first two.
+            (
+                QueueKind::Lock,
+                &[('w', 3), ('w', 8), ('w', 9)],
+                ('w', 9),
+                2,
+                vec![node('w', 3), node('w', 8)],
+            ),
+            // Our member among the first: only the other one.
+            (
+                QueueKind::Lock,
+                &[('w', 3), ('w', 9)],
+                ('w', 9),
+                2,
+                vec![node('w', 3)],
+            ),
+            // Nobody ahead: nothing.
+            (QueueKind::Lock, &[('w', 9)], ('w', 9), 1, vec![]),
+        ];
+        for (kind, listing, (m, seq), permits, asked) in table {
+            let case = format!("{listing:?} with {m}{seq}");
+            let mut s = first_listing(kind, listing);
+            s.local.insert(
+                node(m, seq),
+                Local {
+                    sequence: seq,
+                    mode: mode(m),
+                    record: NodeRecord {
+                        permits,
+                        ..Default::default()
+                    },
+                    confirmed: false,
+                    czxid: None,
+                },
+            );
+            let out = s.apply(Event::Reconcile { link_up: true });
+            assert_eq!(verify_asked(&out), asked, "{case}");
+            // Asked once: the next reconcile asks nothing new.
+            let out = s.apply(Event::Reconcile { link_up: true });
+            assert!(verify_asked(&out).is_empty(), "{case}");
+        }
+        // A ghost at the head of a first listing leaves once the leader says so, and the
+        // member behind it is asked about in turn.
+        let mut s = first_listing(QueueKind::Lock, &[('w', 3), ('w', 5), ('w', 9)]);
+        let e = enlist(&mut s, created('w', 9, 1, Some(90)));
+        assert!(!e.holds);
+        let out = s.apply(Event::Reconcile { link_up: true });
+        assert_eq!(verify_asked(&out), vec![node('w', 3)]);
+        s.apply(Event::Verified(vec![(node('w', 3), Ok(false))]));
+        let out = s.apply(Event::Reconcile { link_up: true });
+        assert_eq!(verify_asked(&out), vec![node('w', 5)]);
+        s.apply(Event::Verified(vec![(node('w', 5), Ok(false))]));
+        let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        assert_eq!(due.len(), 1, "w9 holds once both are out");
     }
 }
