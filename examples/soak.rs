@@ -600,9 +600,7 @@ async fn cmd_survivors(dir: &std::path::Path) -> Vec<String> {
         .map(|p| format!("pid {p} still running"))
         .collect();
     for &p in pids.iter().filter(|&&p| ours(p)) {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &p.to_string()])
-            .status();
+        let _ = zkgate_localzk::process::send_signal(p, "KILL");
     }
     left
 }

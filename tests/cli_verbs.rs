@@ -112,10 +112,7 @@ async fn elect_runs_a_command_while_leader_and_leader_observe_report_it() {
 
     // SIGTERM to `zkgate elect`: it stops the command and leaves the election, and exits as
     // the command did (`sleep` dies of the forwarded SIGTERM: 128 + 15).
-    Command::new("kill")
-        .arg(elect.id().to_string())
-        .status()
-        .unwrap();
+    zkgate_localzk::process::send_signal(elect.id(), "TERM").unwrap();
     let status = elect.wait().unwrap();
     assert_eq!(status.code(), Some(143), "{status:?}");
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -203,7 +200,7 @@ struct Verb(Child);
 impl Drop for Verb {
     fn drop(&mut self) {
         if self.0.try_wait().ok().flatten().is_none() {
-            let _ = Command::new("kill").arg(self.0.id().to_string()).status();
+            let _ = zkgate_localzk::process::send_signal(self.0.id(), "TERM");
             let deadline = std::time::Instant::now() + Duration::from_secs(15);
             while self.0.try_wait().ok().flatten().is_none() && std::time::Instant::now() < deadline
             {
@@ -306,10 +303,7 @@ async fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
         let pid: u32 = wait_file(&pidfile);
         assert!(alive(pid));
         let asked = std::time::Instant::now();
-        Command::new("kill")
-            .arg(child.id().to_string())
-            .status()
-            .unwrap();
+        zkgate_localzk::process::send_signal(child.id(), "TERM").unwrap();
         let status = wait_exit(&mut child, Duration::from_secs(15));
         let took = asked.elapsed();
         // SIGKILL (9): 128 + 9, and only after the grace.
@@ -484,10 +478,7 @@ fn query_json(args: &[&str], url: &str) -> (Option<i32>, serde_json::Value) {
 }
 
 fn sigterm(child: &Child) {
-    Command::new("kill")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
+    zkgate_localzk::process::send_signal(child.id(), "TERM").unwrap();
 }
 
 /// `zkgate elect/lock NAME --output json` without CMD is the Rust conformance agent

@@ -560,9 +560,7 @@ fn wait_nth(log: &Log, nth: usize) -> Result<(Instant, Ev), String> {
 impl Drop for Agent {
     fn drop(&mut self) {
         if let Ok(None) = self.wrapper.try_wait() {
-            let _ = Command::new("kill")
-                .args(["-KILL", &self.pid.to_string()])
-                .status();
+            let _ = zkgate_localzk::process::send_signal(self.pid, "KILL");
             let _ = self.wrapper.wait();
         }
     }

@@ -211,7 +211,7 @@ impl GatewayProcess {
 
     /// SIGTERM, then the exit status within `WAIT`; the log (drained) is returned with it.
     fn terminate(&mut self) -> (std::process::ExitStatus, String) {
-        run_ok(Command::new("kill").args(["-TERM", &self.pid().to_string()]));
+        zkgate_localzk::process::send_signal(self.pid(), "TERM").expect("SIGTERM");
         let deadline = Instant::now() + WAIT;
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {

@@ -184,10 +184,7 @@ impl Verb {
     }
 
     fn signal(&self, sig: &str) {
-        Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status()
-            .unwrap();
+        zkgate_localzk::process::send_signal(self.child.id(), sig).unwrap();
     }
 
     fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {

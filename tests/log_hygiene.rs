@@ -112,10 +112,7 @@ async fn leases_and_protected_ids_never_reach_the_logs_even_at_trace() {
     while let Ok(Some(_)) = hold.stream.message().await {}
     wait_no_members(&zkc, &root, Duration::from_secs(5)).await;
 
-    Command::new("kill")
-        .arg(server.id().to_string())
-        .status()
-        .unwrap();
+    zkgate_localzk::process::send_signal(server.id(), "TERM").unwrap();
     assert!(server.wait().unwrap().success());
     reader.join().unwrap();
     log.extend(lines.try_iter());

@@ -767,11 +767,7 @@ async fn sighup_reloads_the_policy_and_the_audit_file_records_without_leases() {
     assert_denied(&e, "billing", "campaign", "search.audit");
 
     std::fs::write(&policy, policy_text(true)).unwrap();
-    let hup = std::process::Command::new("kill")
-        .args(["-HUP", &gw.pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(hup.success());
+    zkgate_localzk::process::send_signal(gw.pid, "HUP").expect("SIGHUP");
     match tokio::time::timeout(ANSWER, b.next()).await {
         Ok(Ok(Some(Event::Suspended(_)))) => {}
         other => panic!("expected suspended after SIGHUP, got {other:?}"),
