@@ -50,7 +50,7 @@
 //! a leader's stream never silent past its silence limit, `suspended` followed by `resumed` or
 //! the end within `stop_within`, a resign/release ended within T + 3 s; and liveness as
 //! strictly as safety: a candidate waiting through a vacancy longer than 2 T + 6 s (longer than
-//! any fault and its recovery) is a stall. The verbs' commands are checked at the process
+//! any fault and its recovery, not counting time without a ZooKeeper quorum) is a stall. The verbs' commands are checked at the process
 //! level: two commands of one name alive in the same window, a command process left once its
 //! verb is gone, or no command of a name running for longer than that stall bound, each fails
 //! the run. A ZooKeeper leader kill's recovery is measured from the moment a leader serves
@@ -1240,6 +1240,16 @@ async fn soak(args: Args) -> std::process::ExitCode {
     // Liveness as strictly as safety: a queue whose candidates wait through a vacancy longer
     // than any fault and its recovery can explain has stalled.
     let stall_bound = t * 2 + Duration::from_secs(6);
+    // Time without a quorum (a ZooKeeper leader kill until a new leader serves) does not count
+    // against it: nothing can be granted then (docs/faults.md, "Liveness").
+    let no_quorum: Vec<(Instant, Instant)> = world
+        .leader_kills
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|k| Some((k.at, k.quorum?)))
+        .collect();
+    let instant_of = |ns: u64| world.epoch + Duration::from_nanos(ns.saturating_sub(world.wall0));
     // The CLI verbs, at the process level: no two commands of one name alive in the same
     // window, none left once its verb is gone, and no stretch without one longer than the
     // stall bound while the verbs kept campaigning.
@@ -1256,6 +1266,10 @@ async fn soak(args: Args) -> std::process::ExitCode {
                 stall_bound,
             )
             .into_iter()
+            .filter(|&(a, b)| {
+                let excused = checker::overlap(instant_of(a), instant_of(b), &no_quorum);
+                Duration::from_nanos(b - a).saturating_sub(excused) > stall_bound
+            })
             .map(move |(a, b)| {
                 format!(
                     "{r}: no command ran from {} to {} ({:.1} s)",
@@ -1318,7 +1332,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
     let stalled: Vec<String> = elections
         .iter()
         .flat_map(|e| {
-            checker::stalls(&logs, &report, e, stall_bound, faults_over)
+            checker::stalls(&logs, &report, e, stall_bound, faults_over, &no_quorum)
                 .into_iter()
                 .map(move |(a, b, who)| {
                     format!(
@@ -1331,7 +1345,9 @@ async fn soak(args: Args) -> std::process::ExitCode {
         })
         .collect();
     println!(
-        "stalls (a candidate waiting through a vacancy over {stall_bound:?}): {}",
+        "stalls (a candidate waiting through a vacancy over {stall_bound:?}, not counting {:?} without a quorum in {} stretches): {}",
+        no_quorum.iter().map(|(a, b)| *b - *a).sum::<Duration>(),
+        no_quorum.len(),
         stalled.len()
     );
     for v in &stalled {

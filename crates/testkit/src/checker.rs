@@ -505,12 +505,19 @@ pub fn vacancies(report: &Report, resource: &str) -> Vec<(Instant, Option<Instan
 /// `bound`. A queue must never stall while its head's stream is gone; every fault the soak
 /// injects is over, and its successor granted, well within `bound`. Returns (from, to,
 /// waiting stream) per stall; an open vacancy counts until `until`.
+///
+/// Time inside `excused` (stretches in which the ensemble had no quorum: from a ZooKeeper
+/// leader kill until a new leader serves) does not count against `bound`: nothing can be
+/// granted then, and how long ZooKeeper takes to elect is not the gateway's to bound. The
+/// bound applies to the rest of the wait, so two elections in a row are not a stall while a
+/// queue left waiting for as long again after them still is.
 pub fn stalls(
     logs: &[StreamLog],
     report: &Report,
     resource: &str,
     bound: Duration,
     until: Instant,
+    excused: &[(Instant, Instant)],
 ) -> Vec<(Instant, Instant, String)> {
     let waits: Vec<(Instant, Instant, String)> = logs
         .iter()
@@ -535,12 +542,32 @@ pub fn stalls(
             })
             .max_by_key(|(a, b, _)| *b - *a);
         if let Some((a, b, who)) = longest {
-            if b - a > bound {
+            if (b - a).saturating_sub(overlap(a, b, excused)) > bound {
                 out.push((a, b, who.clone()));
             }
         }
     }
     out
+}
+
+/// How much of `from..to` lies inside the union of `stretches` (which may overlap).
+pub fn overlap(from: Instant, to: Instant, stretches: &[(Instant, Instant)]) -> Duration {
+    let mut clipped: Vec<(Instant, Instant)> = stretches
+        .iter()
+        .map(|&(a, b)| (a.max(from), b.min(to)))
+        .filter(|(a, b)| b > a)
+        .collect();
+    clipped.sort();
+    let mut total = Duration::ZERO;
+    let mut reach: Option<Instant> = None;
+    for (a, b) in clipped {
+        let a = reach.map_or(a, |r| a.max(r));
+        if b > a {
+            total += b - a;
+        }
+        reach = Some(reach.map_or(b, |r| r.max(b)));
+    }
+    total
 }
 
 /// One hold of a command run by a CLI verb (`zkgate elect NAME -- CMD`, `zkgate lock NAME --
@@ -794,12 +821,60 @@ mod tests {
         let logs = [a, b2, c];
         let r = check(&logs, |_| 1, epoch);
         let until = epoch + Duration::from_millis(6500);
-        let found = stalls(&logs, &r, "e", Duration::from_secs(1), until);
+        let found = stalls(&logs, &r, "e", Duration::from_secs(1), until, &[]);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].0, epoch + Duration::from_millis(100));
         assert_eq!(found[0].1, epoch + Duration::from_millis(5100));
         // With a bound longer than the wait, nothing.
-        assert!(stalls(&logs, &r, "e", Duration::from_secs(6), until).is_empty());
+        assert!(stalls(&logs, &r, "e", Duration::from_secs(6), until, &[]).is_empty());
+        // Without a quorum for 4.5 s of it (two stretches, overlapping), 0.5 s is left: no
+        // stall; with only 3.5 s of it excused, 1.5 s is left: still a stall.
+        let at = |ms: u64| epoch + Duration::from_millis(ms);
+        let two_elections = [
+            (at(0), at(2000)),
+            (at(1500), at(3000)),
+            (at(3100), at(4700)),
+        ];
+        assert!(stalls(
+            &logs,
+            &r,
+            "e",
+            Duration::from_secs(1),
+            until,
+            &two_elections
+        )
+        .is_empty());
+        let one = [(at(1000), at(4500))];
+        assert_eq!(
+            stalls(&logs, &r, "e", Duration::from_secs(1), until, &one).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn overlap_counts_the_union_once() {
+        let epoch = Instant::now();
+        let at = |ms: u64| epoch + Duration::from_millis(ms);
+        let ms = |d: Duration| d.as_millis();
+        assert_eq!(ms(overlap(at(0), at(100), &[])), 0);
+        assert_eq!(ms(overlap(at(10), at(100), &[(at(0), at(20))])), 10);
+        assert_eq!(
+            ms(overlap(
+                at(0),
+                at(100),
+                &[(at(10), at(50)), (at(40), at(60))]
+            )),
+            50
+        );
+        assert_eq!(
+            ms(overlap(
+                at(0),
+                at(100),
+                &[(at(50), at(200)), (at(10), at(20))]
+            )),
+            60
+        );
+        assert_eq!(ms(overlap(at(0), at(100), &[(at(100), at(200))])), 0);
     }
 
     #[test]
