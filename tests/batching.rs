@@ -351,3 +351,46 @@ async fn a_lost_batch_reply_leaves_no_orphan() {
     drop(waiting);
     wait_no_members(&zkc, &gw.root, Duration::from_secs(10)).await;
 }
+
+/// A hand-over to a waiter on the same gateway costs the holder's delete and nothing more: the
+/// waiter is granted on its predecessor's deletion event, with its own create reply's creation
+/// zxid as its token — no `exists` to read it — with batching off and on.
+#[tokio::test]
+async fn a_hand_over_on_one_gateway_costs_its_delete_and_no_read() {
+    let zk = shared_zk();
+    let zkc = zk_client(&zk).await;
+    for batching in [false, true] {
+        let gw = Gateway::start_with(
+            &zk,
+            GatewayOpts {
+                configure: Some(Box::new(move |cfg| cfg.coord.zk_batch = batching)),
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(gateway_zk(&gw).batching(), batching);
+        let mut lc = gw.lock_client().await;
+        let name = format!("handover-{batching}");
+        let mut holder = Acquisition::open(&mut lc, acquire_msg(&name, "holder")).await;
+        let t0 = holder.acquired().await.fencing_token;
+        let mut waiter = Acquisition::open(&mut lc, acquire_msg(&name, "waiter")).await;
+        assert_eq!(waiter.position, 1);
+        let members = czxids(&zkc, &gw.root, "locks", &name).await;
+        assert_eq!(members.len(), 2, "{members:?}");
+        let reads = gw.coord.zk_requests_of("exists");
+        drop(holder);
+        let t1 = waiter.acquired().await.fencing_token;
+        assert!(t1 > t0, "successive holders' tokens increase");
+        assert_eq!(
+            t1, members[1].1 as u64,
+            "the waiter's token is its znode's creation zxid"
+        );
+        assert_eq!(
+            gw.coord.zk_requests_of("exists"),
+            reads,
+            "batching {batching}: no read to confirm the successor"
+        );
+        drop(waiter);
+        wait_no_members(&zkc, &gw.root, Duration::from_secs(10)).await;
+    }
+}
