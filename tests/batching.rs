@@ -145,6 +145,79 @@ async fn creates_ready_together_share_a_transaction_but_never_a_fencing_token() 
     wait_no_members(&zkc, &gw.root, Duration::from_secs(10)).await;
 }
 
+/// Members created in one `multi` that hold the moment they register (readers beside a reader)
+/// take their fencing token from the transaction's zxid, which zookeeper-client's patched
+/// `multi` returns from the reply header: each token is its znode's creation zxid, and no
+/// `exists` is sent to read it.
+#[tokio::test]
+async fn a_batched_member_takes_its_token_from_the_transaction_without_a_read() {
+    let zk = shared_zk();
+    let gw = batching_gateway(&zk).await;
+    let zkc = zk_client(&zk).await;
+    let mut lc = gw.lock_client().await;
+    let read = |name: &str, owner: &str| zkgate::proto::AcquireLock {
+        mode: zkgate::proto::LockMode::Read.into(),
+        ..acquire_msg(name, owner)
+    };
+    // A reader on each lock keeps its queue (and the gateway's view of it) while the others
+    // join: a reader queued behind a reader holds the moment it registers.
+    let mut first = Vec::new();
+    for i in 0..JOINS {
+        let mut r = Acquisition::open(&mut lc, read(&format!("t{i}"), "first")).await;
+        r.acquired().await;
+        first.push(r);
+    }
+    let gz = gateway_zk(&gw);
+    let hold = gz.hold_requests().await;
+    let joins: Vec<_> = (0..JOINS)
+        .map(|i| {
+            let mut lc = lc.clone();
+            tokio::spawn(async move {
+                Acquisition::open(&mut lc, read(&format!("t{i}"), "second")).await
+            })
+        })
+        .collect();
+    wait_until(
+        "every reader's create waits in the batcher",
+        STEP,
+        || async { gz.queued_writes() == JOINS },
+    )
+    .await;
+    let (batches, reads) = (
+        gw.coord.zk_requests_of("batch"),
+        gw.coord.zk_requests_of("exists"),
+    );
+    drop(hold);
+    let mut tokens = Vec::new();
+    let mut second = Vec::new();
+    for (i, j) in joins.into_iter().enumerate() {
+        let mut r = j.await.expect("reader joined");
+        let token = r.acquired().await.fencing_token;
+        let members = czxids(&zkc, &gw.root, "locks", &format!("t{i}")).await;
+        assert_eq!(members.len(), 2, "both readers of t{i}: {members:?}");
+        assert_eq!(
+            token, members[1].1 as u64,
+            "t{i}'s second reader's token is its znode's creation zxid"
+        );
+        tokens.push(token);
+        second.push(r);
+    }
+    tokens.dedup();
+    assert_eq!(
+        tokens.len(),
+        1,
+        "the {JOINS} creates left in one transaction"
+    );
+    assert_eq!(gw.coord.zk_requests_of("batch"), batches + 1);
+    assert_eq!(
+        gw.coord.zk_requests_of("exists"),
+        reads,
+        "no read for a batched member's token"
+    );
+    drop((first, second));
+    wait_no_members(&zkc, &gw.root, Duration::from_secs(10)).await;
+}
+
 /// A batch holding operations ZooKeeper refuses (a create under a vanished queue, a delete of a
 /// znode already gone): nothing of it is applied, the refused ones get their own error, and the
 /// others leave again and succeed.
@@ -200,7 +273,7 @@ async fn a_refused_operation_does_not_fail_the_others_of_its_batch() {
         let (czxid, _) = c.await.unwrap().expect("a good create succeeds");
         zxids.push(czxid);
     }
-    for i in 0..4 {
+    for (i, czxid) in zxids.iter().enumerate() {
         let q = format!("{parent}/q{i}");
         let children = zkc.list_children(&q).await.unwrap();
         assert_eq!(
@@ -208,13 +281,17 @@ async fn a_refused_operation_does_not_fail_the_others_of_its_batch() {
             1,
             "the good create of q{i} once: {children:?}"
         );
-        gz.delete(&format!("{q}/{}", children[0])).await.unwrap();
+        let member = format!("{q}/{}", children[0]);
+        let (_, stat) = zkc.get_data(&member).await.unwrap();
+        assert_eq!(
+            *czxid, stat.czxid,
+            "the create's answer is its creation zxid"
+        );
+        gz.delete(&member).await.unwrap();
         gz.delete(&q).await.unwrap();
     }
-    assert!(
-        zxids.iter().all(Option::is_none),
-        "the good creates went in a batch again (a multi reply carries no stat): {zxids:?}"
-    );
+    zxids.dedup();
+    assert_eq!(zxids.len(), 1, "the good creates went in one batch again");
     gz.delete(&parent).await.unwrap();
 }
 
@@ -273,4 +350,47 @@ async fn a_lost_batch_reply_leaves_no_orphan() {
     }
     drop(waiting);
     wait_no_members(&zkc, &gw.root, Duration::from_secs(10)).await;
+}
+
+/// A hand-over to a waiter on the same gateway costs the holder's delete and nothing more: the
+/// waiter is granted on its predecessor's deletion event, with its own create reply's creation
+/// zxid as its token — no `exists` to read it — with batching off and on.
+#[tokio::test]
+async fn a_hand_over_on_one_gateway_costs_its_delete_and_no_read() {
+    let zk = shared_zk();
+    let zkc = zk_client(&zk).await;
+    for batching in [false, true] {
+        let gw = Gateway::start_with(
+            &zk,
+            GatewayOpts {
+                configure: Some(Box::new(move |cfg| cfg.coord.zk_batch = batching)),
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(gateway_zk(&gw).batching(), batching);
+        let mut lc = gw.lock_client().await;
+        let name = format!("handover-{batching}");
+        let mut holder = Acquisition::open(&mut lc, acquire_msg(&name, "holder")).await;
+        let t0 = holder.acquired().await.fencing_token;
+        let mut waiter = Acquisition::open(&mut lc, acquire_msg(&name, "waiter")).await;
+        assert_eq!(waiter.position, 1);
+        let members = czxids(&zkc, &gw.root, "locks", &name).await;
+        assert_eq!(members.len(), 2, "{members:?}");
+        let reads = gw.coord.zk_requests_of("exists");
+        drop(holder);
+        let t1 = waiter.acquired().await.fencing_token;
+        assert!(t1 > t0, "successive holders' tokens increase");
+        assert_eq!(
+            t1, members[1].1 as u64,
+            "the waiter's token is its znode's creation zxid"
+        );
+        assert_eq!(
+            gw.coord.zk_requests_of("exists"),
+            reads,
+            "batching {batching}: no read to confirm the successor"
+        );
+        drop(waiter);
+        wait_no_members(&zkc, &gw.root, Duration::from_secs(10)).await;
+    }
 }

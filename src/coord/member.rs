@@ -416,7 +416,7 @@ async fn create_member(
                 .map(|(czxid, seq)| (seq, czxid))
         };
         match made {
-            Ok((sequence, czxid)) => return Ok(created(sequence, czxid)),
+            Ok((sequence, czxid)) => return Ok(created(sequence, Some(czxid))),
             // The queue exists after all (another member made it meanwhile).
             Err(zkc::Error::NodeExists) if with_queue => with_queue = false,
             // The queue is gone (reaped since the actor last saw it): make it with the member.

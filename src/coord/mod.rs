@@ -119,6 +119,12 @@ impl Coordinator {
         self.counter.get()
     }
 
+    /// ZooKeeper requests sent so far by this gateway as `op` (the `op` label of
+    /// `zkgate_zk_requests_total`: `"create"`, `"exists"`, `"batch"`, …).
+    pub fn zk_requests_of(&self, op: &str) -> u64 {
+        self.counter.of(op)
+    }
+
     /// Cancelled when the drain begins: streams end `UNAVAILABLE`.
     pub fn draining(&self) -> CancellationToken {
         self.pool.draining.clone()

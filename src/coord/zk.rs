@@ -133,13 +133,33 @@ pub fn is_transport_failure(e: &zkc::Error) -> bool {
     )
 }
 
-/// Counts requests across every session of a gateway, for tests and the benchmark.
+/// Counts requests across every session of a gateway, for tests and the benchmark: in all,
+/// and by operation (the `op` label of `zkgate_zk_requests_total`, which is the process's,
+/// while this is one gateway's: tests run many gateways in one process).
 #[derive(Debug, Default)]
-pub struct RequestCounter(AtomicU64);
+pub struct RequestCounter {
+    all: AtomicU64,
+    by_op: std::sync::Mutex<Vec<(&'static str, u64)>>,
+}
 
 impl RequestCounter {
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.all.load(Ordering::Relaxed)
+    }
+
+    /// Requests sent so far as `op` (`"create"`, `"exists"`, `"batch"`, …).
+    pub fn of(&self, op: &str) -> u64 {
+        let by_op = self.by_op.lock().unwrap_or_else(|p| p.into_inner());
+        by_op.iter().find(|(o, _)| *o == op).map_or(0, |(_, n)| *n)
+    }
+
+    fn count(&self, op: &'static str) {
+        self.all.fetch_add(1, Ordering::Relaxed);
+        let mut by_op = self.by_op.lock().unwrap_or_else(|p| p.into_inner());
+        match by_op.iter_mut().find(|(o, _)| *o == op) {
+            Some((_, n)) => *n += 1,
+            None => by_op.push((op, 1)),
+        }
     }
 }
 
@@ -253,11 +273,11 @@ struct Waiting {
 /// A batched write's answer.
 #[derive(Debug)]
 enum Written {
-    /// The member's sequence number, and its stat when the reply carried one (a `multi`
-    /// reply does not: ZOOKEEPER-4026; the confirmation then reads the fencing token).
+    /// The member's sequence number and creation zxid (its fencing token): from its stat
+    /// when sent alone, from the `multi`'s reply header when batched ([`multi_czxid`]).
     Created {
         sequence: i64,
-        stat: Option<Stat>,
+        czxid: i64,
     },
     Deleted,
 }
@@ -374,7 +394,7 @@ impl Zk {
         op: &'static str,
         send: impl FnOnce() -> F,
     ) -> impl std::future::Future<Output = ZkResult<T>> {
-        self.counter.0.fetch_add(1, Ordering::Relaxed);
+        self.counter.count(op);
         let start = Instant::now();
         let sent = if self.take_failure(op) {
             futures::future::Either::Left(std::future::ready(Err(zkc::Error::ConnectionLoss)))
@@ -404,19 +424,15 @@ impl Zk {
         false
     }
 
-    /// Creates an EPHEMERAL_SEQUENTIAL znode; returns its creation zxid (`None` when it went in
-    /// a batch, whose reply does not carry it) and sequence number.
-    pub async fn create_member(
-        &self,
-        prefix_path: &str,
-        data: &[u8],
-    ) -> ZkResult<(Option<i64>, i64)> {
+    /// Creates an EPHEMERAL_SEQUENTIAL znode; returns its creation zxid (its fencing token) and
+    /// sequence number, alone or batched.
+    pub async fn create_member(&self, prefix_path: &str, data: &[u8]) -> ZkResult<(i64, i64)> {
         let r = match &self.batcher {
             None => {
                 let opts = CreateMode::EphemeralSequential.with_acls(self.acls);
                 self.instrument("create", || async {
                     let (stat, seq) = self.client.create(prefix_path, data, &opts).await?;
-                    Ok((Some(stat.czxid), seq.into_i64()))
+                    Ok((stat.czxid, seq.into_i64()))
                 })
                 .await
             }
@@ -426,9 +442,7 @@ impl Zk {
                     data: data.to_vec(),
                 };
                 match self.write(batcher, op).await {
-                    Ok(Written::Created { sequence, stat }) => {
-                        Ok((stat.filter(|s| !s.is_invalid()).map(|s| s.czxid), sequence))
-                    }
+                    Ok(Written::Created { sequence, czxid }) => Ok((czxid, sequence)),
                     Ok(Written::Deleted) => Err(zkc::Error::UnexpectedError(
                         "a create answered as a delete".into(),
                     )),
@@ -449,7 +463,7 @@ impl Zk {
     /// Dropped before its operation was sent, the operation is never sent ([`Withdraw`]).
     async fn write(&self, batcher: &Arc<Batcher>, op: WriteOp) -> ZkResult<Written> {
         if self.take_failure(op.label()) {
-            self.counter.0.fetch_add(1, Ordering::Relaxed);
+            self.counter.count(op.label());
             m::zk_request(op.label(), "connection_loss", std::time::Duration::ZERO);
             return Err(zkc::Error::ConnectionLoss);
         }
@@ -563,11 +577,11 @@ impl Zk {
         taken: &'a [Waiting],
     ) -> futures::future::BoxFuture<'a, Result<Vec<Written>, BatchError>> {
         use futures::FutureExt;
-        self.counter.0.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
         let member = CreateMode::EphemeralSequential.with_acls(self.acls);
         if let [one] = taken {
             let label = one.op.label();
+            self.counter.count(label);
             let client = &self.client;
             let sent: futures::future::BoxFuture<'a, ZkResult<Written>> = match &one.op {
                 WriteOp::Create { prefix, data } => {
@@ -576,7 +590,7 @@ impl Zk {
                         let (stat, seq) = f.await?;
                         Ok(Written::Created {
                             sequence: seq.into_i64(),
-                            stat: Some(stat),
+                            czxid: stat.czxid,
                         })
                     }
                     .boxed()
@@ -593,6 +607,7 @@ impl Zk {
             }
             .boxed();
         }
+        self.counter.count("batch");
         let mut txn = self.client.new_multi_writer();
         for w in taken {
             let added = match &w.op {
@@ -605,16 +620,16 @@ impl Zk {
                 return futures::future::ready(Err(BatchError::Unsent(source))).boxed();
             }
         }
-        let sent = txn.commit();
+        let sent = txn.commit_with_zxid();
         let lose = self.lose_batch_reply.swap(false, Ordering::Relaxed);
         async move {
             let mut r = match sent.await {
-                Ok(results) => results
+                Ok((results, zxid)) => results
                     .into_iter()
                     .map(|r| match r {
                         zkc::MultiWriteResult::Create { path, stat } => Ok(Written::Created {
                             sequence: sequence_of(&path)?,
-                            stat: Some(stat),
+                            czxid: multi_czxid(&stat, zxid)?,
                         }),
                         _ => Ok(Written::Deleted),
                     })
@@ -696,7 +711,8 @@ impl Zk {
 
     /// Creates a queue's container znode and its first member in one transaction: one round
     /// trip and one log write where creating them in turn takes two of each (a fresh name).
-    /// Returns the member's creation zxid (when the reply tells it) and sequence number.
+    /// Returns the member's creation zxid (the transaction's, [`multi_czxid`]) and sequence
+    /// number.
     ///
     /// # Errors
     /// `NodeExists` when the queue exists after all (then create the member alone); `NoNode`
@@ -706,7 +722,7 @@ impl Zk {
         queue_path: &str,
         prefix_path: &str,
         data: &[u8],
-    ) -> ZkResult<(Option<i64>, i64)> {
+    ) -> ZkResult<(i64, i64)> {
         let container = CreateMode::Container.with_acls(self.acls);
         let member = CreateMode::EphemeralSequential.with_acls(self.acls);
         let r = self
@@ -714,20 +730,13 @@ impl Zk {
                 let mut txn = self.client.new_multi_writer();
                 txn.add_create(queue_path, &[], &container)?;
                 txn.add_create(prefix_path, data, &member)?;
-                let results = txn.commit().await.map_err(zkc::Error::from)?;
-                // Both znodes are made by one transaction, so they share its zxid, the member's
-                // fencing token. ZooKeeper 3.8 leaves the member's stat blank in a multi reply
-                // (ZOOKEEPER-4026) but fills in the container's; if neither is there, the
-                // confirmation reads it.
-                let czxid = results.iter().find_map(|r| match r {
-                    zkc::MultiWriteResult::Create { stat, .. } if !stat.is_invalid() => {
-                        Some(stat.czxid)
-                    }
-                    _ => None,
-                });
+                let (results, zxid) = txn.commit_with_zxid().await.map_err(zkc::Error::from)?;
+                // Both znodes are made by one transaction: the member's fencing token is its
+                // zxid (ZooKeeper 3.8 leaves the member's stat blank in a multi reply,
+                // ZOOKEEPER-4026, but fills in the container's).
                 match results.last() {
-                    Some(zkc::MultiWriteResult::Create { path, .. }) => {
-                        Ok((czxid, sequence_of(path)?))
+                    Some(zkc::MultiWriteResult::Create { path, stat }) => {
+                        Ok((multi_czxid(stat, zxid)?, sequence_of(path)?))
                     }
                     _ => Err(zkc::Error::UnexpectedError(
                         "a multi create answered without the member's path".into(),
@@ -1029,6 +1038,34 @@ impl Zk {
 /// reported as `ConnectionLoss`, so that each caller looks for what may have been applied — a
 /// member create by its protected name (G5), a delete by deleting again — instead of taking it
 /// for a refusal.
+/// The creation zxid of a znode created by a `multi`: the zxid in the `multi`'s reply header
+/// (zookeeper-client patch 5, third_party/zookeeper-client/PATCHED.md).
+///
+/// Why the header's zxid is the creation zxid: ZooKeeper applies one transaction's operations
+/// with its one header (`DataTree.processTxn` gives every sub-transaction the `multi`'s zxid,
+/// so every znode it creates has that czxid), and the server that answers
+/// (`FinalRequestProcessor.processRequest`, 3.8) puts in the reply header the data tree's
+/// last processed zxid read right after it applied this transaction, on the one thread that
+/// applies committed transactions in order — this transaction's zxid. A reply that does carry
+/// a stat (a container create; `create2` on servers with ZOOKEEPER-4026 fixed) must agree:
+/// if it ever does not, the reply is not trusted and the member is treated like one whose
+/// reply was lost (`ConnectionLoss`: its protected-name search reads the czxid from its stat).
+fn multi_czxid(stat: &Stat, header_zxid: i64) -> ZkResult<i64> {
+    if stat.is_invalid() || stat.czxid == header_zxid {
+        return if header_zxid > 0 {
+            Ok(header_zxid)
+        } else {
+            Err(ambiguous(zkc::Error::UnexpectedError(format!(
+                "a multi reply with zxid {header_zxid}"
+            ))))
+        };
+    }
+    Err(ambiguous(zkc::Error::UnexpectedError(format!(
+        "a multi reply's zxid {header_zxid} differs from a created znode's czxid {}",
+        stat.czxid
+    ))))
+}
+
 fn ambiguous(e: zkc::Error) -> zkc::Error {
     if is_transport_failure(&e) {
         return e;

@@ -742,9 +742,9 @@ impl Actor {
         }
     }
 
-    /// What proves each of `due` ours: the creation zxid from its create reply, if it held the
-    /// moment it registered, else a read of its znode on this session — all reads in flight at
-    /// once.
+    /// What proves each of `due` ours: the creation zxid from its create reply, kept while the
+    /// view has stayed whole since it registered (see `state`, "A hand-over costs no read"),
+    /// else a read of its znode on this session — all reads in flight at once.
     async fn ownership(&self, due: Vec<Due>) -> Vec<(Due, Ownership)> {
         let session = self.io.session_id;
         let checks = due.into_iter().map(|d| {

@@ -16,11 +16,36 @@
 //! owned by its current session while the rule admits it. ZooKeeper answers one session's
 //! requests and sends its watch events in one order, so the view is exactly the queue as of
 //! the newest reply or event. A member that holds the moment it registers is confirmed by its
-//! own create reply (the view then includes every member made before it); one admitted later
-//! by a read of its znode on the same session (present, and ours). Neither writes, so an
-//! acquisition costs ZooKeeper the create and the delete — the raw recipe's two log writes —
-//! and no other gateway hears of the confirmation. Nothing is confirmed while the link is
-//! suspended: a follower cut off from its quorum still answers reads (G2).
+//! own create reply (the view then includes every member made before it). Neither this nor
+//! any other confirmation writes, so an acquisition costs ZooKeeper the create and the delete
+//! — the raw recipe's two log writes — and no other gateway hears of the confirmation.
+//! Nothing is confirmed while the link is suspended: a follower cut off from its quorum still
+//! answers reads (G2).
+//!
+//! # A hand-over costs no read
+//! A member admitted *later* — its predecessor's deletion event arrives — is confirmed by its
+//! create reply too, as long as the view has stayed synced with the link up since it
+//! registered; otherwise by a read of its znode on the same session (present, and ours:
+//! `ephemeralOwner` is this session, CURATOR-696). Why the create reply is proof enough then:
+//! * *Ours*: the create was answered on this session, so the znode's `ephemeralOwner` is this
+//!   session, for as long as it exists; its creation zxid, the fencing token, never changes.
+//! * *Present*: the queue's persistent watch has been in place on this session since before
+//!   the member registered, and ZooKeeper sends one session's events in zxid order. Any
+//!   deletion of the znode ordered before the predecessor's deletion would have arrived first
+//!   and taken the member out of the view; one ordered after it is the same race a read has
+//!   (the znode may go the moment after the read too), ended the same way (its event, `Gone`).
+//!   A znode with the same name made by someone else needs ours deleted first: seen likewise.
+//! * *Not stale*: the read would be answered by the same server the events come from, so it
+//!   knows nothing the event stream does not (ZOOKEEPER-5010 ghosts are handled by
+//!   [`QueueState::prove_blockers`] for both).
+//!
+//! Any change of the link ([`Event::Unsynced`], a reconcile with the link down) forgets the
+//! kept create replies of every local member not yet confirmed, and a registration decided
+//! after a listing keeps its reply only if it holds at once: after a gap in the event stream,
+//! a read proves it again. So the successor of a release on the same gateway is granted from
+//! the predecessor's deletion event (which ZooKeeper sends before the delete's reply), and one
+//! on another gateway from the one event its gateway receives: a hand-over costs the delete
+//! and one event, where the raw recipe pays the delete, one event and a `getChildren`.
 //!
 //! # Never trusted stale
 //! Persistent watches miss events while the session is disconnected, so after any change of
@@ -127,8 +152,8 @@ pub enum Ownership {
     Failed(zkc::Error),
 }
 
-/// A local member the rule admits, to be proven ours: by its create reply's zxid when it held
-/// the moment it registered, else by a read of its znode on this session.
+/// A local member the rule admits, to be proven ours: by its create reply's zxid while the
+/// view has stayed whole since it registered, else by a read of its znode on this session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Due {
     pub sequence: i64,
@@ -312,8 +337,10 @@ struct Local {
     mode: MemberMode,
     record: NodeRecord,
     confirmed: bool,
-    /// From the create reply, until the first confirmation looks: a member that holds the
-    /// moment it registers is confirmed by that reply alone.
+    /// From the create reply, while the view has stayed synced with the link up since the
+    /// member registered: it is then confirmed by that reply alone, whenever the rule admits
+    /// it (see the module docs, "Confirmation costs no write"); `None` once the view may have
+    /// missed an event, and a read confirms it.
     czxid: Option<i64>,
 }
 
@@ -369,6 +396,10 @@ pub struct QueueState {
     unsynced: bool,
     /// A registration that arrived while unsynced, answered after the next listing.
     waiting_sync: Option<Created>,
+    /// The registration being decided waited for a listing: the view may have missed events
+    /// between its create reply and that listing, so its create reply confirms it only if it
+    /// holds at once (as any member's did before create replies were kept).
+    after_gap: bool,
     /// Children named like members whose stat showed they are not (not ephemeral), and
     /// members the leader said do not exist ([`Event::Verified`]).
     ignored: HashSet<String>,
@@ -418,6 +449,7 @@ impl QueueState {
             creating: HashSet::new(),
             unsynced: false,
             waiting_sync: None,
+            after_gap: false,
             ignored: HashSet::new(),
             high_water: None,
             suspects: HashSet::new(),
@@ -487,7 +519,10 @@ impl QueueState {
                     }
                 }
             }
-            Event::Register(created) => self.register(created, &mut out),
+            Event::Register(created) => {
+                self.after_gap = false;
+                self.register(created, &mut out);
+            }
             Event::Present(Err(e)) => {
                 self.pending = None;
                 out.push(Action::Reply(Err(Refusal::Zk(e))));
@@ -536,6 +571,9 @@ impl QueueState {
             }
             Event::Reconcile { link_up } => {
                 self.link_up = link_up;
+                if !link_up {
+                    self.forget_create_replies();
+                }
                 self.reconcile(&mut out);
             }
             Event::Owned(checks) => self.owned(checks, &mut out),
@@ -544,7 +582,10 @@ impl QueueState {
                 node,
                 read,
             } => self.head_read(sequence, &node, read, &mut out),
-            Event::Unsynced => self.unsynced = true,
+            Event::Unsynced => {
+                self.unsynced = true;
+                self.forget_create_replies();
+            }
             Event::ListFailed(e) => {
                 tracing::warn!(queue = %self.name, error = %e, "re-listing the queue failed; its view stays unsynced and is listed again");
             }
@@ -630,6 +671,7 @@ impl QueueState {
         self.unsynced = false;
         // A registration that waited for this listing is decided now.
         if let Some(c) = self.waiting_sync.take() {
+            self.after_gap = true;
             self.register(c, out);
         }
     }
@@ -794,6 +836,7 @@ impl QueueState {
         }
         let ahead = self.members.range(..at.clone()).count() as u32;
         let holds = self.would_hold(&at, member.mode, ours);
+        let after_gap = std::mem::take(&mut self.after_gap);
         self.local.insert(
             member.node_name(),
             Local {
@@ -801,12 +844,20 @@ impl QueueState {
                 mode: member.mode,
                 record,
                 confirmed: false,
-                // Its create reply confirms it only if it holds right now; later it takes a
-                // read (see the module docs).
-                czxid: czxid.filter(|_| holds),
+                // Its create reply confirms it now or, while the view stays synced, when the
+                // rule admits it (see the module docs).
+                czxid: czxid.filter(|_| holds || !after_gap),
             },
         );
         out.push(Action::Reply(Ok(Enlisted { ahead, holds })));
+    }
+
+    /// The view may have missed an event (or the link is down): no local member waiting to
+    /// hold is confirmed by its create reply any more, only by a read of its znode.
+    fn forget_create_replies(&mut self) {
+        for local in self.local.values_mut().filter(|l| !l.confirmed) {
+            local.czxid = None;
+        }
     }
 
     /// Whether the member `sequence` holds by the current view ([`HolderScan`]).
@@ -838,8 +889,8 @@ impl QueueState {
 
     /// Lock queues: asks to confirm every local member that the rule now admits, all checks
     /// at once (a writer leaving may admit a whole run of readers). Nothing is written, so a
-    /// hand-over costs the delete, one event and at most one read per new holder on its own
-    /// gateway (G4).
+    /// hand-over costs the delete, one event and, only after a gap in the view, one read per
+    /// new holder on its own gateway (G4).
     fn reconcile_holders(&mut self, out: &mut Vec<Action>) {
         if !self.link_up {
             return;
@@ -1357,6 +1408,132 @@ mod tests {
             [(_, MemberSignal::Gone)]
         ));
         assert_eq!(s.members(), 0);
+    }
+
+    /// A hand-over costs no read: while the view stays synced with the link up, a member
+    /// admitted by its predecessor's deletion event is confirmed by its own create reply,
+    /// in a lock and in an election; any gap in the view (a reconcile with the link down, an
+    /// unsynced view, a registration decided after a listing) makes it take a read again.
+    #[test]
+    fn a_member_admitted_later_is_confirmed_by_its_create_reply_only_while_the_view_is_whole() {
+        /// What happens between the registration and the predecessor's deletion.
+        enum Gap {
+            None,
+            LinkDownThenUp,
+            UnsyncedThenListed,
+        }
+        struct Case {
+            what: &'static str,
+            kind: QueueKind,
+            gap: Gap,
+            expect: Option<i64>,
+        }
+        let cases = [
+            Case {
+                what: "lock, no gap",
+                kind: QueueKind::Lock,
+                gap: Gap::None,
+                expect: Some(20),
+            },
+            Case {
+                what: "election, no gap",
+                kind: QueueKind::Election,
+                gap: Gap::None,
+                expect: Some(20),
+            },
+            Case {
+                what: "lock, link down then up",
+                kind: QueueKind::Lock,
+                gap: Gap::LinkDownThenUp,
+                expect: None,
+            },
+            Case {
+                what: "lock, unsynced then listed",
+                kind: QueueKind::Lock,
+                gap: Gap::UnsyncedThenListed,
+                expect: None,
+            },
+            Case {
+                what: "election, unsynced then listed",
+                kind: QueueKind::Election,
+                gap: Gap::UnsyncedThenListed,
+                expect: None,
+            },
+        ];
+        for case in cases {
+            let m = if case.kind == QueueKind::Lock {
+                'w'
+            } else {
+                'c'
+            };
+            let mut s = state(case.kind, &[(m, 1), (m, 2)]);
+            s.apply(Event::Reconcile { link_up: true });
+            if case.kind == QueueKind::Election {
+                head_is(&mut s, 1, data("a", 10, 10));
+            }
+            let e = enlist(&mut s, created(m, 2, 1, Some(20)));
+            assert!(!e.holds, "{}", case.what);
+            match case.gap {
+                Gap::None => {}
+                Gap::LinkDownThenUp => {
+                    s.apply(Event::Reconcile { link_up: false });
+                    s.apply(Event::Reconcile { link_up: true });
+                }
+                Gap::UnsyncedThenListed => {
+                    s.apply(Event::Unsynced);
+                    s.apply(Event::Listed(Some(vec![node(m, 1), node(m, 2)])));
+                }
+            }
+            s.apply(Event::MemberDeleted(member(m, 1)));
+            let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+            assert_eq!(
+                (due.len(), due[0].sequence, due[0].czxid),
+                (1, 2, case.expect),
+                "{}",
+                case.what
+            );
+            let out = s.apply(Event::Owned(vec![(due[0].clone(), Ownership::Ours(20))]));
+            assert!(
+                matches!(
+                    signalled(&out).as_slice(),
+                    [(_, MemberSignal::Holds { holder, .. })] if holder.fencing_token == FencingToken(20)
+                ),
+                "{}: {out:?}",
+                case.what
+            );
+        }
+        // A registration decided after a listing (it arrived while unsynced) keeps its create
+        // reply only if it holds at once: admitted later, it takes a read.
+        let mut s = state(QueueKind::Lock, &[('w', 1)]);
+        s.apply(Event::Unsynced);
+        assert!(s
+            .apply(Event::Register(created('w', 2, 1, Some(20))))
+            .is_empty());
+        s.apply(Event::Reconcile { link_up: true });
+        let out = s.apply(Event::Listed(Some(vec![node('w', 1), node('w', 2)])));
+        let out = match out.as_slice() {
+            [Action::ReadPermits(_)] => {
+                s.apply(Event::PermitsRead(Ok(vec![(node('w', 1), Some(1))])))
+            }
+            _ => out,
+        };
+        assert!(
+            matches!(
+                out.as_slice(),
+                [Action::Reply(Ok(Enlisted { holds: false, .. }))]
+            ),
+            "{out:?}"
+        );
+        s.apply(Event::MemberDeleted(member('w', 1)));
+        let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        assert_eq!((due[0].sequence, due[0].czxid), (2, None));
+        // The next registration, made with the view whole, keeps its reply again.
+        s.apply(Event::MemberCreated(member('w', 3)));
+        enlist(&mut s, created('w', 3, 1, Some(30)));
+        s.apply(Event::Owned(vec![(due[0].clone(), Ownership::Ours(20))]));
+        s.apply(Event::MemberDeleted(member('w', 2)));
+        let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        assert_eq!((due[0].sequence, due[0].czxid), (3, Some(30)));
     }
 
     #[test]

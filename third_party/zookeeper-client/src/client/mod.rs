@@ -2196,6 +2196,20 @@ impl<'a> MultiWriter<'a> {
         &mut self,
     ) -> impl Future<Output = std::result::Result<Vec<MultiWriteResult>, MultiWriteError>> + Send + 'a {
         let request = self.build_request();
+        let commit = Client::resolve(self.commit_internally(request));
+        async move { commit.await.map(|(results, _)| results) }
+    }
+
+    /// Same as [MultiWriter::commit], and also returns the zxid of the transaction from the reply
+    /// header (zkgate patch 5): the creation zxid of every node the transaction created, which
+    /// [MultiWriteResult::Create::stat] may not carry ([ZOOKEEPER-4026][]). `-1` when there was
+    /// no operation to commit.
+    ///
+    /// [ZOOKEEPER-4026]: https://issues.apache.org/jira/browse/ZOOKEEPER-4026
+    pub fn commit_with_zxid(
+        &mut self,
+    ) -> impl Future<Output = std::result::Result<(Vec<MultiWriteResult>, i64), MultiWriteError>> + Send + 'a {
+        let request = self.build_request();
         Client::resolve(self.commit_internally(request))
     }
 
@@ -2204,16 +2218,25 @@ impl<'a> MultiWriter<'a> {
         &self,
         request: MarshalledRequest,
     ) -> Result<
-        Either<impl Future<Output = Result<Vec<MultiWriteResult>, MultiWriteError>> + Send + 'a, Vec<MultiWriteResult>>,
+        Either<
+            impl Future<Output = Result<(Vec<MultiWriteResult>, i64), MultiWriteError>> + Send + 'a,
+            (Vec<MultiWriteResult>, i64),
+        >,
         MultiWriteError,
     > {
         if request.is_empty() {
-            return Ok(Right(Vec::default()));
+            return Ok(Right((Vec::default(), -1)));
         }
         let receiver = self.client.send_marshalled_request(request);
         let client = self.client;
         Ok(Left(async move {
-            let (body, _) = receiver.await?;
+            let (mut body, _) = receiver.await?;
+            // The session appends the reply header's zxid to a multi's body (zkgate patch 5).
+            let Some(at) = body.len().checked_sub(8) else {
+                return Err(Error::UnexpectedError("multi reply without its zxid".to_string()).into());
+            };
+            let zxid = i64::from_be_bytes(body[at..].try_into().expect("eight bytes"));
+            body.truncate(at);
             let response = record::unmarshal::<Vec<MultiWriteResponse>>(&mut body.as_slice())?;
             let failed = response.first().map(|r| matches!(r, MultiWriteResponse::Error(_))).unwrap_or(false);
             let mut results = if failed { Vec::new() } else { Vec::with_capacity(response.len()) };
@@ -2232,7 +2255,7 @@ impl<'a> MultiWriter<'a> {
                     },
                 }
             }
-            Ok(results)
+            Ok((results, zxid))
         }))
     }
 

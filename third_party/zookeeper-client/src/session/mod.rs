@@ -327,6 +327,7 @@ impl Session {
         &mut self,
         operation: SessionOperation,
         rc: i32,
+        zxid: i64,
         #[allow(unused_mut)] mut body: &[u8],
         #[allow(unused_mut)] depot: &mut Depot,
     ) -> Result<(), Error> {
@@ -363,6 +364,12 @@ impl Session {
             let mut buf = request.0;
             buf.clear();
             buf.extend_from_slice(body);
+            // zkgate patch 5: a `multi`'s reply header carries the zxid of its transaction,
+            // the creation zxid of every znode it created; `MultiWriter` splits it off again
+            // (see `MultiWriter::commit_with_zxid`).
+            if op_code == OpCode::Multi {
+                buf.extend_from_slice(&zxid.to_be_bytes());
+            }
             responser.send(Ok((buf, watcher)));
         } else {
             assert!(watcher.is_none());
@@ -392,7 +399,7 @@ impl Session {
         }
         self.last_zxid = self.last_zxid.max(header.zxid);
         let operation = depot.pop_request(header.xid)?;
-        self.handle_session_reply(operation, header.err, body, depot)
+        self.handle_session_reply(operation, header.err, header.zxid, body, depot)
     }
 
     fn calc_tick_timeout(&self, session_timeout: Duration) -> Duration {
