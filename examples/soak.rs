@@ -2316,8 +2316,17 @@ fn check_instream(world: &World, logs: &[StreamLog]) -> InStreamReport {
             .iter()
             .rposition(|(at, e)| *at < r.sent && matches!(e, Ev::Granted { .. } | Ev::Resumed))
             .unwrap_or(0);
+        // A suspension after the request was answered (`proclaimed`) belongs to whatever
+        // fault came later, not to this request (the first soak of 2026-11-26 counted a
+        // leader kill 13 s after an answered proclaim against it).
+        let answered_at = log
+            .events
+            .iter()
+            .find(|(at, e)| *at >= r.sent && matches!(e, Ev::Proclaimed { .. }))
+            .map(|(at, _)| *at);
         let Some(si) = log.events[base..]
             .iter()
+            .take_while(|(at, _)| answered_at.is_none_or(|a| *at <= a))
             .position(|(_, e)| matches!(e, Ev::Suspended { .. }))
             .map(|i| base + i)
         else {

@@ -679,11 +679,18 @@ impl QueueState {
     /// The leader's answer on suspects: a member it does not have leaves the view for as long
     /// as listings show it; one it has, or one it could not answer for, stays (a suspect
     /// without an answer is asked about again at the next listing).
+    ///
+    /// A member left out changes the view, so the queue is decided again at once: the next
+    /// member of the first listing in a local member's way is asked about, or the local
+    /// member holds. Nothing else would wake the actor — a queue blocked by ghosts on a
+    /// diverged server sees no events — and the 36-minute soak of 2026-11-26 waited 10 s
+    /// behind the fourth of four ghosts until the link happened to change.
     fn verified(
         &mut self,
         answers: Vec<(String, Result<bool, zkc::Error>)>,
         out: &mut Vec<Action>,
     ) {
+        let mut left_out = false;
         for (node, answer) in answers {
             if !self.suspects.contains(&node) {
                 continue;
@@ -703,12 +710,16 @@ impl QueueState {
                         tracing::warn!(queue = %self.name, member = %node, "the session's server lists a member the ensemble's leader does not have (a diverged server): left out of the queue");
                         self.ignored.insert(node.clone());
                         self.forget(seq, &node, out);
+                        left_out = true;
                     }
                 }
                 Err(e) => {
                     tracing::warn!(queue = %self.name, member = %node, error = %e, "the leader could not be asked about a suspect member; it stays in the view until the next listing");
                 }
             }
+        }
+        if left_out {
+            self.reconcile(out);
         }
     }
 
@@ -1006,6 +1017,11 @@ impl QueueState {
                     tracing::debug!(queue = %self.name, "the link moved while confirming a holder; confirming it again once the view is synced");
                 }
                 Ownership::Ours(czxid) => match self.local.get_mut(&node) {
+                    // Confirmed by an earlier check already: two decisions in one burst of
+                    // answers (a leader's verdict on a ghost and a head read, say) may both
+                    // have asked before either answer was applied. A member is told it
+                    // holds once.
+                    Some(local) if local.confirmed => {}
                     Some(local) => {
                         local.confirmed = true;
                         local.czxid = None;
@@ -1408,6 +1424,23 @@ mod tests {
             [(_, MemberSignal::Gone)]
         ));
         assert_eq!(s.members(), 0);
+    }
+
+    /// Two checks of one member asked before either answer is applied (two decisions in one
+    /// burst of answers; the simulation found it, seed 238): the member is told it holds
+    /// once, never twice (a second grant would repeat its fencing token).
+    #[test]
+    fn a_member_confirmed_twice_is_told_it_holds_once() {
+        let mut s = state(QueueKind::Lock, &[('w', 1), ('w', 2)]);
+        enlist(&mut s, created('w', 2, 1, Some(20)));
+        s.apply(Event::MemberDeleted(member('w', 1)));
+        let first = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        let second = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        assert_eq!((first.len(), second.len()), (1, 1), "both reconciles ask");
+        let out = s.apply(Event::Owned(vec![(first[0].clone(), Ownership::Ours(20))]));
+        assert_eq!(signalled(&out).len(), 1);
+        let out = s.apply(Event::Owned(vec![(second[0].clone(), Ownership::Ours(20))]));
+        assert!(signalled(&out).is_empty(), "{out:?}");
     }
 
     /// A hand-over costs no read: while the view stays synced with the link up, a member
@@ -2168,11 +2201,12 @@ mod tests {
         assert!(!e.holds);
         let out = s.apply(Event::Reconcile { link_up: true });
         assert_eq!(verify_asked(&out), vec![node('w', 3)]);
-        s.apply(Event::Verified(vec![(node('w', 3), Ok(false))]));
-        let out = s.apply(Event::Reconcile { link_up: true });
+        // The answer alone moves the queue on: no other event need come (a queue blocked
+        // by ghosts sees none).
+        let out = s.apply(Event::Verified(vec![(node('w', 3), Ok(false))]));
         assert_eq!(verify_asked(&out), vec![node('w', 5)]);
-        s.apply(Event::Verified(vec![(node('w', 5), Ok(false))]));
-        let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+        let out = s.apply(Event::Verified(vec![(node('w', 5), Ok(false))]));
+        let due = ownership_asked(&out);
         assert_eq!(due.len(), 1, "w9 holds once both are out");
     }
 }
