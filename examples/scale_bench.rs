@@ -3,7 +3,7 @@
 //! queue. A benchmark, not a test: it prints figures; nothing is asserted.
 //!
 //! ```text
-//! cargo build --release && cargo run --release --example scale_bench -- --streams 50000
+//! cargo build --release && cargo run --release --example scale_bench -- --streams 100000
 //! ```
 //!
 //! Starts a local ZooKeeper and the release `zkgate` binary (next to this example in

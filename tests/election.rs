@@ -782,3 +782,69 @@ async fn a_leader_that_cannot_hear_is_replaced_only_after_its_watchdog_fired() {
     );
     cut.pass();
 }
+
+/// An observer that stops reading holds up no other observer, and when it reads again it gets
+/// the newest state after at most what had already left for it: an Observe stream is polled
+/// by the transport only once its previous message has gone out (no task or channel per
+/// observer, issue 21), so it keeps no backlog of states. Before, a channel of 16 states sat
+/// between the two and a returning reader worked through them first.
+#[tokio::test]
+async fn a_stalled_observer_holds_up_no_one_and_reads_the_newest_state_when_it_returns() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = gw.client().await;
+    // A small window: one 30 KiB state fills it.
+    let small = tonic::transport::Endpoint::from_shared(gw.url())
+        .unwrap()
+        .initial_stream_window_size(Some(16 * 1024))
+        .initial_connection_window_size(Some(64 * 1024))
+        .connect()
+        .await
+        .expect("connect");
+    let mut stalled = observe(
+        &mut zkgate::proto::election_client::ElectionClient::new(small),
+        "stall",
+    )
+    .await;
+    assert!(next_observed(&mut stalled).await.is_none(), "vacant first");
+    let mut reader = observe(&mut c, "stall").await;
+    assert!(next_observed(&mut reader).await.is_none(), "vacant first");
+
+    let mut a = Campaign::join(&mut c, "stall", "a", b"").await;
+    a.elected().await;
+    let proclaims = 24u8;
+    let value = |i: u8| vec![i; 30 * 1024];
+    for i in 0..proclaims {
+        a.send(Req::Proclaim(pb::ProclaimValue { value: value(i) }))
+            .await;
+        match a.next().await {
+            Ok(Some(Event::Proclaimed(_))) => {}
+            other => panic!("expected proclaimed, got {other:?}"),
+        }
+        // The reader is not held up by the stalled observer: it sees this very state.
+        loop {
+            let l = next_observed(&mut reader).await.expect("a leads");
+            if l.value == value(i) {
+                break;
+            }
+        }
+    }
+
+    // The stalled observer reads again: what had left for it (a's election, the first
+    // proclaim, at most one more), then the newest state, not the 24 in between.
+    let newest = value(proclaims - 1);
+    let mut before_newest = 0;
+    loop {
+        let l = next_observed(&mut stalled).await.expect("a leads");
+        if l.value == newest {
+            break;
+        }
+        before_newest += 1;
+    }
+    assert!(
+        before_newest <= 4,
+        "{before_newest} stale states before the newest: the observer kept a backlog"
+    );
+    drop(a);
+    assert!(next_observed(&mut stalled).await.is_none(), "vacant again");
+}

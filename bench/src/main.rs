@@ -102,7 +102,7 @@ impl Scale {
                 w5_failovers: 50,
                 observers: 10_000,
                 observe_rounds: 5,
-                streams: 50_000,
+                streams: 100_000,
             }
         }
     }

@@ -6,7 +6,6 @@ use super::convert;
 use super::deps::ApiDeps;
 use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step, Suspension, Tenant};
 use super::limits::{BytesPermit, QueuePermit};
-use super::outbox::{self, Outbox, TrySend};
 use crate::auth::{self, audit, LeaseKeys, Verb};
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
 use crate::coord::link::LossReason;
@@ -286,47 +285,12 @@ impl Election for ElectionApi {
             request.remote_addr(),
             self.auth.enforced().then_some(&identity),
         )?;
-        let mut observation = self.coord.observe(&election).await?;
-        let draining = self.coord.draining();
-        let (out, responses) = Outbox::new();
-        // Every send inside the `select!`: an observer that stops reading never holds up the
-        // drain, the queue or the session (G3c). It just stops getting states: the channel
-        // keeps the oldest unsent one, and a reader that comes back gets the newest next.
-        tokio::spawn(async move {
-            let _permit = permit;
-            let mut unsent: Option<pb::ObserveResponse> = None;
-            loop {
-                let msg = tokio::select! {
-                    biased;
-                    _ = draining.cancelled() => {
-                        out.end(Status::from(CoordError::SessionLost(LossReason::Draining)));
-                        return;
-                    }
-                    _ = out.closed() => return,
-                    permit = out.reserve(), if unsent.is_some() => {
-                        match permit {
-                            Ok(p) => outbox::send(p, unsent.take().expect("guarded")),
-                            Err(()) => return,
-                        }
-                        continue;
-                    }
-                    next = observation.next() => match next {
-                        Ok(leader) => pb::ObserveResponse { leader: leader.map(convert::leader) },
-                        Err(e) => {
-                            out.end(Status::from(e));
-                            return;
-                        }
-                    },
-                };
-                match out.try_send(msg) {
-                    TrySend::Sent => {}
-                    // Newer than what waits: it replaces it (states, not a log).
-                    TrySend::Full(m) => unsent = Some(m),
-                    TrySend::Closed => return,
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(responses)))
+        let observation = self.coord.observe(&election).await?;
+        Ok(Response::new(Box::pin(observe_stream(
+            observation,
+            self.coord.draining(),
+            permit,
+        ))))
     }
 
     async fn candidates(
@@ -371,4 +335,40 @@ impl Election for ElectionApi {
     ) -> Result<Response<Self::ObserveManyStream>, Status> {
         super::observe_many::serve(&self.coord, &self.admission, &self.auth, request).await
     }
+}
+
+/// An Observe stream's responses, polled by the transport itself: no task and no channel of its
+/// own. Fan-out is the cost of a leader change seen by thousands of observers (issue 21: 10,000
+/// observers on one election); a task per observer and a channel between it and the transport
+/// doubled the wake-ups and the copies per observer and kept each state twice.
+///
+/// An observer that stops reading holds up nothing (G3c): the transport polls this stream only
+/// once the previous message has gone out, so a stalled observer's stream is simply not polled
+/// — it keeps no queue of states, and when it reads again its next message is the newest state
+/// (states, not a log). Nor does it hold the drain: the observation counts as no stream for
+/// it ([`crate::coord::Coordinator::observe`]); a reader ends `UNAVAILABLE` as soon as the drain
+/// starts, and a connection still owing bytes to a client that does not read is cut after the
+/// drain.
+fn observe_stream(
+    observation: crate::coord::election::Observation,
+    draining: tokio_util::sync::CancellationToken,
+    permit: super::limits::StreamPermit,
+) -> impl futures::Stream<Item = Result<pb::ObserveResponse, Status>> + Send + 'static {
+    let state = Some((observation, draining, permit));
+    futures::stream::unfold(state, |state| async move {
+        let (mut observation, draining, permit) = state?;
+        tokio::select! {
+            biased;
+            () = draining.cancelled() => {
+                Some((Err(Status::from(CoordError::SessionLost(LossReason::Draining))), None))
+            }
+            next = observation.next() => match next {
+                Ok(leader) => Some((
+                    Ok(pb::ObserveResponse { leader: leader.map(convert::leader) }),
+                    Some((observation, draining, permit)),
+                )),
+                Err(e) => Some((Err(Status::from(e)), None)),
+            },
+        }
+    })
 }

@@ -44,7 +44,7 @@ use crate::coord::types::InvalidInput;
 use crate::coord::{CoordError, Limit};
 use crate::metrics as m;
 
-pub const DEFAULT_HOLDER_STREAMS_PER_GATEWAY: usize = 50_000;
+pub const DEFAULT_HOLDER_STREAMS_PER_GATEWAY: usize = 100_000;
 pub const DEFAULT_HOLDER_STREAMS_PER_CONNECTION: usize = 1_000;
 pub const DEFAULT_OBSERVE_STREAMS_PER_CONNECTION: usize = 1_000;
 /// Per identity, under a policy: a fifth of the gateway-wide holder limit, so one tenant can

@@ -1,106 +1,138 @@
-//! The sending side of a server stream (holder streams and Observe), built so that a client
+//! The sending side of a server stream (holder streams and ObserveMany), built so that a client
 //! that stops reading can never hold up the task that feeds it (contract G3c, G7).
 //!
 //! Two things make that hold:
-//! - [`Outbox::end`] never waits: the final status goes into the channel if there is room,
-//!   else into a slot the response stream yields after whatever is still buffered. Either way
-//!   the client that reads again sees its messages in order, then the true status (never a
-//!   bare end of stream, which would read as `OK`, a resign).
-//! - Every other message is sent with [`Outbox::try_send`] and, when the channel is full, kept
+//! - [`Outbox::end`] never waits: the final status goes into a slot of its own, which the
+//!   response stream yields after whatever is still buffered. So the client that reads again
+//!   sees its messages in order, then the true status (never a bare end of stream, which would
+//!   read as `OK`, a resign).
+//! - Every other message is sent with [`Outbox::try_send`] and, when the outbox is full, kept
 //!   by the caller and sent through [`Outbox::reserve`] inside its `select!`, beside the drain,
 //!   the stream's cancellation and its deadlines.
 //!
 //! The response stream also stamps the moment it last handed a message to the transport
-//! ([`LastSent`]): hyper asks a response body for more only while the HTTP/2 stream has room in
+//! ([`Outbox::last_sent`]): hyper asks a response body for more only while the HTTP/2 stream has room in
 //! its flow-control window, so that instant is the last message the gateway actually sent, and
 //! a holder's silence watchdog runs from no earlier than it. A message still queued here was
 //! never sent and cannot keep any watchdog from firing.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 
 use futures::Stream;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::Status;
 
 /// Messages a stream buffers before its task must wait: small, so a stalled client costs little
-/// and a full channel is noticed soon.
+/// and a full outbox is noticed soon.
 const DEPTH: usize = 16;
 
-/// When the response stream last handed a message to the transport.
+/// A message or the final status, boxed so an idle outbox's queue costs a pointer per slot.
+type Item<T> = Box<Result<T, Status>>;
+
+/// What the task's side and the response stream share: one small allocation per stream.
+/// (It replaced a tokio channel plus two `Arc`s: ≈ 1.1 KiB per stream, most of it the
+/// channel's cache-padded state and its first block of 32 slots, which the gateway paid for
+/// every one of its tens of thousands of waiting streams; issue 21.)
 #[derive(Debug)]
-pub(super) struct LastSent(Mutex<Instant>);
+struct Shared<T> {
+    queue: VecDeque<Item<T>>,
+    /// The final status, yielded after everything queued ([`Outbox::end`]).
+    end: Option<Box<Status>>,
+    /// When the response stream last handed a message to the transport.
+    last_sent: Instant,
+    /// The task's side is gone (no more messages).
+    sender_gone: bool,
+    /// The response stream is gone (the client went away).
+    reader_gone: bool,
+    /// The response stream, waiting for a message.
+    reader: Option<Waker>,
+    /// The task, waiting for room ([`Outbox::reserve`]).
+    room: Option<Waker>,
+    /// The task, waiting for the reader to go ([`Outbox::closed`]).
+    closed: Option<Waker>,
+}
 
-impl LastSent {
-    fn new() -> Self {
-        Self(Mutex::new(Instant::now()))
-    }
+fn lock<T>(m: &Mutex<Shared<T>>) -> MutexGuard<'_, Shared<T>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
-    fn stamp(&self) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-    }
-
-    /// The instant of the last message handed to the transport (the stream's start before any).
-    pub(super) fn get(&self) -> Instant {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
     }
 }
 
-type Item<T> = Box<Result<T, Status>>;
+fn wake(slot: &mut Option<Waker>) {
+    if let Some(w) = slot.take() {
+        w.wake();
+    }
+}
 
-/// The task's side of one server stream.
+/// The task's side of one server stream. One task sends on it (it is not `Clone`).
 #[derive(Debug)]
 pub(super) struct Outbox<T> {
-    tx: mpsc::Sender<Item<T>>,
-    last_sent: Arc<LastSent>,
-    end: Arc<Mutex<Option<Status>>>,
+    shared: Arc<Mutex<Shared<T>>>,
 }
 
 /// Outcome of [`Outbox::try_send`].
 pub(super) enum TrySend<T> {
     Sent,
-    /// The channel is full: the message comes back, to be sent through [`Outbox::reserve`].
+    /// The outbox is full: the message comes back, to be sent through [`Outbox::reserve`].
     Full(T),
     /// The client is gone.
     Closed,
 }
 
-/// A permit to send one message (see [`Outbox::reserve`]).
-pub(super) type Permit<'a, T> = mpsc::Permit<'a, Item<T>>;
+/// Room for one message (see [`Outbox::reserve`]): the outbox has one sender, so room it saw
+/// stays until that sender uses it.
+pub(super) struct Permit<'a, T>(&'a Outbox<T>);
 
 impl<T: Send + 'static> Outbox<T> {
     /// A new outbox and the response stream that reads it.
     pub(super) fn new() -> (Self, Responses<T>) {
-        let (tx, rx) = mpsc::channel(DEPTH);
-        let last_sent = Arc::new(LastSent::new());
-        let end = Arc::new(Mutex::new(None));
+        let shared = Arc::new(Mutex::new(Shared {
+            queue: VecDeque::new(),
+            end: None,
+            last_sent: Instant::now(),
+            sender_gone: false,
+            reader_gone: false,
+            reader: None,
+            room: None,
+            closed: None,
+        }));
         (
             Self {
-                tx,
-                last_sent: last_sent.clone(),
-                end: end.clone(),
+                shared: shared.clone(),
             },
             Responses {
-                rx,
-                last_sent,
-                end,
+                shared,
                 done: false,
             },
         )
     }
 
-    /// Sends `msg` if the channel has room.
+    fn push(&self, item: Item<T>) {
+        let mut s = lock(&self.shared);
+        s.queue.push_back(item);
+        wake(&mut s.reader);
+    }
+
+    /// Sends `msg` if the outbox has room.
     pub(super) fn try_send(&self, msg: T) -> TrySend<T> {
-        match self.tx.try_send(Box::new(Ok(msg))) {
-            Ok(()) => TrySend::Sent,
-            Err(mpsc::error::TrySendError::Full(m)) => match *m {
-                Ok(m) => TrySend::Full(m),
-                Err(_) => unreachable!("only Ok is sent here"),
-            },
-            Err(mpsc::error::TrySendError::Closed(_)) => TrySend::Closed,
+        let mut s = lock(&self.shared);
+        if s.reader_gone {
+            return TrySend::Closed;
         }
+        if s.queue.len() >= DEPTH {
+            return TrySend::Full(msg);
+        }
+        s.queue.push_back(Box::new(Ok(msg)));
+        wake(&mut s.reader);
+        TrySend::Sent
     }
 
     /// Room for one message. Cancellation safe: use it in a `select!`.
@@ -108,44 +140,67 @@ impl<T: Send + 'static> Outbox<T> {
     /// # Errors
     /// The client is gone.
     pub(super) async fn reserve(&self) -> Result<Permit<'_, T>, ()> {
-        self.tx.reserve().await.map_err(|_| ())
+        std::future::poll_fn(|cx| {
+            let mut s = lock(&self.shared);
+            if s.reader_gone {
+                Poll::Ready(Err(()))
+            } else if s.queue.len() < DEPTH {
+                Poll::Ready(Ok(Permit(self)))
+            } else {
+                register(&mut s.room, cx);
+                Poll::Pending
+            }
+        })
+        .await
     }
 
     /// Resolves once the client has gone (the response stream was dropped).
     pub(super) async fn closed(&self) {
-        self.tx.closed().await;
+        std::future::poll_fn(|cx| {
+            let mut s = lock(&self.shared);
+            if s.reader_gone {
+                Poll::Ready(())
+            } else {
+                register(&mut s.closed, cx);
+                Poll::Pending
+            }
+        })
+        .await;
     }
 
-    /// When a message was last handed to the transport.
+    /// When a message was last handed to the transport (the stream's start before any).
     pub(super) fn last_sent(&self) -> Instant {
-        self.last_sent.get()
+        lock(&self.shared).last_sent
     }
 
     /// Ends the stream with `status`, without waiting: after everything already buffered. The
-    /// caller sends nothing more and returns (dropping the outbox closes the channel).
+    /// caller sends nothing more and returns.
     pub(super) fn end(&self, status: Status) {
-        if let Err(e) = self.tx.try_send(Box::new(Err(status))) {
-            let status = match *e.into_inner() {
-                Err(s) => s,
-                Ok(_) => unreachable!("an error was sent"),
-            };
-            *self.end.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
-        }
+        let mut s = lock(&self.shared);
+        s.end = Some(Box::new(status));
+        wake(&mut s.reader);
+    }
+}
+
+impl<T> Drop for Outbox<T> {
+    fn drop(&mut self) {
+        let mut s = lock(&self.shared);
+        s.sender_gone = true;
+        wake(&mut s.reader);
     }
 }
 
 /// Sends through a permit from [`Outbox::reserve`].
-pub(super) fn send<T>(permit: Permit<'_, T>, msg: T) {
-    permit.send(Box::new(Ok(msg)));
+pub(super) fn send<T: Send + 'static>(permit: Permit<'_, T>, msg: T) {
+    permit.0.push(Box::new(Ok(msg)));
 }
 
 /// The response stream of one server stream: the buffered messages, then the final status if
-/// [`Outbox::end`] had to leave it aside.
+/// [`Outbox::end`] gave one — never a bare end that would read as `OK` unless the task ended
+/// without one.
 #[derive(Debug)]
 pub(super) struct Responses<T> {
-    rx: mpsc::Receiver<Item<T>>,
-    last_sent: Arc<LastSent>,
-    end: Arc<Mutex<Option<Status>>>,
+    shared: Arc<Mutex<Shared<T>>>,
     done: bool,
 }
 
@@ -156,21 +211,36 @@ impl<T> Stream for Responses<T> {
         if self.done {
             return Poll::Ready(None);
         }
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(m)) => {
-                self.last_sent.stamp();
-                Poll::Ready(Some(*m))
-            }
-            Poll::Ready(None) => {
-                self.done = true;
-                let end = self.end.lock().unwrap_or_else(|p| p.into_inner()).take();
-                if end.is_some() {
-                    self.last_sent.stamp();
-                }
-                Poll::Ready(end.map(Err))
-            }
-            Poll::Pending => Poll::Pending,
+        let mut s = lock(&self.shared);
+        if let Some(m) = s.queue.pop_front() {
+            s.last_sent = Instant::now();
+            wake(&mut s.room);
+            return Poll::Ready(Some(*m));
         }
+        if let Some(status) = s.end.take() {
+            s.last_sent = Instant::now();
+            drop(s);
+            self.done = true;
+            return Poll::Ready(Some(Err(*status)));
+        }
+        if s.sender_gone {
+            drop(s);
+            self.done = true;
+            return Poll::Ready(None);
+        }
+        register(&mut s.reader, cx);
+        Poll::Pending
+    }
+}
+
+impl<T> Drop for Responses<T> {
+    fn drop(&mut self) {
+        let mut s = lock(&self.shared);
+        s.reader_gone = true;
+        // Nothing will read them: free the messages now rather than with the task's side.
+        s.queue.clear();
+        wake(&mut s.room);
+        wake(&mut s.closed);
     }
 }
 
@@ -215,11 +285,11 @@ mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         // Queued, not yet read: not sent.
         assert_eq!(out.last_sent(), before);
-        let last = out.last_sent.clone();
+        let shared = out.shared.clone();
         out.end(Status::aborted("lapsed"));
         drop(out);
         assert_eq!(responses.next().await.unwrap().unwrap(), 7);
-        assert!(last.get() > before);
+        assert!(lock(&shared).last_sent > before);
         assert_eq!(
             responses.next().await.unwrap().unwrap_err().code(),
             tonic::Code::Aborted

@@ -61,7 +61,9 @@ pub struct Candidacy {
     member: Member,
     /// The leadership in office: what was announced, since when, and its
     /// `zkgate_election_leaders` guard, so the gauge falls exactly when the leadership is taken.
-    elected: Option<(Holder, Instant, m::LabelledGaugeGuard)>,
+    /// Boxed: most candidacies wait, and a waiting stream should not carry a leader's room
+    /// (issue 21, memory per waiting stream).
+    elected: Option<Box<(Holder, Instant, m::LabelledGaugeGuard)>>,
     _gauge: m::GaugeGuard,
     /// `zkgate_election_candidates{election}`; also holds the election's capped label.
     candidates: m::LabelledGaugeGuard,
@@ -123,11 +125,11 @@ impl Candidacy {
                 );
                 self.presence.granted(&holder);
                 let leading = m::election_leader(self.candidates.label().to_owned());
-                self.elected = Some((holder.clone(), Instant::now(), leading));
+                self.elected = Some(Box::new((holder.clone(), Instant::now(), leading)));
                 CandidacyEvent::Elected(holder)
             }
             MemberEvent::Proclaimed(holder) => {
-                if let Some((l, _, _)) = self.elected.as_mut() {
+                if let Some((l, _, _)) = self.elected.as_deref_mut() {
                     *l = holder.clone();
                 }
                 CandidacyEvent::Proclaimed(holder)
@@ -141,7 +143,7 @@ impl Candidacy {
     }
 
     fn end(&mut self, why: CandidacyEnd) -> CandidacyEvent {
-        if let Some((leader, at, leading)) = self.elected.take() {
+        if let Some((leader, at, leading)) = self.elected.take().map(|b| *b) {
             m::leader_tenure(at.elapsed());
             drop(leading);
             tracing::info!(election = %leader.queue, candidate = %leader.participant, fencing_token = leader.fencing_token.0, ?why, "leadership ended");
@@ -168,7 +170,7 @@ impl Candidacy {
         impl std::future::Future<Output = Result<(), CoordError>> + Send + 'static,
         CoordError,
     > {
-        let Some((leader, _, _)) = self.elected.as_ref().filter(|_| self.is_elected()) else {
+        let Some((leader, _, _)) = self.elected.as_deref().filter(|_| self.is_elected()) else {
             return Err(CoordError::NotLeader);
         };
         let mut record = self.member.record().clone();
@@ -185,7 +187,7 @@ impl Candidacy {
     pub fn begin_resign(
         &mut self,
     ) -> impl std::future::Future<Output = Result<(), CoordError>> + Send + 'static {
-        if let Some((_, at, leading)) = self.elected.take() {
+        if let Some((_, at, leading)) = self.elected.take().map(|b| *b) {
             m::leader_tenure(at.elapsed());
             drop(leading);
         }
@@ -195,7 +197,7 @@ impl Candidacy {
 
 impl Drop for Candidacy {
     fn drop(&mut self) {
-        if let Some((_, at, leading)) = self.elected.take() {
+        if let Some((_, at, leading)) = self.elected.take().map(|b| *b) {
             m::leader_tenure(at.elapsed());
             drop(leading);
         }
@@ -212,15 +214,16 @@ pub struct Observation {
     sent_any: bool,
     last: Option<Holder>,
     _gauge: m::GaugeGuard,
-    _stream: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
-/// [`Coordinator::observe`](super::Coordinator::observe), served over the pool.
+/// [`Coordinator::observe`](super::Coordinator::observe), served over the pool. Not counted as
+/// a stream for the drain: an observation holds nothing to hand over or delete, it ends
+/// `UNAVAILABLE` once the drain starts if its client reads, and the drain must not wait for one
+/// whose client does not (see `api::election::observe_stream`).
 pub(super) async fn observe(
     pool: &SessionPool,
     election: &QueueName,
 ) -> Result<Observation, CoordError> {
-    let stream = pool.stream_token();
     let session = pool.session_for(QueueKind::Election, election)?;
     let queue = session.queue(QueueKind::Election, election).await?;
     Ok(Observation {
@@ -230,7 +233,6 @@ pub(super) async fn observe(
         sent_any: false,
         last: None,
         _gauge: m::GaugeGuard::raise(m::observers_active),
-        _stream: stream,
     })
 }
 

@@ -115,7 +115,7 @@ pub struct Member {
     path: String,
     record: NodeRecord,
     enlisted: Enlisted,
-    signals: mpsc::UnboundedReceiver<MemberSignal>,
+    signals: mpsc::UnboundedReceiver<super::queue::Signal>,
     link: LinkFollower,
     /// The queue reported the znode gone (`Some(actor_stopped)`) and the cause is still being
     /// decided: kept here so `next_event` stays cancellation safe.
@@ -285,7 +285,7 @@ impl Member {
         tokio::select! {
             biased;
             change = self.link.next() => link_event(change),
-            signal = self.signals.recv() => match signal {
+            signal = self.signals.recv() => match signal.map(|s| *s) {
                 Some(MemberSignal::Holds { holder, failover }) => MemberEvent::Holds { holder, failover },
                 Some(MemberSignal::Proclaimed(holder)) => MemberEvent::Proclaimed(holder),
                 Some(MemberSignal::EndRequested) => MemberEvent::EndRequested,

@@ -4,6 +4,11 @@
 //! messages are small (a candidate, a lease, a heartbeat; values are the exception and make a
 //! buffer grow as needed), and a gateway holds tens of thousands of long-lived streams: the two
 //! default buffers were ≈ 16 of the ≈ 23 KiB each open stream cost (`examples/scale_bench.rs`).
+//! 512-byte buffers were then still ≈ 1 KiB of the ≈ 10 KiB a waiting stream cost at 100,000
+//! streams (issue 21); 128 bytes holds the inbound join and a typical small message, and a
+//! buffer grows at once to whatever one message needs (a decode reserves the message's length,
+//! an encode grows as it writes), so only a stream that actually carries larger messages pays
+//! for them.
 //! The generated code uses this codec (`build.rs`, `codec_path`, in its own pass with only the
 //! servers).
 
@@ -14,7 +19,7 @@ use tonic::codec::{BufferSettings, Codec};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 
 /// Initial buffer per call and direction; buffers grow for larger messages.
-const BUFFER: usize = 512;
+const BUFFER: usize = 128;
 /// tonic's default: how much a streaming encoder buffers before it yields.
 const YIELD_THRESHOLD: usize = 32 * 1024;
 

@@ -51,10 +51,16 @@ pub struct SessionIo {
     pub permit_reads: ReadPlan,
 }
 
+/// What a local member's channel carries: boxed, because every member's channel allocates room
+/// for 32 items up front (tokio's block) and a bare [`MemberSignal`] carries a whole
+/// [`Holder`](crate::coord::types::Holder): that first block was ≈ 3.5 KiB of every waiting
+/// stream, boxed it is ≈ 0.3 KiB (`examples/scale_bench.rs`, issue 21).
+pub(crate) type Signal = Box<MemberSignal>;
+
 enum Command {
     Register {
         created: Created,
-        signals: mpsc::UnboundedSender<MemberSignal>,
+        signals: mpsc::UnboundedSender<Signal>,
         reply: oneshot::Sender<Result<Enlisted, Refusal>>,
     },
     Unregister {
@@ -203,7 +209,7 @@ impl QueueHandle {
     pub async fn enlist(
         &self,
         created: Created,
-        signals: mpsc::UnboundedSender<MemberSignal>,
+        signals: mpsc::UnboundedSender<Signal>,
     ) -> Result<Enlisted, Refusal> {
         let (reply, rx) = oneshot::channel();
         self.cmd
@@ -353,7 +359,7 @@ impl QueueRegistry {
 /// A registration being decided: its node, channel and reply.
 type Pending = (
     String,
-    mpsc::UnboundedSender<MemberSignal>,
+    mpsc::UnboundedSender<Signal>,
     oneshot::Sender<Result<Enlisted, Refusal>>,
 );
 
@@ -368,7 +374,7 @@ struct Actor {
     /// A reconnect may have dropped the watch: it is placed again before the next listing.
     rewatch: bool,
     /// Local members' channels, by node name.
-    signals: HashMap<String, mpsc::UnboundedSender<MemberSignal>>,
+    signals: HashMap<String, mpsc::UnboundedSender<Signal>>,
     /// The registration being decided.
     pending: Option<Pending>,
     view_tx: watch::Sender<QueueView>,
@@ -549,7 +555,7 @@ impl Actor {
         tokio::spawn(async move {
             match zk.get_data(&path).await {
                 Ok((data, _)) if NodeRecord::decode_lossy(&data).end_requested_ms > 0 => {
-                    let _ = tx.send(MemberSignal::EndRequested);
+                    let _ = tx.send(Box::new(MemberSignal::EndRequested));
                 }
                 Ok(_) | Err(zkc::Error::NoNode) => {}
                 // The requester deletes the znode itself after its bound (see
@@ -684,7 +690,7 @@ impl Actor {
             Action::Signal(node, signal) => {
                 let gone = matches!(signal, MemberSignal::Gone);
                 if let Some(tx) = self.signals.get(&node) {
-                    let _ = tx.send(signal);
+                    let _ = tx.send(Box::new(signal));
                 }
                 if gone {
                     self.signals.remove(&node);
