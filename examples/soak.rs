@@ -2214,12 +2214,25 @@ struct InStreamReport {
 /// stream after `proclaim{}` never went silent past its silence limit (the stream loop did not
 /// block on the request), and a `suspended{stop_within}` after it was followed by `resumed` or
 /// the end within `stop_within`; a `resign{}`/`release{}` ended the stream within T + 3 s.
-/// Streams hit by a client fault are left out.
+/// Streams hit by a client fault are left out, and so are streams whose gateway was frozen or
+/// killed while the request was being judged (the fifth soak of 2026-11-26 charged a gateway
+/// SIGSTOP 3 s after an answered proclaim as 5 s of silence): a frozen or dead gateway sends
+/// nothing by design, and its holders stop on their own silence limit (G3b), which the
+/// exclusion checker judges.
 fn check_instream(world: &World, logs: &[StreamLog]) -> InStreamReport {
     let t = world.t;
     let slack = Duration::from_millis(300);
     let records = world.instream.lock().unwrap().clone();
     let faulted = world.client_faulted.lock().unwrap().clone();
+    // (gateway, when) of every gateway SIGSTOP or SIGKILL.
+    let gateway_stops: Vec<(String, Instant)> = world
+        .injected
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|f| matches!(f.kind, Fault::FreezeGateway | Fault::KillGateway))
+        .filter_map(|f| Some((f.what.split_whitespace().nth(1)?.to_owned(), f.from)))
+        .collect();
     let mut violations = Vec::new();
     let (mut proclaims, mut answered, mut resumed, mut ended_after_suspend, mut undisturbed) =
         (0usize, 0usize, 0usize, 0usize, 0usize);
@@ -2232,7 +2245,11 @@ fn check_instream(world: &World, logs: &[StreamLog]) -> InStreamReport {
         let Some(log) = logs.iter().find(|l| l.id == r.stream) else {
             continue;
         };
-        if faulted.contains(&r.stream) {
+        let gateway = log.via.split('+').next().unwrap_or_default();
+        let gateway_stopped = gateway_stops.iter().any(|(g, at)| {
+            g == gateway && *at >= r.sent && *at <= r.sent + t + Duration::from_secs(3)
+        });
+        if faulted.contains(&r.stream) || gateway_stopped {
             skipped += 1;
             continue;
         }
@@ -2364,7 +2381,7 @@ fn check_instream(world: &World, logs: &[StreamLog]) -> InStreamReport {
          {resumed} suspended then resumed, {ended_after_suspend} suspended then ended, {undisturbed} never suspended; \
          longest suspended → resumed/end {longest_suspension:?} (took, stop_within)), \
          {leaves} resign/release ({leaders_leaving} by holders; ends {leave_codes:?}, slowest {longest_leave:?}), \
-         {skipped} skipped (client fault), {} violations",
+         {skipped} skipped (a client fault, or its gateway frozen or killed meanwhile), {} violations",
         violations.len()
     );
     InStreamReport {
