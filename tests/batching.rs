@@ -50,6 +50,23 @@ fn gateway_zk(gw: &Gateway) -> zkgate::coord::zk::Zk {
     gw.coord.session().expect("session").zk.clone()
 }
 
+/// Starts `n` joins while the test holds every request slot ([`Zk::hold_requests`]) and returns
+/// once each one's create waits in the batcher: released together, they leave in one batch.
+async fn gathered<T, F>(
+    gz: &zkgate::coord::zk::Zk,
+    what: &str,
+    n: usize,
+    join: impl Fn(usize) -> F,
+) -> Vec<tokio::task::JoinHandle<T>>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = T> + Send + 'static,
+{
+    let joins: Vec<_> = (0..n).map(|i| tokio::spawn(join(i))).collect();
+    wait_until(what, STEP, || async { gz.queued_writes() == n }).await;
+    joins
+}
+
 /// `JOINS` lock waiters asked at the same moment on `JOINS` different locks: their creates
 /// leave in one transaction (one creation zxid for all), and each still gets a fencing token
 /// above its lock's previous holder's when that one releases. Many candidates of one election
@@ -71,18 +88,14 @@ async fn creates_ready_together_share_a_transaction_but_never_a_fencing_token() 
     let gz = gateway_zk(&gw);
     assert!(gz.batching(), "batching is on when asked");
     let hold = gz.hold_requests().await;
-    let waiters: Vec<_> = (0..JOINS)
-        .map(|i| {
-            let mut lc = lc.clone();
-            tokio::spawn(async move {
-                Acquisition::open(&mut lc, acquire_msg(&format!("b{i}"), "waiter")).await
-            })
-        })
-        .collect();
-    wait_until(
+    let waiters = gathered(
+        &gz,
         "every waiter's create waits in the batcher",
-        STEP,
-        || async { gz.queued_writes() == JOINS },
+        JOINS,
+        |i| {
+            let mut lc = lc.clone();
+            async move { Acquisition::open(&mut lc, acquire_msg(&format!("b{i}"), "waiter")).await }
+        },
     )
     .await;
     drop(hold);
@@ -115,18 +128,14 @@ async fn creates_ready_together_share_a_transaction_but_never_a_fencing_token() 
     let mut leader = Campaign::join(&mut ec, "many", "leader", b"").await;
     leader.elected().await;
     let hold = gz.hold_requests().await;
-    let candidates: Vec<_> = (0..JOINS)
-        .map(|i| {
-            let mut ec = ec.clone();
-            tokio::spawn(
-                async move { Campaign::join(&mut ec, "many", &format!("c{i}"), b"").await },
-            )
-        })
-        .collect();
-    wait_until(
+    let candidates = gathered(
+        &gz,
         "every candidate's create waits in the batcher",
-        STEP,
-        || async { gz.queued_writes() == JOINS },
+        JOINS,
+        |i| {
+            let mut ec = ec.clone();
+            async move { Campaign::join(&mut ec, "many", &format!("c{i}"), b"").await }
+        },
     )
     .await;
     drop(hold);
@@ -169,18 +178,14 @@ async fn a_batched_member_takes_its_token_from_the_transaction_without_a_read() 
     }
     let gz = gateway_zk(&gw);
     let hold = gz.hold_requests().await;
-    let joins: Vec<_> = (0..JOINS)
-        .map(|i| {
-            let mut lc = lc.clone();
-            tokio::spawn(async move {
-                Acquisition::open(&mut lc, read(&format!("t{i}"), "second")).await
-            })
-        })
-        .collect();
-    wait_until(
+    let joins = gathered(
+        &gz,
         "every reader's create waits in the batcher",
-        STEP,
-        || async { gz.queued_writes() == JOINS },
+        JOINS,
+        |i| {
+            let mut lc = lc.clone();
+            async move { Acquisition::open(&mut lc, read(&format!("t{i}"), "second")).await }
+        },
     )
     .await;
     let (batches, reads) = (
@@ -314,18 +319,14 @@ async fn a_lost_batch_reply_leaves_no_orphan() {
     let gz = gateway_zk(&gw);
     let hold = gz.hold_requests().await;
     gz.lose_next_batch_reply();
-    let waiters: Vec<_> = (0..JOINS)
-        .map(|i| {
-            let mut lc = lc.clone();
-            tokio::spawn(async move {
-                Acquisition::open(&mut lc, acquire_msg(&format!("l{i}"), "waiter")).await
-            })
-        })
-        .collect();
-    wait_until(
+    let waiters = gathered(
+        &gz,
         "every waiter's create waits in the batcher",
-        STEP,
-        || async { gz.queued_writes() == JOINS },
+        JOINS,
+        |i| {
+            let mut lc = lc.clone();
+            async move { Acquisition::open(&mut lc, acquire_msg(&format!("l{i}"), "waiter")).await }
+        },
     )
     .await;
     drop(hold);

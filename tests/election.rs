@@ -794,13 +794,7 @@ async fn a_stalled_observer_holds_up_no_one_and_reads_the_newest_state_when_it_r
     let gw = Gateway::start(&zk).await;
     let mut c = gw.client().await;
     // A small window: one 30 KiB state fills it.
-    let small = tonic::transport::Endpoint::from_shared(gw.url())
-        .unwrap()
-        .initial_stream_window_size(Some(16 * 1024))
-        .initial_connection_window_size(Some(64 * 1024))
-        .connect()
-        .await
-        .expect("connect");
+    let small = small_window_channel(&gw.url()).await;
     let mut stalled = observe(
         &mut zkgate::proto::election_client::ElectionClient::new(small),
         "stall",

@@ -506,13 +506,7 @@ async fn observer_that_stops_reading_never_holds_a_drain() {
     let a = s.join(&g1.url(), "g1", e, "a").await;
     a.wait_granted(STEP).await.expect("a elected");
 
-    let channel = tonic::transport::Endpoint::from_shared(g1.url())
-        .unwrap()
-        .initial_stream_window_size(Some(16 * 1024))
-        .initial_connection_window_size(Some(64 * 1024))
-        .connect()
-        .await
-        .expect("observer connects");
+    let channel = support::small_window_channel(&g1.url()).await;
     let mut observer = zkgate::proto::election_client::ElectionClient::new(channel);
     // Never polled: its window fills, then the gateway's buffer.
     let stalled = observer

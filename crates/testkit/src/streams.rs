@@ -128,6 +128,19 @@ pub async fn refusal<S: EventStream>(open: impl Future<Output = Result<S, Status
     }
 }
 
+/// A channel to `url` with small HTTP/2 flow-control windows (16 KiB per stream, 64 KiB per
+/// connection): a stream on it that is never read fills its window with one large state, the
+/// way a client that stops reading does.
+pub async fn small_window_channel(url: &str) -> Channel {
+    tonic::transport::Endpoint::from_shared(url.to_owned())
+        .expect("gateway url")
+        .initial_stream_window_size(Some(16 * 1024))
+        .initial_connection_window_size(Some(64 * 1024))
+        .connect()
+        .await
+        .expect("connect with small windows")
+}
+
 pub fn join_msg(election: &str, candidate: &str, value: &[u8]) -> pb::CampaignRequest {
     Req::Join(pb::Join {
         election: election.into(),
