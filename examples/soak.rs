@@ -90,6 +90,11 @@ struct Args {
     /// one session's server or link hits only the queues on that session.
     #[arg(long, default_value_t = 1)]
     zk_sessions: usize,
+    /// The gateways batch member creates and deletes into one ZooKeeper `multi`
+    /// (`zkgate serve --zk-batch`, docs/batching.md). The gateways do not inherit `ZKGATE_*`
+    /// variables from the soak, so this is the way to soak batching.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    zk_batch: bool,
     /// Elections.
     #[arg(long, default_value_t = 3)]
     elections: usize,
@@ -838,7 +843,8 @@ async fn soak(args: Args) -> std::process::ExitCode {
     let wall0 = now_ns();
     println!(
         "soak: {} min, seed {seed}, {} gateways, {} elections and {} locks ({} permits) x {} clients, \
-         {} ttl holders (ttl {:?}), {} CLI verbs per name, session timeout {t_asked:?} asked, {t:?} granted",
+         {} ttl holders (ttl {:?}), {} CLI verbs per name, session timeout {t_asked:?} asked, {t:?} granted, \
+         batching {}",
         args.minutes,
         args.gateways,
         args.elections,
@@ -848,6 +854,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
         args.ttl_clients,
         args.ttl,
         args.verbs,
+        if args.zk_batch { "on" } else { "off" },
     );
     let only: Vec<Fault> = args
         .faults
@@ -923,7 +930,11 @@ async fn soak(args: Args) -> std::process::ExitCode {
             root: root.clone(),
             session_timeout: t_asked,
             zk_tick_time: Some(support::procgw::HARNESS_TICK),
-            extra: vec!["--zk-sessions".into(), args.zk_sessions.to_string()],
+            extra: vec![
+                "--zk-sessions".into(),
+                args.zk_sessions.to_string(),
+                format!("--zk-batch={}", args.zk_batch),
+            ],
             env,
         };
         let name = format!("g{g}");
