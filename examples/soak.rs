@@ -91,9 +91,10 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     zk_sessions: usize,
     /// The gateways batch member creates and deletes into one ZooKeeper `multi`
-    /// (`zkgate serve --zk-batch`, docs/batching.md). The gateways do not inherit `ZKGATE_*`
-    /// variables from the soak, so this is the way to soak batching.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    /// (`zkgate serve --zk-batch`, docs/batching.md; on by default, as in the gateway). The
+    /// gateways do not inherit `ZKGATE_*` variables from the soak, so `--zk-batch false` is the
+    /// way to soak without it.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     zk_batch: bool,
     /// Elections.
     #[arg(long, default_value_t = 3)]

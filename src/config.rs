@@ -162,7 +162,7 @@ pub struct ServeArgs {
     pub zk_max_packet: usize,
     /// Send member creates and deletes that are ready while another write is in flight together,
     /// in one ZooKeeper multi (one transaction, one fsync); `false` sends each alone
-    #[arg(long, env = "ZKGATE_ZK_BATCH", default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(long, env = "ZKGATE_ZK_BATCH", default_value_t = true, action = clap::ArgAction::Set)]
     pub zk_batch: bool,
     /// PEM certificate for TLS on the gRPC port (needs --tls-key; half a TLS setup is refused)
     #[arg(long, env = "ZKGATE_TLS_CERT")]
@@ -832,7 +832,7 @@ mod tests {
             "max_proclaim_bytes_in_flight" => i(19, 20),
             "first_message_timeout" => s("3s", "4s"),
             "zk_max_packet" => i(500_000, 600_000),
-            "zk_batch" => Some((B(true), B(false))),
+            "zk_batch" => Some((B(false), B(true))),
             "tls_cert" => s("/one.pem", "/two.pem"),
             "tls_key" => s("/one.key", "/two.key"),
             "tls_client_ca" => s("/one-ca.pem", "/two-ca.pem"),

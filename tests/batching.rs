@@ -34,7 +34,8 @@ async fn czxids(
     out
 }
 
-/// A gateway with `--zk-batch` on (it is off by default until a soak has run with it).
+/// A gateway with `--zk-batch` on, set explicitly so these tests test batching whatever the
+/// default is.
 async fn batching_gateway(zk: &str) -> Gateway {
     Gateway::start_with(
         zk,

@@ -91,7 +91,7 @@ impl CoordConfig {
             max_queues: DEFAULT_MAX_QUEUES,
             max_proclaim_bytes_in_flight: DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT,
             zk_max_packet: paging::DEFAULT_ZK_MAX_PACKET,
-            zk_batch: false,
+            zk_batch: true,
         }
     }
 
