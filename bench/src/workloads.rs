@@ -685,12 +685,20 @@ pub async fn observe(ctx: &mut Ctx) {
         ready_rx.recv().await.expect("an observer failed");
     }
     let (mut to_last, mut to_first) = (Vec::new(), Vec::new());
+    // CPU time per leader change, the gateway's and this process's (the observers' reader),
+    // from the resignation until the last observer has seen the change: on a 2-core machine the
+    // two compete, so the wall time alone does not say whose cost it is.
+    let (mut gw_cpu, mut own_cpu) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let (li, hold) = leader;
         let wi = 1 - li;
         let pending = pair[wi].enqueue(Kind::Election, name, true).await;
         tokio::time::sleep(Duration::from_millis(150)).await;
         while seen_rx.try_recv().is_ok() {}
+        let (gw0, own0) = (
+            ctx.gateway.cpu_time(),
+            env::proc_cpu_time(std::process::id()),
+        );
         let t = Instant::now();
         let ((), next) = tokio::join!(hold.release(&mut pair[li]), pending.acquired());
         let token = next.token();
@@ -712,6 +720,8 @@ pub async fn observe(ctx: &mut Ctx) {
         }
         to_last.push(last - t);
         to_first.push(first.unwrap_or(last) - t);
+        gw_cpu.push(ctx.gateway.cpu_time().saturating_sub(gw0));
+        own_cpu.push(env::proc_cpu_time(std::process::id()).saturating_sub(own0));
         leader = (wi, next);
     }
     for t in &tasks {
@@ -740,6 +750,31 @@ pub async fn observe(ctx: &mut Ctx) {
         )
         .values([Some(first.p50_ms), None, None]),
     );
+    // Mean over the rounds: /proc counts in 10 ms ticks, so one round's figure is coarse.
+    let mean_ms = |v: &[Duration]| {
+        v.iter().map(Duration::as_secs_f64).sum::<f64>() * 1e3 / v.len().max(1) as f64
+    };
+    let (gw_ms, own_ms) = (mean_ms(&gw_cpu), mean_ms(&own_cpu));
+    ctx.report.rows.push(
+        Row::new(
+            "extra",
+            &format!("Observe fan-out: gateway CPU per leader change, {label} observers"),
+            "ms",
+            Better::Lower,
+        )
+        .values([Some(gw_ms), None, None]),
+    );
+    ctx.report.rows.push(
+        Row::new(
+            "extra",
+            &format!(
+                "Observe fan-out: load generator CPU per leader change (reading {label} observers)"
+            ),
+            "ms",
+            Better::Lower,
+        )
+        .values([Some(own_ms), None, None]),
+    );
     ctx.report.extra(
         "observe",
         serde_json::json!({
@@ -747,6 +782,8 @@ pub async fn observe(ctx: &mut Ctx) {
             "rounds": rounds,
             "to_last": last,
             "to_first": first,
+            "gateway_cpu_ms": gw_ms,
+            "load_generator_cpu_ms": own_ms,
         }),
     );
 }
