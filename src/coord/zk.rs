@@ -256,9 +256,19 @@ struct Batcher {
 #[derive(Debug, Default)]
 struct BatchQueue {
     waiting: std::collections::VecDeque<Waiting>,
-    /// A driver task is sending (a batch is in flight or about to be): new operations wait.
-    driving: bool,
+    /// Driver tasks sending (each has a batch in flight or about to be): while there is one,
+    /// new operations wait for the next batch.
+    drivers: usize,
+    /// The most drivers ever running at once (a test seam: [`Zk::peak_batch_drivers`]).
+    peak_drivers: usize,
     next_id: u64,
+}
+
+impl BatchQueue {
+    fn add_driver(&mut self) {
+        self.drivers += 1;
+        self.peak_drivers = self.peak_drivers.max(self.drivers);
+    }
 }
 
 /// An operation waiting to be sent, with where its answer goes.
@@ -478,8 +488,10 @@ impl Zk {
                 alone: false,
                 reply: tx,
             });
-            let start = !q.driving;
-            q.driving = true;
+            let start = q.drivers == 0;
+            if start {
+                q.add_driver();
+            }
             (id, start)
         };
         let _withdraw = Withdraw { batcher, id };
@@ -492,7 +504,14 @@ impl Zk {
         rx.await.unwrap_or(Err(zkc::Error::ConnectionLoss))
     }
 
-    /// The batch driver: sends what is waiting, one request at a time, until nothing is.
+    /// A batch driver: sends what is waiting, one request at a time, until nothing is.
+    ///
+    /// What a batch leaves waiting when it is sent — a second member create of one queue
+    /// ([`batch::next_batch`]), or what did not fit — gets a driver of its own at once while a
+    /// request slot is free, so it goes out pipelined behind the batch instead of a round
+    /// trip later. One driver per round trip made 2,000 candidates joining one election wait
+    /// for 2,000 round trips in turn (the bench's W5: 2.05 s with batching on, 0.25 s off).
+    /// Operations asked while drivers are in flight still gather for the next batch.
     ///
     /// A batch of n operations takes n of the session's request slots ([`REQUESTS_IN_FLIGHT`]),
     /// not one: ZooKeeper applies a `multi`'s operations one by one (and sends the session a
@@ -521,7 +540,7 @@ impl Zk {
     /// [`Withdraw`]); `None`, and the driver stops, when nothing is waiting.
     fn take_and_send<'a>(
         &'a self,
-        batcher: &Batcher,
+        batcher: &Arc<Batcher>,
         taken: &'a mut Vec<Waiting>,
         slots: &mut tokio::sync::OwnedSemaphorePermit,
     ) -> Option<futures::future::BoxFuture<'a, Result<Vec<Written>, BatchError>>> {
@@ -548,7 +567,7 @@ impl Zk {
         };
         let mut picked = batch::next_batch(&queued, limits);
         if picked.is_empty() {
-            q.driving = false;
+            q.drivers -= 1;
             return None;
         }
         let more = u32::try_from(picked.len() - 1).unwrap_or(u32::MAX);
@@ -567,6 +586,11 @@ impl Zk {
             .collect();
         picked_ops.reverse();
         taken.extend(picked_ops);
+        // Left waiting by this batch, not asked after it: send it now, pipelined.
+        if !q.waiting.is_empty() && self.in_flight.available_permits() > 0 {
+            q.add_driver();
+            tokio::spawn(self.clone().drive(batcher.clone()));
+        }
         let taken: &'a Vec<Waiting> = taken;
         Some(self.send_batch(taken))
     }
@@ -798,6 +822,18 @@ impl Zk {
                 .unwrap_or_else(|p| p.into_inner())
                 .waiting
                 .len()
+        })
+    }
+
+    /// Test seam: the most batch drivers that ever ran at once (more than one: batches went out
+    /// pipelined, see `Zk::drive`).
+    #[doc(hidden)]
+    pub fn peak_batch_drivers(&self) -> usize {
+        self.batcher.as_ref().map_or(0, |b| {
+            b.queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .peak_drivers
         })
     }
 
