@@ -238,7 +238,7 @@ impl Report {
         figs
     }
 
-    /// Issue 11's targets, as ratios of this run: (target, measured, met).
+    /// Issue 21's targets, as ratios of this run: (target, measured, met).
     fn targets(&self) -> Vec<(String, String, Option<bool>)> {
         let mut t = Vec::new();
         let ratio =
@@ -454,7 +454,7 @@ impl Report {
         let targets = self.targets();
         if !targets.is_empty() {
             md.push_str(
-                "## Issue 11's targets in this run\n\n| target | measured | met |\n|---|---|---|\n",
+                "## Issue 21's targets in this run\n\n| target | measured | met |\n|---|---|---|\n",
             );
             for (name, v, ok) in &targets {
                 let ok = match ok {
