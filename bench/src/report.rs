@@ -147,6 +147,13 @@ impl Report {
         self.gateway_zk_requests.push((what.into(), per));
     }
 
+    /// A figure only zkgate has (fan-out, memory): a row of the "extra" workload, lower is
+    /// better.
+    pub fn zkgate_only(&mut self, label: &str, unit: &str, value: f64) {
+        self.rows
+            .push(Row::new("extra", label, unit, Better::Lower).values([Some(value), None, None]));
+    }
+
     pub fn extra(&mut self, key: &str, v: serde_json::Value) {
         self.extras.insert(key.into(), v);
     }

@@ -732,48 +732,32 @@ pub async fn observe(ctx: &mut Ctx) {
     let label = crate::stats::thousands(k as u64);
     let last = Summary::of(&to_last);
     let first = Summary::of(&to_first);
-    ctx.report.rows.push(
-        Row::new(
-            "extra",
-            &format!("Observe fan-out: leader change → last of {label} observers, p50"),
-            "ms",
-            Better::Lower,
-        )
-        .values([Some(last.p50_ms), None, None]),
+    ctx.report.zkgate_only(
+        &format!("Observe fan-out: leader change → last of {label} observers, p50"),
+        "ms",
+        last.p50_ms,
     );
-    ctx.report.rows.push(
-        Row::new(
-            "extra",
-            &format!("Observe fan-out: leader change → first of {label} observers, p50"),
-            "ms",
-            Better::Lower,
-        )
-        .values([Some(first.p50_ms), None, None]),
+    ctx.report.zkgate_only(
+        &format!("Observe fan-out: leader change → first of {label} observers, p50"),
+        "ms",
+        first.p50_ms,
     );
     // Mean over the rounds: /proc counts in 10 ms ticks, so one round's figure is coarse.
     let mean_ms = |v: &[Duration]| {
         v.iter().map(Duration::as_secs_f64).sum::<f64>() * 1e3 / v.len().max(1) as f64
     };
     let (gw_ms, own_ms) = (mean_ms(&gw_cpu), mean_ms(&own_cpu));
-    ctx.report.rows.push(
-        Row::new(
-            "extra",
-            &format!("Observe fan-out: gateway CPU per leader change, {label} observers"),
-            "ms",
-            Better::Lower,
-        )
-        .values([Some(gw_ms), None, None]),
+    ctx.report.zkgate_only(
+        &format!("Observe fan-out: gateway CPU per leader change, {label} observers"),
+        "ms",
+        gw_ms,
     );
-    ctx.report.rows.push(
-        Row::new(
-            "extra",
-            &format!(
-                "Observe fan-out: load generator CPU per leader change (reading {label} observers)"
-            ),
-            "ms",
-            Better::Lower,
-        )
-        .values([Some(own_ms), None, None]),
+    ctx.report.zkgate_only(
+        &format!(
+            "Observe fan-out: load generator CPU per leader change (reading {label} observers)"
+        ),
+        "ms",
+        own_ms,
     );
     ctx.report.extra(
         "observe",
@@ -852,23 +836,15 @@ pub async fn streams(ctx: &mut Ctx) {
     drop(held);
     gw.stop().await;
     let label = crate::stats::thousands(n as u64);
-    ctx.report.rows.push(
-        Row::new(
-            "extra",
-            &format!("{label} waiting streams on one gateway: memory per stream"),
-            "KiB",
-            Better::Lower,
-        )
-        .values([Some(per), None, None]),
+    ctx.report.zkgate_only(
+        &format!("{label} waiting streams on one gateway: memory per stream"),
+        "KiB",
+        per,
     );
-    ctx.report.rows.push(
-        Row::new(
-            "extra",
-            &format!("{label} waiting streams on one gateway: enqueue all"),
-            "ms",
-            Better::Lower,
-        )
-        .values([Some(enqueue.as_secs_f64() * 1000.0), None, None]),
+    ctx.report.zkgate_only(
+        &format!("{label} waiting streams on one gateway: enqueue all"),
+        "ms",
+        enqueue.as_secs_f64() * 1000.0,
     );
     ctx.report.extra(
         "streams",

@@ -816,24 +816,20 @@ impl Zk {
     /// Test seam: creates and deletes waiting in the batcher, not yet sent.
     #[doc(hidden)]
     pub fn queued_writes(&self) -> usize {
-        self.batcher.as_ref().map_or(0, |b| {
-            b.queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .waiting
-                .len()
-        })
+        self.batch_queue(|q| q.waiting.len())
     }
 
     /// Test seam: the most batch drivers that ever ran at once (more than one: batches went out
     /// pipelined, see `Zk::drive`).
     #[doc(hidden)]
     pub fn peak_batch_drivers(&self) -> usize {
+        self.batch_queue(|q| q.peak_drivers)
+    }
+
+    /// A count read from the batch queue for the test seams above; 0 without batching.
+    fn batch_queue(&self, read: impl FnOnce(&BatchQueue) -> usize) -> usize {
         self.batcher.as_ref().map_or(0, |b| {
-            b.queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .peak_drivers
+            read(&b.queue.lock().unwrap_or_else(|p| p.into_inner()))
         })
     }
 
