@@ -1,4 +1,4 @@
-mod connection;
+pub(crate) mod connection;
 mod depot;
 mod event;
 mod request;
