@@ -157,6 +157,32 @@ impl Gateway {
         proc_cpu_time(self.pid)
     }
 
+    /// Context switches (voluntary and not) of all the gateway's threads so far.
+    pub fn context_switches(&self) -> u64 {
+        proc_context_switches(self.pid)
+    }
+
+    /// The gateway's ZooKeeper round trips of one operation so far: (count, total seconds),
+    /// from `zkgate_zk_request_duration_seconds` (all results).
+    pub async fn zk_round_trips(&self, op: &str) -> (f64, f64) {
+        let Ok((200, text)) = http_get(self.http, "/metrics").await else {
+            return (0.0, 0.0);
+        };
+        let mut count = 0.0;
+        let mut secs = 0.0;
+        for (name, labels, v) in prometheus_samples(&text) {
+            if label(&labels, "op") != Some(op) {
+                continue;
+            }
+            match name.as_str() {
+                "zkgate_zk_request_duration_seconds_count" => count += v,
+                "zkgate_zk_request_duration_seconds_sum" => secs += v,
+                _ => {}
+            }
+        }
+        (count, secs)
+    }
+
     /// The gateway's `zkgate_zk_requests_total` by operation (all results summed).
     pub async fn zk_requests(&self) -> BTreeMap<String, f64> {
         let Ok((200, text)) = http_get(self.http, "/metrics").await else {
@@ -199,6 +225,25 @@ pub fn proc_cpu_time(pid: u32) -> Duration {
     let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// Context switches of every thread of `pid` so far (`/proc/<pid>/task/*/status`); threads
+/// that have exited are not counted, which the gateway's long-lived workers make negligible.
+pub fn proc_context_switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .map(|t| {
+            std::fs::read_to_string(t.path().join("status"))
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
 }
 
 /// A plain HTTP/1.0 GET on loopback: (status, body). The gateway's and etcd's metrics are all

@@ -201,9 +201,128 @@ pub async fn w1(ctx: &mut Ctx) {
             );
         }
     }
+    w1_breakdown(ctx, &mut cs).await;
     for c in cs {
         c.close().await;
     }
+}
+
+/// Where W1's "one name reused" time goes, for the issue-21 note: the gRPC round trip to the
+/// gateway alone (an `Acquire` it refuses `INVALID_ARGUMENT` before any ZooKeeper request),
+/// the gateway's own create round trip (its `zkgate_zk_request_duration_seconds`), the raw
+/// recipe's create and list round trips timed one by one, and what the gateway's process spends
+/// per acquire + release (CPU, context switches). Means, not medians: the gateway's round trips
+/// come from a histogram's sum and count. The lock acquire of the reused case is zkgate's
+/// create plus the gRPC round trip plus the gateway's own handling; the recipe's is its create
+/// plus its list.
+async fn w1_breakdown(ctx: &mut Ctx, cs: &mut [Client]) {
+    let rounds = ctx.scale.w1_rounds * 5;
+    phase(&format!(
+        "W1: where the reused-name time goes, {rounds} rounds"
+    ));
+    let name = "w1-breakdown";
+    let Client::Zkgate(ch) = &cs[0] else {
+        panic!("the first client is zkgate's")
+    };
+    let ch = ch.clone();
+    let mut refused = Duration::ZERO;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let empty = zpb::AcquireLock {
+            owner: "bench".into(),
+            ..Default::default()
+        };
+        let status = match zkgate_client::raw::AcquireStream::acquire(ch.clone(), empty).await {
+            Err(status) => status,
+            Ok(mut s) => s
+                .event()
+                .await
+                .expect_err("an Acquire without a name is refused"),
+        };
+        refused += t.elapsed();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    }
+    tokio::time::sleep(SETTLE).await;
+    let (creates0, create_secs0) = ctx.gateway.zk_round_trips("create").await;
+    let cpu0 = ctx.gateway.cpu_time();
+    let switches0 = ctx.gateway.context_switches();
+    for _ in 0..rounds {
+        let h = cs[0].hold(Kind::Lock, name).await;
+        h.release(&mut cs[0]).await;
+    }
+    let cpu = ctx.gateway.cpu_time() - cpu0;
+    let switches = ctx.gateway.context_switches() - switches0;
+    tokio::time::sleep(SETTLE).await;
+    let (creates1, create_secs1) = ctx.gateway.zk_round_trips("create").await;
+    let gateway_create_ms = (create_secs1 - create_secs0) / (creates1 - creates0).max(1.0) * 1e3;
+    let Client::Raw { zk } = &cs[2] else {
+        panic!("the third client is the raw recipe's")
+    };
+    let parent = format!("/raw/{name}");
+    let persistent = zkc::CreateMode::Persistent.with_acls(zkc::Acls::anyone_all());
+    match zk.create(&parent, b"", &persistent).await {
+        Ok(_) | Err(zkc::Error::NodeExists) => {}
+        Err(zkc::Error::NoNode) => {
+            zk.create("/raw", b"", &persistent).await.ok();
+            zk.create(&parent, b"", &persistent)
+                .await
+                .expect("create the breakdown's parent");
+        }
+        Err(e) => panic!("create {parent}: {e}"),
+    }
+    let member = zkc::CreateMode::EphemeralSequential.with_acls(zkc::Acls::anyone_all());
+    let (mut create, mut list) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let (_, seq) = zk
+            .create(&format!("{parent}/n-"), b"", &member)
+            .await
+            .expect("raw create");
+        create += t.elapsed();
+        let t = Instant::now();
+        zk.list_children(&parent).await.expect("raw list");
+        list += t.elapsed();
+        zk.delete(&format!("{parent}/n-{seq}"), None)
+            .await
+            .expect("raw delete");
+    }
+    zk.delete(&parent, None).await.ok();
+    let mean_ms = |total: Duration| total.as_secs_f64() / rounds as f64 * 1e3;
+    let row = |label: &str, unit: &str, better, values| {
+        Row::new("W1", &format!("one name reused, {label}"), unit, better).values(values)
+    };
+    ctx.report.rows.extend([
+        row(
+            "gRPC round trip without ZooKeeper (a refused Acquire), mean",
+            "ms",
+            Better::Lower,
+            [Some(mean_ms(refused)), None, None],
+        ),
+        row(
+            "create round trip, mean (zkgate: the gateway's own)",
+            "ms",
+            Better::Lower,
+            [Some(gateway_create_ms), None, Some(mean_ms(create))],
+        ),
+        row(
+            "list round trip, mean",
+            "ms",
+            Better::Lower,
+            [None, None, Some(mean_ms(list))],
+        ),
+        row(
+            "gateway CPU per lock acquire + release",
+            "µs",
+            Better::Lower,
+            [Some(cpu.as_secs_f64() / rounds as f64 * 1e6), None, None],
+        ),
+        row(
+            "gateway context switches per lock acquire + release",
+            "",
+            Better::Count,
+            [Some(switches as f64 / rounds as f64), None, None],
+        ),
+    ]);
 }
 
 /// W2: a leader resigns while one waiter has been queued for `settle`; the time from the
