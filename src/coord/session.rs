@@ -392,7 +392,19 @@ async fn close_abandoned(
     while !state.is_terminated() {
         state = tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep_until(until) => return,
+            _ = tokio::time::sleep_until(until) => {
+                // The library still holds the session open: something of the gateway still
+                // has its client, and its members stay in their queues until that lets go.
+                // Said aloud because it is what an unexplained stall would look like (a soak's
+                // queue trace showing a live session's members at the head, docs/faults.md).
+                tracing::warn!(
+                    session = %id,
+                    state = ?state,
+                    "an abandoned ZooKeeper session is still open in the client after {:?}; its members stay until it ends",
+                    timing.negotiated * CLOSE_ABANDONED_FOR
+                );
+                return;
+            }
             s = old.changed() => s,
         };
     }
