@@ -165,38 +165,25 @@ impl Gateway {
     /// The gateway's ZooKeeper round trips of one operation so far: (count, total seconds),
     /// from `zkgate_zk_request_duration_seconds` (all results).
     pub async fn zk_round_trips(&self, op: &str) -> (f64, f64) {
-        let Ok((200, text)) = http_get(self.http, "/metrics").await else {
-            return (0.0, 0.0);
-        };
-        let mut count = 0.0;
-        let mut secs = 0.0;
-        for (name, labels, v) in prometheus_samples(&text) {
-            if label(&labels, "op") != Some(op) {
-                continue;
-            }
-            match name.as_str() {
-                "zkgate_zk_request_duration_seconds_count" => count += v,
-                "zkgate_zk_request_duration_seconds_sum" => secs += v,
-                _ => {}
-            }
-        }
-        (count, secs)
+        let text = self.metrics().await;
+        let of = |metric| sum_by_op(&text, metric).get(op).copied().unwrap_or(0.0);
+        (
+            of("zkgate_zk_request_duration_seconds_count"),
+            of("zkgate_zk_request_duration_seconds_sum"),
+        )
     }
 
     /// The gateway's `zkgate_zk_requests_total` by operation (all results summed).
     pub async fn zk_requests(&self) -> BTreeMap<String, f64> {
-        let Ok((200, text)) = http_get(self.http, "/metrics").await else {
-            return BTreeMap::new();
-        };
-        let mut by_op = BTreeMap::new();
-        for (name, labels, v) in prometheus_samples(&text) {
-            if name == "zkgate_zk_requests_total" {
-                if let Some(op) = label(&labels, "op") {
-                    *by_op.entry(op.to_owned()).or_insert(0.0) += v;
-                }
-            }
+        sum_by_op(&self.metrics().await, "zkgate_zk_requests_total")
+    }
+
+    /// The gateway's `/metrics` text; empty if it does not answer 200.
+    async fn metrics(&self) -> String {
+        match http_get(self.http, "/metrics").await {
+            Ok((200, text)) => text,
+            _ => String::new(),
         }
-        by_op
     }
 
     /// SIGTERM (a drain), then SIGKILL if it takes more than 10 s.
@@ -292,6 +279,19 @@ fn label<'a>(labels: &'a str, key: &str) -> Option<&'a str> {
         let (k, v) = kv.split_once('=')?;
         (k.trim() == key).then(|| v.trim().trim_matches('"'))
     })
+}
+
+/// One metric's samples in Prometheus text summed by their `op` label (other labels summed over).
+fn sum_by_op(text: &str, metric: &str) -> BTreeMap<String, f64> {
+    let mut by_op = BTreeMap::new();
+    for (name, labels, v) in prometheus_samples(text) {
+        if name == metric {
+            if let Some(op) = label(&labels, "op") {
+                *by_op.entry(op.to_owned()).or_insert(0.0) += v;
+            }
+        }
+    }
+    by_op
 }
 
 /// The sum of one metric's samples (all label sets) in Prometheus text.
@@ -436,5 +436,10 @@ mod tests {
         let s = prometheus_samples(text);
         assert_eq!(label(&s[0].1, "op"), Some("create"));
         assert_eq!(label(&s[3].1, "op"), None);
+        let by_op = sum_by_op(text, "zkgate_zk_requests_total");
+        assert_eq!(
+            by_op.into_iter().collect::<Vec<_>>(),
+            [("create".to_owned(), 4.0), ("delete".to_owned(), 2.0)]
+        );
     }
 }
