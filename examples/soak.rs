@@ -28,8 +28,10 @@
 //! clients send `proclaim{}`, `resign{}` and `release{}` on their streams. With
 //! `--client-gap` the client faults come from a second injector, concurrently with the
 //! others. Throughout, the gateways' test seams (`ZKGATE_FAILPOINT_*`, `src/coord/zk.rs`)
-//! lose the reply of every `--lose-create-every`th member create and fail every
-//! `--fail-delete-every`th delete unsent; their firings are counted from the gateways' logs.
+//! lose the reply of every `--lose-create-every`th member create, fail every
+//! `--fail-delete-every`th delete unsent and keep a client handle of every
+//! `--keep-given-up-every`th session a gateway gives up; their firings are counted from the
+//! gateways' logs.
 //!
 //! At the edges (issue 19 item 6): CLI verb slots (`--verbs`) run `zkgate elect soak-cmd-elect
 //! -- CMD` and `zkgate lock soak-cmd-lock --requeue -- CMD` through stable link cutters in front
@@ -135,6 +137,11 @@ struct Args {
     /// Gateways' test seam: every Nth delete fails unsent (ConnectionLoss). 0: off.
     #[arg(long, default_value_t = 5)]
     fail_delete_every: u64,
+    /// Gateways' test seam: of every Nth session a gateway gives up, a client handle is kept
+    /// for the rest of its life, as a straggling task would keep one (`Zk::give_up` must make
+    /// that harmless, docs/faults.md "A given-up session kept open"). 0: off.
+    #[arg(long, default_value_t = 1)]
+    keep_given_up_every: u64,
     /// CLI verb slots per verb name: this many `zkgate elect soak-cmd-elect -- CMD` and as many
     /// `zkgate lock soak-cmd-lock --requeue -- CMD`, each CMD appending timestamps to files
     /// (exclusion checked at the process level). 0: none.
@@ -510,8 +517,8 @@ struct World {
     injected: Mutex<Vec<Injected>>,
     instream: Mutex<Vec<InStream>>,
     /// Failpoint firings counted in the logs of gateways gone so far: lost create replies,
-    /// deletes failed unsent.
-    fired: Mutex<(u64, u64)>,
+    /// deletes failed unsent, handles of given-up sessions kept.
+    fired: Mutex<(u64, u64, u64)>,
 }
 
 fn now_ns() -> u64 {
@@ -823,9 +830,13 @@ impl World {
             .matches("failpoint: member create applied, reply lost")
             .count() as u64;
         let deletes = text.matches("failpoint: delete failed unsent").count() as u64;
+        let kept = text
+            .matches("failpoint: a handle of a session given up is kept")
+            .count() as u64;
         let mut f = self.fired.lock().unwrap();
         f.0 += creates;
         f.1 += deletes;
+        f.2 += kept;
     }
 
     fn running_gateways(&self) -> Vec<usize> {
@@ -923,6 +934,12 @@ async fn soak(args: Args) -> std::process::ExitCode {
             env.push((
                 "ZKGATE_FAILPOINT_FAIL_DELETE_EVERY".to_owned(),
                 args.fail_delete_every.to_string(),
+            ));
+        }
+        if args.keep_given_up_every > 0 {
+            env.push((
+                "ZKGATE_FAILPOINT_KEEP_GIVEN_UP_CLIENT_EVERY".to_owned(),
+                args.keep_given_up_every.to_string(),
             ));
         }
         let spec = GatewaySpec {
@@ -1038,7 +1055,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
         client_faulted: Mutex::new(std::collections::HashSet::new()),
         injected: Mutex::new(Vec::new()),
         instream: Mutex::new(Vec::new()),
-        fired: Mutex::new((0, 0)),
+        fired: Mutex::new((0, 0, 0)),
     });
     let mut tasks = Vec::new();
     for i in 0..world.slots.len() {
@@ -1228,8 +1245,9 @@ async fn soak(args: Args) -> std::process::ExitCode {
     }
     let fired = *world.fired.lock().unwrap();
     println!(
-        "gateway failpoints fired: {} member creates applied with the reply lost, {} deletes failed unsent",
-        fired.0, fired.1
+        "gateway failpoints fired: {} member creates applied with the reply lost, {} deletes failed unsent, \
+         {} handles of given-up sessions kept",
+        fired.0, fired.1, fired.2
     );
     println!(
         "all faults: {} injected + {} failpoint firings = {}",

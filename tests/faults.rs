@@ -1137,6 +1137,80 @@ async fn sessions_given_up_while_zookeeper_was_down_are_closed_once_it_is_back()
     zk.shutdown().await;
 }
 
+/// A session the gateway gave up on, while something in the gateway still holds a handle of
+/// it (a failpoint keeps a client clone, as a task or actor not yet done with it would), and
+/// with a member whose delete never went out (a second failpoint fails g1's deletes unsent, as
+/// a delete tried while the link was down and then abandoned with the session would).
+/// ZooKeeper is down just past `stop_within` and started again at once: the client library
+/// reconnects the session itself on its next attempt, within 7/5 T of last hearing the server,
+/// and ZooKeeper, just started, has renewed it for a full T. A session closed only when its
+/// last handle is dropped would then live as long as that handle, with a's member at the head
+/// of the election: nobody could be elected. The gateway closes a session it gives up for
+/// every handle at once (`Zk::give_up`): the library closes it on reconnecting, and c is
+/// elected. (Should the library's attempt miss its own deadline instead, the gateway
+/// re-attaches and closes the session, `session::close_abandoned`: c is elected then too.)
+///
+/// The stall this reproduces was seen once in a soak (docs/faults.md, "A given-up session kept
+/// open"). Without `give_up`, this test fails at "c elected" whenever the library reconnects in
+/// time (it did in every run here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_given_up_is_closed_even_while_a_handle_of_it_is_held() {
+    let _serial = support::serial().lock().await;
+    // Room for ZooKeeper's restart between the gateway's verdict (`stop_within`, < T) and the
+    // library's own (7/5 T after it last heard the server).
+    let t = Duration::from_secs(10);
+    let mut zk = LocalZk::start_standalone(LocalZkOptions {
+        tick_time: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .await
+    .expect("start ZooKeeper");
+    let connect = zk.connect_string();
+    let mut s = Scenario::new("given-up-session-held", t);
+    let mut spec = GatewaySpec::binary(BIN, &connect, &s.root, t);
+    for var in [
+        "ZKGATE_FAILPOINT_KEEP_GIVEN_UP_CLIENT_EVERY",
+        "ZKGATE_FAILPOINT_FAIL_DELETE_EVERY",
+    ] {
+        spec.env.push((var.into(), "1".into()));
+    }
+    let g1 = s.gateway_from("g1", spec).await;
+    let g2 = s.gateway("g2", &connect).await;
+    let e = "held-handle";
+    let a = s.join(&g1.url(), "g1", e, "a").await;
+    a.wait_granted(STEP).await.expect("a elected");
+
+    let t0 = s.fault("stop ZooKeeper");
+    zk.stop(0).await.unwrap();
+    let (_, code) = a.wait_end(t).await.expect("a's stream ended");
+    assert_eq!(
+        code,
+        Some(Code::Aborted),
+        "a ends ABORTED: g1 gave its session up"
+    );
+    g1.wait_logged("failpoint: a handle of a session given up is kept", t)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let spawned = s.fault("start ZooKeeper again");
+    zk.start(0).await.unwrap();
+    s.say(&format!(
+        "ZooKeeper serving {:?} after its stop",
+        t0.elapsed()
+    ));
+    assert!(g2.wait_serving(t).await, "g2 connects again");
+    let c = s.join(&g2.url(), "g2", e, "c").await;
+    // ZooKeeper counts the renewed session's T from its start at the earliest.
+    s.expect_leader(e, spawned, t, "ZooKeeper back after g1 gave its session up");
+    let (tc, _) = c.wait_granted(t).await.expect("c elected");
+    s.say(&format!(
+        "c elected {:?} after ZooKeeper's start",
+        tc - spawned
+    ));
+    s.finish(vec![a, c], &connect, Duration::from_secs(3)).await;
+    drop((g1, g2));
+    zk.shutdown().await;
+}
+
 /// An asymmetric partition: g1's requests and pings no longer reach ZooKeeper, but ZooKeeper's
 /// watch notifications still reach g1 (other candidates keep joining and leaving). G2 asks
 /// that g1's leader be suspended at once and ABORTED before the session can expire.

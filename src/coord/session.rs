@@ -332,20 +332,17 @@ pub async fn supervise_slot(
         link_tx.send_replace(Link::Lost(reason));
         if reason == LossReason::Draining {
             // Streams end UNAVAILABLE and release their znodes; wait for those deletes so the
-            // znodes vanish at once (G7), then dropping the last client closes the session.
+            // znodes vanish at once (G7), then close the session for every handle.
             session.releases.close();
             let _ = tokio::time::timeout(Duration::from_secs(5), session.releases.wait()).await;
+            session.zk.give_up();
             return;
         }
+        // Nobody may keep it open now: every stream on it was ended.
+        session.zk.give_up();
         if reason == LossReason::PresumedExpired {
             let info = session.zk.client().session().clone();
-            tokio::spawn(close_abandoned(
-                cfg.clone(),
-                info,
-                timing,
-                states,
-                shutdown.clone(),
-            ));
+            tokio::spawn(close_abandoned(cfg.clone(), info, timing, shutdown.clone()));
         }
         drop(session);
     }
@@ -364,14 +361,16 @@ const REATTACH_BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// ZooKeeper answers again, so that its members leave their queues then rather than whenever
 /// ZooKeeper gets round to expiring it.
 ///
-/// Why it is needed: the client library closes a dropped session itself when it reconnects within
-/// 7/5 T of last hearing the server, but past that it gives up on its own side while ZooKeeper may
-/// still hold the session. A ZooKeeper leader election (or a standalone server's restart) renews
+/// Why it is needed: the client library closes a given-up session itself (`Zk::give_up` closed
+/// it for every handle) when it reconnects within 7/5 T of last hearing the server, but its
+/// reconnect backoff can keep it away for seconds after ZooKeeper is back, and past 7/5 T it
+/// gives up on its own side while ZooKeeper may still hold the session. A ZooKeeper leader election (or a standalone server's restart) renews
 /// every session it knows for a full T from the moment it serves again, so the members of a
 /// session given up during an election longer than `stop_within` used to head their queues for
 /// election + T — the "dense barrage" stalls of the soak (docs/faults.md).
 ///
-/// Why it is safe: closing does exactly what expiry does, and it happens only after the
+/// Why it is safe (and why [`Zk::give_up`] is, for the same verdict): closing does exactly what
+/// expiry does, and it happens only after the
 /// gateway's own loss verdict: every stream on the session was told `suspended` with a
 /// `stop_within` that has run out and was then ended ABORTED (G2), and a holder that could not
 /// hear its gateway had its last heartbeat early enough for its `silence_limit` to run out by
@@ -381,38 +380,16 @@ async fn close_abandoned(
     cfg: Arc<CoordConfig>,
     session: zkc::SessionInfo,
     timing: Timing,
-    mut old: zkc::StateWatcher,
     shutdown: CancellationToken,
 ) {
     let id = format_args!("{:#x}", session.id().0).to_string();
     let until = Instant::now() + timing.negotiated * CLOSE_ABANDONED_FOR;
-    // First let the library finish: if it reconnects in time it sends the close itself (the
-    // session's last client is gone), and two clients on one session would only move it about.
-    let mut state = old.peek_state();
-    while !state.is_terminated() {
-        state = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep_until(until) => {
-                // The library still holds the session open: something of the gateway still
-                // has its client, and its members stay in their queues until that lets go.
-                // Said aloud because it is what an unexplained stall would look like (a soak's
-                // queue trace showing a live session's members at the head, docs/faults.md).
-                tracing::warn!(
-                    session = %id,
-                    state = ?state,
-                    "an abandoned ZooKeeper session is still open in the client after {:?}; its members stay until it ends",
-                    timing.negotiated * CLOSE_ABANDONED_FOR
-                );
-                return;
-            }
-            s = old.changed() => s,
-        };
-    }
-    if state == SessionState::Closed {
-        tracing::info!(session = %id, "abandoned ZooKeeper session closed");
-        return;
-    }
-    // The library gave up (or ZooKeeper expired the session: then the attach is refused).
+    // Whoever reaches ZooKeeper first closes the session: the library when it reconnects (it
+    // sends `closeSession` then, since `Zk::give_up`), or the client re-attached here, as soon
+    // as ZooKeeper answers rather than after the library's reconnect backoff (seconds) or its
+    // own deadline (7/5 T). Two closers are harmless: the second is refused as expired. The
+    // library's own state is not trusted to say which happened (it reads `Closed` after some
+    // failures to reconnect too): only ZooKeeper refusing the session is.
     let mut backoff = Duration::from_millis(100);
     while Instant::now() < until {
         let attached = tokio::select! {
@@ -437,7 +414,7 @@ async fn close_abandoned(
                 return;
             }
             Err(zkc::Error::SessionExpired) => {
-                tracing::debug!(session = %id, "abandoned ZooKeeper session already expired");
+                tracing::info!(session = %id, "abandoned ZooKeeper session closed or expired");
                 return;
             }
             Err(e) => {

@@ -171,6 +171,9 @@ impl RequestCounter {
 ///   applied by ZooKeeper but reports `ConnectionLoss`, as if its reply had been lost.
 /// * `ZKGATE_FAILPOINT_FAIL_DELETE_EVERY=N`: every Nth delete of the process fails with
 ///   `ConnectionLoss` without being sent.
+/// * `ZKGATE_FAILPOINT_KEEP_GIVEN_UP_CLIENT_EVERY=N`: of every Nth session the gateway gives up,
+///   a handle (a client clone) is kept for the rest of the process, as a task or actor that
+///   still held one would keep it ([`Zk::give_up`] must make that harmless).
 ///
 /// Each firing is logged at WARN ("failpoint: …"). Not a configuration option: never set
 /// these outside tests.
@@ -178,6 +181,7 @@ impl RequestCounter {
 struct EnvFailpoints {
     lose_create: EveryNth,
     fail_delete: EveryNth,
+    keep_given_up: EveryNth,
 }
 
 #[derive(Debug, Default)]
@@ -211,6 +215,7 @@ fn env_failpoints() -> &'static EnvFailpoints {
     FP.get_or_init(|| EnvFailpoints {
         lose_create: EveryNth::from_env("ZKGATE_FAILPOINT_LOSE_CREATE_REPLY_EVERY"),
         fail_delete: EveryNth::from_env("ZKGATE_FAILPOINT_FAIL_DELETE_EVERY"),
+        keep_given_up: EveryNth::from_env("ZKGATE_FAILPOINT_KEEP_GIVEN_UP_CLIENT_EVERY"),
     })
 }
 
@@ -370,6 +375,25 @@ impl Zk {
 
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// The gateway is done with this session (it was lost, given up or drained): closes it on
+    /// behalf of every handle at once ([`Client::close_for_all`]) rather than when the last
+    /// clone of the client is dropped. A clone still held anywhere — a task not yet finished, a
+    /// queue actor someone still references — would otherwise let the client library
+    /// reconnect a session whose streams were all ended, and keep its members at the head of
+    /// their queues for as long as it lives (docs/faults.md, "A given-up session kept open").
+    /// Requests made through any handle afterwards fail at once.
+    pub fn give_up(&self) {
+        if env_failpoints().keep_given_up.fire() {
+            tracing::warn!("failpoint: a handle of a session given up is kept");
+            let kept = self.client.clone();
+            tokio::spawn(async move {
+                std::future::pending::<()>().await;
+                drop(kept);
+            });
+        }
+        self.client.close_for_all();
     }
 
     pub fn session_id(&self) -> i64 {
