@@ -127,6 +127,7 @@ impl QueueHandle {
             rewatch: false,
             signals: HashMap::new(),
             pending: None,
+            answer: None,
             view_tx,
             cmd_rx,
             size: size.clone(),
@@ -357,6 +358,11 @@ impl QueueRegistry {
 }
 
 /// A registration being decided: its node, channel and reply.
+type Answer = (
+    oneshot::Sender<Result<Enlisted, Refusal>>,
+    Result<Enlisted, Refusal>,
+);
+
 type Pending = (
     String,
     mpsc::UnboundedSender<Signal>,
@@ -377,6 +383,9 @@ struct Actor {
     signals: HashMap<String, mpsc::UnboundedSender<Signal>>,
     /// The registration being decided.
     pending: Option<Pending>,
+    /// A registration's answer, decided but not sent yet: it goes out before the actor next
+    /// waits on anything (see [`Actor::send_answer`]).
+    answer: Option<Answer>,
     view_tx: watch::Sender<QueueView>,
     cmd_rx: mpsc::UnboundedReceiver<Command>,
     /// The state's size, published for [`QueueHandle::check_room`].
@@ -427,10 +436,13 @@ impl Actor {
             if matches!(step, Step::Stop) {
                 break;
             }
-            if let Step::Stop = self.reconcile().await {
+            let step = self.reconcile().await;
+            self.send_answer();
+            if let Step::Stop = step {
                 break;
             }
         }
+        self.send_answer();
         // Whatever is still local hears nothing more; its stream follows the session link.
         self.view_tx.send_modify(|v| v.leader = None);
     }
@@ -612,8 +624,29 @@ impl Actor {
         Step::Continue
     }
 
+    /// Sends a registration's answer held back by [`Actor::perform`].
+    ///
+    /// Why it is held back: a member that holds the moment it registers (a free lock, a vacant
+    /// election, confirmed by its create reply) is told so by the reconcile that follows the
+    /// registration, without a ZooKeeper request in between. Answered only after it, the
+    /// joining stream finds `Holds` already in its channel and sends `queued` and the grant
+    /// with its response (`api::holder_stream::Opened`); answered first, it usually wakes too
+    /// early for that. The answer still goes before anything the actor waits on — a read, the
+    /// next event or command — so it is never delayed by a round trip.
+    fn send_answer(&mut self) {
+        if let Some((reply, result)) = self.answer.take() {
+            let _ = reply.send(result);
+        }
+    }
+
     /// Performs one action; a read's answer comes back as the events to apply next.
     async fn perform(&mut self, action: Action) -> Result<Vec<Event>, Stopped> {
+        if !matches!(
+            action,
+            Action::Reply(_) | Action::Signal(..) | Action::Publish(_)
+        ) {
+            self.send_answer();
+        }
         match action {
             Action::CheckOwnership(due) => {
                 let owned = Event::Owned(self.ownership(due).await);
@@ -683,7 +716,8 @@ impl Actor {
                     if result.is_ok() {
                         self.signals.insert(node, signals);
                     }
-                    let _ = reply.send(result);
+                    self.send_answer();
+                    self.answer = Some((reply, result));
                 }
                 Ok(vec![])
             }
