@@ -1004,12 +1004,7 @@ async fn long_zookeeper_partition_aborts_before_expiry_then_successor() {
 async fn zookeeper_restart_suspends_then_resumes() {
     let _serial = support::serial().lock().await;
     let t = Duration::from_secs(6);
-    let mut zk = LocalZk::start_standalone(LocalZkOptions {
-        tick_time: Duration::from_millis(500),
-        ..Default::default()
-    })
-    .await
-    .expect("start ZooKeeper");
+    let mut zk = support::own_standalone().await;
     let connect = zk.connect_string();
     let mut s = Scenario::new("zk-restart", t);
     let g1 = s.gateway("g1", &connect).await;
@@ -1083,12 +1078,7 @@ async fn zookeeper_restart_suspends_then_resumes() {
 async fn sessions_given_up_while_zookeeper_was_down_are_closed_once_it_is_back() {
     let _serial = support::serial().lock().await;
     let t = Duration::from_secs(8);
-    let mut zk = LocalZk::start_standalone(LocalZkOptions {
-        tick_time: Duration::from_millis(500),
-        ..Default::default()
-    })
-    .await
-    .expect("start ZooKeeper");
+    let mut zk = support::own_standalone().await;
     let connect = zk.connect_string();
     let mut s = Scenario::new("zk-down-past-the-session", t);
     let g1 = s.gateway("g1", &connect).await;
@@ -1159,12 +1149,7 @@ async fn a_session_given_up_is_closed_even_while_a_handle_of_it_is_held() {
     // Room for ZooKeeper's restart between the gateway's verdict (`stop_within`, < T) and the
     // library's own (7/5 T after it last heard the server).
     let t = Duration::from_secs(10);
-    let mut zk = LocalZk::start_standalone(LocalZkOptions {
-        tick_time: Duration::from_millis(500),
-        ..Default::default()
-    })
-    .await
-    .expect("start ZooKeeper");
+    let mut zk = support::own_standalone().await;
     let connect = zk.connect_string();
     let mut s = Scenario::new("given-up-session-held", t);
     let mut spec = GatewaySpec::binary(BIN, &connect, &s.root, t);

@@ -12,16 +12,6 @@ use zkgate::proto::campaign_response::Event;
 use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 use zkgate_testkit::*;
 
-async fn zk_with_long_sessions() -> LocalZk {
-    // tickTime 500 ms allows session timeouts up to 10 s.
-    LocalZk::start_standalone(LocalZkOptions {
-        tick_time: Duration::from_millis(500),
-        ..Default::default()
-    })
-    .await
-    .expect("start ZooKeeper")
-}
-
 async fn health(gw: &Gateway) -> ServingStatus {
     let mut h = health_client(gw).await;
     h.check(HealthCheckRequest {
@@ -43,7 +33,7 @@ async fn wait_health(gw: &Gateway, want: ServingStatus) {
 
 #[tokio::test]
 async fn restart_within_session_timeout_suspends_then_resumes_keeping_places() {
-    let mut zk = zk_with_long_sessions().await;
+    let mut zk = own_standalone().await;
     let gw = Gateway::start_with(
         &zk.connect_string(),
         GatewayOpts {
@@ -110,7 +100,7 @@ async fn restart_within_session_timeout_suspends_then_resumes_keeping_places() {
 
 #[tokio::test]
 async fn down_past_session_timeout_aborts_streams_then_new_campaigns_work() {
-    let mut zk = zk_with_long_sessions().await;
+    let mut zk = own_standalone().await;
     let gw = Gateway::start_with(
         &zk.connect_string(),
         GatewayOpts {
@@ -165,7 +155,7 @@ async fn down_past_session_timeout_aborts_streams_then_new_campaigns_work() {
 /// ends `ABORTED` within `stop_within`, although the request never got an answer.
 #[tokio::test]
 async fn in_stream_requests_during_a_frozen_zookeeper_still_suspend_then_abort() {
-    let mut zk = zk_with_long_sessions().await;
+    let mut zk = own_standalone().await;
     let t = Duration::from_secs(4);
     let gw = Gateway::start_with(
         &zk.connect_string(),

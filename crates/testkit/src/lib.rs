@@ -46,6 +46,17 @@ pub fn serial() -> &'static tokio::sync::Mutex<()> {
     M.get_or_init(|| tokio::sync::Mutex::new(()))
 }
 
+/// A standalone ZooKeeper of a test's own, to stop and start: a 500 ms tick, so it grants
+/// session timeouts up to 10 s.
+pub async fn own_standalone() -> LocalZk {
+    LocalZk::start_standalone(LocalZkOptions {
+        tick_time: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .await
+    .expect("start ZooKeeper")
+}
+
 /// A standalone ZooKeeper shared by one test binary's tests that do not stop it (each
 /// isolated by its root), started with `options` on first use: the first caller's options
 /// hold for the whole binary. It dies with the process (see [`zkgate_localzk`]).
