@@ -117,7 +117,9 @@ struct Opened<T> {
     /// The grant sent, with its fencing token: the task audits it and starts the heartbeat.
     granted: Option<u64>,
     /// The first step, when it was ready but is not a grant sent here: the task takes it first.
-    first: Option<Step<T>>,
+    /// Boxed: it lives in every waiting stream's task for the stream's whole life, where an
+    /// unboxed `Step` cost ≈ 0.7 KiB per stream (the bench's 100,000 waiting streams).
+    first: Option<Box<Step<T>>>,
 }
 
 impl<T: Send + 'static> Opened<T> {
@@ -137,10 +139,10 @@ impl<T: Send + 'static> Opened<T> {
         match holder.next_event().now_or_never() {
             Some(Step::Granted(msg, token)) => match opened.out.try_send(msg) {
                 TrySend::Sent => opened.granted = Some(token),
-                TrySend::Full(msg) => opened.first = Some(Step::Granted(msg, token)),
+                TrySend::Full(msg) => opened.first = Some(Box::new(Step::Granted(msg, token))),
                 TrySend::Closed => opened.queued = false,
             },
-            step => opened.first = step,
+            step => opened.first = step.map(Box::new),
         }
         opened
     }
@@ -388,7 +390,7 @@ async fn drive_audited<H: HolderStream>(
         let due = (revoking && leaving.is_none())
             .then(|| revocation::due(silence_limit, out.last_sent()));
         let step = if let Some(step) = first.take() {
-            step
+            *step
         } else {
             tokio::select! {
             biased;
