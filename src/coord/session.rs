@@ -364,18 +364,18 @@ const REATTACH_BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// Why it is needed: the client library closes a given-up session itself (`Zk::give_up` closed
 /// it for every handle) when it reconnects within 7/5 T of last hearing the server, but its
 /// reconnect backoff can keep it away for seconds after ZooKeeper is back, and past 7/5 T it
-/// gives up on its own side while ZooKeeper may still hold the session. A ZooKeeper leader election (or a standalone server's restart) renews
-/// every session it knows for a full T from the moment it serves again, so the members of a
-/// session given up during an election longer than `stop_within` used to head their queues for
-/// election + T — the "dense barrage" stalls of the soak (docs/faults.md).
+/// gives up on its own side while ZooKeeper may still hold the session. A ZooKeeper leader
+/// election (or a standalone server's restart) renews every session it knows for a full T from
+/// the moment it serves again, so the members of a session given up during an election longer
+/// than `stop_within` used to head their queues for election + T — the "dense barrage" stalls
+/// of the soak (docs/faults.md).
 ///
 /// Why it is safe (and why [`Zk::give_up`] is, for the same verdict): closing does exactly what
-/// expiry does, and it happens only after the
-/// gateway's own loss verdict: every stream on the session was told `suspended` with a
-/// `stop_within` that has run out and was then ended ABORTED (G2), and a holder that could not
-/// hear its gateway had its last heartbeat early enough for its `silence_limit` to run out by
-/// that same deadline (G3b, [`Timing::silence_bound`]). Nobody can act on the session's holds any
-/// more, so nobody needs its znodes to stay.
+/// expiry does, and it happens only after the gateway's own loss verdict: every stream on the
+/// session was told `suspended` with a `stop_within` that has run out and was then ended ABORTED
+/// (G2), and a holder that could not hear its gateway had its last heartbeat early enough for its
+/// `silence_limit` to run out by that same deadline (G3b, [`Timing::silence_bound`]). Nobody can
+/// act on the session's holds any more, so nobody needs its znodes to stay.
 async fn close_abandoned(
     cfg: Arc<CoordConfig>,
     session: zkc::SessionInfo,

@@ -357,12 +357,13 @@ impl QueueRegistry {
     }
 }
 
-/// A registration being decided: its node, channel and reply.
+/// A registration's reply and what it is to say ([`Actor::send_answer`]).
 type Answer = (
     oneshot::Sender<Result<Enlisted, Refusal>>,
     Result<Enlisted, Refusal>,
 );
 
+/// A registration being decided: its node, channel and reply.
 type Pending = (
     String,
     mpsc::UnboundedSender<Signal>,
