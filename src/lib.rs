@@ -20,6 +20,8 @@
 //! - [`auth`]: tenancy: identities, the `--auth-policy` decision core, signed leases (the
 //!   fleet key) and the audit trail.
 //! - [`server`]: `run(config, listener, http, shutdown)`: the gateway, in-process for tests.
+//! - [`batched_writes`]: client connections whose writes wait one pass of the scheduler, so
+//!   the frames of every stream woken by one event leave in one write.
 //! - [`http`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`metrics`]: every metric name, described once; [`grpc_metrics`]: the tower layer that
 //!   counts gRPC calls.
@@ -37,6 +39,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod batched_writes;
 pub mod cli;
 pub mod config;
 pub mod coord;

@@ -162,6 +162,16 @@ impl Gateway {
         proc_context_switches(self.pid)
     }
 
+    /// Write system calls (`write`, `writev`, `sendto`, …) the gateway has made so far, from
+    /// `syscw` in `/proc/<pid>/io`: every write to a client and to ZooKeeper.
+    pub fn write_calls(&self) -> u64 {
+        let io = std::fs::read_to_string(format!("/proc/{}/io", self.pid)).unwrap_or_default();
+        io.lines()
+            .find_map(|l| l.strip_prefix("syscw:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// The gateway's ZooKeeper round trips of one operation so far: (count, total seconds),
     /// from `zkgate_zk_request_duration_seconds` (all results).
     pub async fn zk_round_trips(&self, op: &str) -> (f64, f64) {

@@ -808,15 +808,19 @@ pub async fn observe(ctx: &mut Ctx) {
     // from the resignation until the last observer has seen the change: on a 2-core machine the
     // two compete, so the wall time alone does not say whose cost it is.
     let (mut gw_cpu, mut own_cpu) = (Vec::new(), Vec::new());
+    // The gateway's write calls per change: each is a trip through the kernel's send path, and
+    // how many frames leave per write decides much of the fan-out's cost.
+    let mut gw_writes = Vec::new();
     for _ in 0..rounds {
         let (li, hold) = leader;
         let wi = 1 - li;
         let pending = pair[wi].enqueue(Kind::Election, name, true).await;
         tokio::time::sleep(Duration::from_millis(150)).await;
         while seen_rx.try_recv().is_ok() {}
-        let (gw0, own0) = (
+        let (gw0, own0, writes0) = (
             ctx.gateway.cpu_time(),
             env::proc_cpu_time(std::process::id()),
+            ctx.gateway.write_calls(),
         );
         let t = Instant::now();
         let ((), next) = tokio::join!(hold.release(&mut pair[li]), pending.acquired());
@@ -841,6 +845,7 @@ pub async fn observe(ctx: &mut Ctx) {
         to_first.push(first.unwrap_or(last) - t);
         gw_cpu.push(ctx.gateway.cpu_time().saturating_sub(gw0));
         own_cpu.push(env::proc_cpu_time(std::process::id()).saturating_sub(own0));
+        gw_writes.push(ctx.gateway.write_calls().saturating_sub(writes0) as f64);
         leader = (wi, next);
     }
     for t in &tasks {
@@ -878,11 +883,18 @@ pub async fn observe(ctx: &mut Ctx) {
         "ms",
         own_ms,
     );
+    let writes = gw_writes.iter().sum::<f64>() / gw_writes.len().max(1) as f64;
+    ctx.report.zkgate_only(
+        &format!("Observe fan-out: gateway write calls per leader change, {label} observers"),
+        "",
+        writes,
+    );
     ctx.report.extra(
         "observe",
         serde_json::json!({
             "observers": k,
             "rounds": rounds,
+            "gateway_write_calls": writes,
             "to_last": last,
             "to_first": first,
             "gateway_cpu_ms": gw_ms,

@@ -1,0 +1,113 @@
+//! A client connection whose writes wait for one pass of the scheduler, so the frames of every
+//! stream woken by the same event leave the gateway in one write.
+//!
+//! Why: an event that many streams follow (a leader change seen by 10,000 `Observe` streams,
+//! issue 21) wakes every stream's task at once. Each one hands HTTP/2 its message and wakes the
+//! connection's task, which tokio runs next (its "LIFO slot"), so the connection wrote after
+//! almost every stream: about 1,000 `writev` calls of ~1 KiB per change on 10 connections,
+//! a quarter of the gateway's CPU in the kernel's loopback send path (`perf` on
+//! `zkgate-bench --only observe`). Yielding once before each write puts the connection's task
+//! behind the streams already woken, whose frames are then in HTTP/2's buffer when it writes.
+//!
+//! It is the batcher's rule applied to the socket (`coord::batch`): no timer, nothing waits
+//! for company. When nothing else is ready the yield costs one more poll of the connection's
+//! task, and then the write goes out.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+/// A TCP connection to a client; see the module doc.
+#[derive(Debug)]
+pub struct BatchedWrites {
+    inner: TcpStream,
+    /// The connection's task has yielded once since the last completed write.
+    yielded: bool,
+}
+
+impl BatchedWrites {
+    pub fn new(inner: TcpStream) -> Self {
+        Self {
+            inner,
+            yielded: false,
+        }
+    }
+
+    /// `Pending` once before each write: waking itself sends the task to the back of the run
+    /// queue (tokio's yield), behind every task already ready to run.
+    fn yield_once(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.yielded {
+            return Poll::Ready(());
+        }
+        self.yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// A write that completed (or failed) starts the next one with a yield; one that found the
+    /// socket full does not yield again when the socket has room.
+    fn after_write<T>(&mut self, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if r.is_ready() {
+            self.yielded = false;
+        }
+        r
+    }
+}
+
+impl Connected for BatchedWrites {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+impl AsyncRead for BatchedWrites {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for BatchedWrites {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        std::task::ready!(this.yield_once(cx));
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.after_write(r)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        std::task::ready!(this.yield_once(cx));
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.after_write(r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
