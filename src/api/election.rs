@@ -354,18 +354,21 @@ fn observe_stream(
     draining: tokio_util::sync::CancellationToken,
     permit: super::limits::StreamPermit,
 ) -> impl futures::Stream<Item = Result<pb::ObserveResponse, Status>> + Send + 'static {
-    let state = Some((observation, draining, permit));
+    // Made once, like the observation's own end: one made per message would register with the
+    // gateway's drain token, and unregister, for every observer at every change.
+    let drain = Box::pin(draining.cancelled_owned());
+    let state = Some((observation, drain, permit));
     futures::stream::unfold(state, |state| async move {
-        let (mut observation, draining, permit) = state?;
+        let (mut observation, mut drain, permit) = state?;
         tokio::select! {
             biased;
-            () = draining.cancelled() => {
+            () = &mut drain => {
                 Some((Err(Status::from(CoordError::SessionLost(LossReason::Draining))), None))
             }
             next = observation.next() => match next {
                 Ok(leader) => Some((
                     Ok(pb::ObserveResponse { leader: leader.map(convert::leader) }),
-                    Some((observation, draining, permit)),
+                    Some((observation, drain, permit)),
                 )),
                 Err(e) => Some((Err(Status::from(e)), None)),
             },

@@ -206,14 +206,38 @@ impl Drop for Candidacy {
 }
 
 /// An open Observe stream: the current state first, then each change.
-#[derive(Debug)]
 pub struct Observation {
     _queue: Arc<QueueHandle>,
     view: watch::Receiver<QueueView>,
-    link: watch::Receiver<Link>,
+    /// Resolves when the session is lost. Made once and kept: a future made per state would
+    /// register with the session's link and unregister again for every observer at every
+    /// change, under the one lock all of them share (issue 21: fan-out to 10,000 observers).
+    /// `None` once it has: the observation is over.
+    lost: Option<futures::future::BoxFuture<'static, CoordError>>,
     sent_any: bool,
     last: Option<Holder>,
     _gauge: m::GaugeGuard,
+}
+
+impl std::fmt::Debug for Observation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observation")
+            .field("sent_any", &self.sent_any)
+            .field("last", &self.last)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an observation ends: its session lost, or the session's link gone with it.
+async fn session_lost(mut link: watch::Receiver<Link>) -> CoordError {
+    loop {
+        if let Link::Lost(reason) = &*link.borrow_and_update() {
+            return CoordError::SessionLost(*reason);
+        }
+        if link.changed().await.is_err() {
+            return Retry::ObserveClosed.into();
+        }
+    }
 }
 
 /// [`Coordinator::observe`](super::Coordinator::observe), served over the pool. Not counted as
@@ -229,7 +253,7 @@ pub(super) async fn observe(
     Ok(Observation {
         view: queue.view(),
         _queue: queue,
-        link: session.link(),
+        lost: Some(Box::pin(session_lost(session.link()))),
         sent_any: false,
         last: None,
         _gauge: m::GaugeGuard::raise(m::observers_active),
@@ -241,6 +265,7 @@ impl Observation {
     ///
     /// # Errors
     /// `SessionLost` when the gateway's session ends: the client re-observes, on any gateway.
+    /// The observation is over then; a further call fails `ObserveClosed`.
     ///
     /// # Cancellation safety
     /// Cancellation safe.
@@ -257,18 +282,18 @@ impl Observation {
                     }
                 }
             }
+            let Some(lost) = self.lost.as_mut() else {
+                return Err(Retry::ObserveClosed.into());
+            };
             tokio::select! {
+                biased;
+                e = lost => {
+                    self.lost = None;
+                    return Err(e);
+                }
                 r = self.view.changed() => if r.is_err() {
                     return Err(Retry::WatchEnded.into());
                 },
-                r = self.link.changed() => {
-                    if r.is_err() {
-                        return Err(Retry::ObserveClosed.into());
-                    }
-                    if let Link::Lost(reason) = &*self.link.borrow_and_update() {
-                        return Err(CoordError::SessionLost(*reason));
-                    }
-                }
             }
         }
     }
