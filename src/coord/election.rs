@@ -251,7 +251,7 @@ pub(super) async fn observe(
     let session = pool.session_for(QueueKind::Election, election)?;
     let queue = session.queue(QueueKind::Election, election).await?;
     Ok(Observation {
-        view: queue.view(),
+        view: queue.observe_view(),
         _queue: queue,
         lost: Some(Box::pin(session_lost(session.link()))),
         sent_any: false,

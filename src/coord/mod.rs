@@ -26,6 +26,7 @@ pub mod config;
 pub mod directory;
 pub mod election;
 pub mod error;
+pub mod fanout;
 pub mod fleet;
 mod folder_watch;
 pub mod link;

@@ -328,7 +328,7 @@ impl ManyObservation {
             let session = self.pool.session_for(QueueKind::Election, &name)?;
             let queue = session.queue(QueueKind::Election, &name).await?;
             let views: Views = Box::pin(
-                WatchStream::new(queue.view())
+                WatchStream::new(queue.observe_view())
                     .map(Some)
                     .chain(futures::stream::once(async { None })),
             );

@@ -32,6 +32,7 @@ use zookeeper_client as zkc;
 use zookeeper_client::{EventType, SessionState, WatchedEvent};
 
 use super::error::{CoordError, Limit};
+use super::fanout::Fanout;
 use super::link::{Link, RELIST_RETRY};
 use super::paging::ReadPlan;
 use super::record::NodeRecord;
@@ -82,6 +83,8 @@ pub struct QueueHandle {
     pub path: String,
     cmd: mpsc::UnboundedSender<Command>,
     view: watch::Receiver<QueueView>,
+    /// The view for `Observe` streams, a bounded group woken at a time (see [`Fanout`]).
+    observers: Fanout<QueueView>,
     /// The gateway's `max_queues` place, given back when the last user drops the handle.
     _slot: QueueSlot,
     /// Members in the actor's view, kept by the actor (see [`QueueHandle::check_room`]).
@@ -141,6 +144,7 @@ impl QueueHandle {
             name,
             path,
             cmd: cmd_tx,
+            observers: Fanout::new(view_rx.clone()),
             view: view_rx,
             _slot: slot,
             size,
@@ -199,6 +203,13 @@ impl QueueHandle {
 
     pub fn view(&self) -> watch::Receiver<QueueView> {
         self.view.clone()
+    }
+
+    /// The view for an observer's stream: the same states as [`QueueHandle::view`], delivered
+    /// to at most [`super::fanout::OBSERVERS_PER_WAKE`] observers at a time so thousands of them
+    /// never hold up the gateway's other streams (a new leader's `elected` among them).
+    pub fn observe_view(&self) -> watch::Receiver<QueueView> {
+        self.observers.subscribe()
     }
 
     /// Registers a freshly created local member. In a lock queue the member is refused when a
