@@ -111,3 +111,76 @@ impl AsyncWrite for BatchedWrites {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+
+    /// Counts its wake-ups.
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    async fn pair() -> (BatchedWrites, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (client, server) = tokio::join!(
+            TcpStream::connect(listener.local_addr().unwrap()),
+            listener.accept()
+        );
+        (BatchedWrites::new(server.unwrap().0), client.unwrap())
+    }
+
+    /// The rule, poll by poll: each write is first refused once with a wake-up of the task
+    /// itself (a yield), then goes out whole on the next poll; reads and the peer's address
+    /// are the socket's own.
+    #[tokio::test]
+    async fn each_write_goes_out_on_the_poll_after_one_yield() {
+        let (mut conn, mut peer) = pair().await;
+        assert_eq!(
+            conn.connect_info().remote_addr(),
+            peer.local_addr().ok(),
+            "remote_addr, which the per-connection limits use, is the socket's"
+        );
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        for (i, msg) in [&b"first"[..], b"second", b"third"].into_iter().enumerate() {
+            let woken = count.0.load(Ordering::SeqCst);
+            assert!(Pin::new(&mut conn).poll_write(&mut cx, msg).is_pending());
+            assert_eq!(
+                count.0.load(Ordering::SeqCst),
+                woken + 1,
+                "write {i}: the yield wakes the task"
+            );
+            match Pin::new(&mut conn).poll_write(&mut cx, msg) {
+                Poll::Ready(Ok(n)) => assert_eq!(n, msg.len(), "write {i}"),
+                other => panic!("write {i} after its yield: {other:?}"),
+            }
+            let mut got = vec![0; msg.len()];
+            peer.read_exact(&mut got).await.unwrap();
+            assert_eq!(got, msg);
+        }
+        // Vectored writes follow the same rule.
+        let bufs = [io::IoSlice::new(b"ab"), io::IoSlice::new(b"cd")];
+        assert!(Pin::new(&mut conn)
+            .poll_write_vectored(&mut cx, &bufs)
+            .is_pending());
+        assert!(matches!(
+            Pin::new(&mut conn).poll_write_vectored(&mut cx, &bufs),
+            Poll::Ready(Ok(4))
+        ));
+        let mut got = [0; 4];
+        peer.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"abcd");
+    }
+}
