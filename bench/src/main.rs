@@ -62,6 +62,10 @@ pub struct Args {
     /// etcd's server binary.
     #[arg(long, default_value = "/usr/bin/etcd")]
     pub etcd: PathBuf,
+    /// Leader changes in the `observe` workload (default 5, 3 with --quick): more rounds give
+    /// steadier medians when comparing two gateway binaries.
+    #[arg(long)]
+    pub observe_rounds: Option<usize>,
 }
 
 /// How much of each workload to run.
@@ -176,7 +180,10 @@ async fn main() {
         }
     }
     let selected = |w: &str| only.is_empty() || only.contains(&w.to_lowercase());
-    let scale = Scale::new(args.quick);
+    let mut scale = Scale::new(args.quick);
+    if let Some(rounds) = args.observe_rounds {
+        scale.observe_rounds = rounds.max(1);
+    }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let load_start = env::loadavg();
 
