@@ -2,13 +2,16 @@
 //! another write of the session is in flight leave together in one ZooKeeper `multi`. On real
 //! ZooKeeper: members created together share one transaction, but never two of one queue (their
 //! fencing tokens would be equal, G1); one refused operation does not fail the others of its
-//! batch; a batch whose reply is lost leaves no orphan (G5).
+//! batch; a batch whose reply is lost leaves no orphan (G5); a hand-over's delete does not wait
+//! for the batch in flight.
 //!
 //! Batches are made deterministic with `Zk::hold_requests`: while the test holds every request
 //! slot of the gateway's session, writes gather in the batcher; released, they leave at once.
 
 use std::time::Duration;
 
+use zkgate::coord::batch::Urgency;
+use zkgate_testkit::localzk::{LocalZk, LocalZkOptions};
 use zkgate_testkit::*;
 
 const JOINS: usize = 12;
@@ -265,7 +268,7 @@ async fn a_refused_operation_does_not_fail_the_others_of_its_batch() {
     };
     let gone = {
         let (gz, path) = (gz.clone(), format!("{parent}/never-made"));
-        tokio::spawn(async move { gz.delete(&path).await })
+        tokio::spawn(async move { gz.delete(&path, Urgency::Gather).await })
     };
     wait_until("six writes wait in the batcher", STEP, || async {
         gz.queued_writes() == 6
@@ -300,12 +303,12 @@ async fn a_refused_operation_does_not_fail_the_others_of_its_batch() {
             *czxid, stat.czxid,
             "the create's answer is its creation zxid"
         );
-        gz.delete(&member).await.unwrap();
-        gz.delete(&q).await.unwrap();
+        gz.delete(&member, Urgency::Gather).await.unwrap();
+        gz.delete(&q, Urgency::Gather).await.unwrap();
     }
     zxids.dedup();
     assert_eq!(zxids.len(), 1, "the good creates went in one batch again");
-    gz.delete(&parent).await.unwrap();
+    gz.delete(&parent, Urgency::Gather).await.unwrap();
 }
 
 /// A batch of member creates whose reply is lost with the connection (applied, reported as
@@ -402,4 +405,83 @@ async fn a_hand_over_on_one_gateway_costs_its_delete_and_no_read() {
         drop(waiter);
         wait_no_members(&zkc, &gw.root, Duration::from_secs(10)).await;
     }
+}
+
+/// A hand-over's delete does not wait for the batch in flight (`batch::Urgency`): with
+/// ZooKeeper frozen and another lock's release in flight, a holder with a waiter behind it goes
+/// away, and its delete leaves at once, pipelined behind the first, while a create asked after
+/// it gathers for the next batch as every other write does. Thawed, the waiter holds with a
+/// greater token and nothing is left behind.
+#[tokio::test]
+async fn a_hand_over_delete_leaves_behind_a_batch_in_flight() {
+    // ZooKeeper's default tick, so it grants the 20 s session timeout asked below: the freeze
+    // (a few milliseconds when the rule holds, `FROZEN_AT_MOST` when it does not) never comes
+    // near the point where the gateway would presume the session lost and retry its deletes.
+    let mut zk = LocalZk::start_standalone(LocalZkOptions {
+        tick_time: Duration::from_secs(2),
+        ..Default::default()
+    })
+    .await
+    .expect("start ZooKeeper");
+    const FROZEN_AT_MOST: Duration = Duration::from_secs(3);
+    let gw = Gateway::start_with(
+        &zk.connect_string(),
+        GatewayOpts {
+            session_timeout: Duration::from_secs(20),
+            configure: Some(Box::new(|cfg| cfg.coord.zk_batch = true)),
+            ..Default::default()
+        },
+    )
+    .await;
+    let zkc = zk_client(&zk.connect_string()).await;
+    let gz = gateway_zk(&gw);
+    let mut lc = gw.lock_client().await;
+    let mut lone = Acquisition::open(&mut lc, acquire_msg("alone", "lone")).await;
+    lone.acquired().await;
+    let mut holder = Acquisition::open(&mut lc, acquire_msg("busy", "holder")).await;
+    let t0 = holder.acquired().await.fencing_token;
+    let mut waiter = Acquisition::open(&mut lc, acquire_msg("busy", "waiter")).await;
+    assert_eq!(waiter.position, 1);
+
+    zk.pause(0).await.unwrap();
+    let deletes = gw.coord.zk_requests_of("delete");
+    // The only member of its lock: nothing in flight, so it leaves at once, and stays in
+    // flight while ZooKeeper is frozen.
+    drop(lone);
+    wait_until("the lone release sent", FROZEN_AT_MOST, || async {
+        gw.coord.zk_requests_of("delete") == deletes + 1
+    })
+    .await;
+    assert_eq!(gz.peak_batch_drivers(), 1);
+    drop(holder);
+    wait_until(
+        "the hand-over's delete sent behind the release in flight",
+        FROZEN_AT_MOST,
+        || async { gw.coord.zk_requests_of("delete") == deletes + 2 },
+    )
+    .await;
+    assert_eq!(gz.queued_writes(), 0, "the hand-over waited for nothing");
+    assert_eq!(gz.peak_batch_drivers(), 2, "it has a driver of its own");
+    let mut lc2 = lc.clone();
+    let again =
+        tokio::spawn(
+            async move { Acquisition::open(&mut lc2, acquire_msg("alone", "again")).await },
+        );
+    wait_until(
+        "a create gathering for the next batch",
+        FROZEN_AT_MOST,
+        || async { gz.queued_writes() == 1 },
+    )
+    .await;
+
+    zk.resume(0).await.unwrap();
+    let t1 = waiter.acquired().await.fencing_token;
+    assert!(
+        t1 > t0,
+        "successive holders' tokens increase: {t0} then {t1}"
+    );
+    let mut again = again.await.expect("acquire task");
+    again.acquired().await;
+    drop((waiter, again));
+    wait_no_members(&zkc, &gw.root, Duration::from_secs(10)).await;
 }

@@ -28,7 +28,7 @@ use super::link::{
 use super::pool::SessionPool;
 use super::queue::{Created, Enlisted, MemberSignal, QueueHandle, Refusal};
 use super::record::{now_ms, NodeRecord};
-use super::session::ZkSession;
+use super::session::{Urgency, ZkSession};
 use super::types::{Holder, Lease, MemberMode, MemberName, ProtectedId, QueueKind};
 
 /// What a member's stream hears, in order.
@@ -85,7 +85,11 @@ impl Drop for Cleanup {
         match self.node.take() {
             Some(node) => {
                 self.queue.unregister(&node);
-                drop(release_in_background(&self.session, self.path(&node)));
+                drop(release_in_background(
+                    &self.session,
+                    self.path(&node),
+                    self.queue.member_delete_urgency(),
+                ));
             }
             None => {
                 let (session, queue_path) = (self.session.clone(), self.queue.path.clone());
@@ -94,7 +98,7 @@ impl Drop for Cleanup {
                     match find_protected(&session, &queue_path, &prefix).await {
                         Ok(Some((member, _))) => {
                             let path = format!("{queue_path}/{}", member.node_name());
-                            let _ = session.delete_until_gone(&path).await;
+                            let _ = session.delete_until_gone(&path, Urgency::Gather).await;
                         }
                         Ok(None) => {}
                         Err(e) => {
@@ -191,7 +195,7 @@ impl Member {
             }
             Err(refusal) => {
                 // Leave no znode behind (G8): delete it before answering.
-                if let Err(e) = session.delete_until_gone(&path).await {
+                if let Err(e) = session.delete_until_gone(&path, Urgency::Gather).await {
                     tracing::debug!(error = %e, "deleting a refused member failed; the session's end will remove it");
                 }
                 cleanup.armed = false;
@@ -333,6 +337,7 @@ impl Member {
         release_outcome(release_in_background(
             &self.cleanup.session,
             self.path.clone(),
+            self.cleanup.queue.member_delete_urgency(),
         ))
     }
 
@@ -511,10 +516,11 @@ async fn find_protected(
 fn release_in_background(
     session: &Arc<ZkSession>,
     path: String,
+    urgency: Urgency,
 ) -> tokio::task::JoinHandle<Result<bool, CoordError>> {
     let s = session.clone();
     session.releases.spawn(async move {
-        let r = s.delete_until_gone(&path).await;
+        let r = s.delete_until_gone(&path, urgency).await;
         if let Err(e) = &r {
             tracing::debug!(error = %e, "background release ended without a confirmed delete; the session's end removes the znode");
         }
@@ -586,7 +592,7 @@ pub(crate) async fn end_by_lease(session: &ZkSession, lease: &Lease) -> Result<(
         queue = %lease.queue, ?bound,
         "the member's gateway did not end it within its silence limit after a resign/release by lease; deleting it directly"
     );
-    match session.delete_until_gone(&path).await {
+    match session.delete_until_gone(&path, Urgency::Gather).await {
         // Gone either way: by this delete or by its own gateway meanwhile.
         Ok(_) => Ok(()),
         Err(CoordError::SessionLost(r)) => Err(Retry::LostDuringResign(r).into()),

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zkc;
 use zookeeper_client::SessionState;
 
+pub use super::batch::Urgency;
 use super::clock::{SessionClock, Verdict};
 use super::config::CoordConfig;
 use super::error::{CoordError, Limit};
@@ -151,7 +152,9 @@ impl ZkSession {
     /// over, with no time limit of its own (CURATOR-678: a release lost to a blip leaves a
     /// holder behind while the session lives on; and a session that ends takes its ephemeral
     /// znodes with it, so "until the session's end" is always bounded by the G2 deadline).
-    /// Returns whether this call (or an earlier attempt of it) removed the node.
+    /// Returns whether this call (or an earlier attempt of it) removed the node. `urgency`: a
+    /// member's delete that may admit another member does not wait for the next write batch
+    /// ([`Urgency`]).
     ///
     /// # Errors
     /// `SessionLost` when the session ended first (the znode, if ephemeral, is gone with it);
@@ -159,12 +162,16 @@ impl ZkSession {
     ///
     /// # Cancellation safety
     /// Not cancellation safe: run it in a task of its own (`releases`) when it must finish.
-    pub async fn delete_until_gone(&self, path: &str) -> Result<bool, CoordError> {
+    pub async fn delete_until_gone(
+        &self,
+        path: &str,
+        urgency: Urgency,
+    ) -> Result<bool, CoordError> {
         let mut link = self.link();
         let mut sent = 0;
         let answer = through_link(&mut link, || {
             sent += 1;
-            self.zk.delete(path)
+            self.zk.delete(path, urgency)
         })
         .await?;
         match answer {

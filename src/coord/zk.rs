@@ -10,7 +10,7 @@ use futures::StreamExt;
 use zookeeper_client as zkc;
 use zookeeper_client::{Acls, AddWatchMode, Client, CreateMode, PersistentWatcher, Stat};
 
-use super::batch::{self, BatchLimits, Failure, Fate, WriteOp};
+use super::batch::{self, BatchLimits, Failure, Fate, Urgency, WriteOp};
 use super::config::CoordConfig;
 use super::paging::{ReadPlan, PAGES_IN_FLIGHT};
 use crate::metrics as m;
@@ -475,7 +475,7 @@ impl Zk {
                     prefix: prefix_path.to_owned(),
                     data: data.to_vec(),
                 };
-                match self.write(batcher, op).await {
+                match self.write(batcher, op, Urgency::Gather).await {
                     Ok(Written::Created { sequence, czxid }) => Ok((czxid, sequence)),
                     Ok(Written::Deleted) => Err(zkc::Error::UnexpectedError(
                         "a create answered as a delete".into(),
@@ -495,7 +495,12 @@ impl Zk {
     ///
     /// # Cancellation safety
     /// Dropped before its operation was sent, the operation is never sent ([`Withdraw`]).
-    async fn write(&self, batcher: &Arc<Batcher>, op: WriteOp) -> ZkResult<Written> {
+    async fn write(
+        &self,
+        batcher: &Arc<Batcher>,
+        op: WriteOp,
+        urgency: Urgency,
+    ) -> ZkResult<Written> {
         if self.take_failure(op.label()) {
             self.counter.count(op.label());
             m::zk_request(op.label(), "connection_loss", std::time::Duration::ZERO);
@@ -512,7 +517,7 @@ impl Zk {
                 alone: false,
                 reply: tx,
             });
-            let start = q.drivers == 0;
+            let start = batch::starts_driver(q.drivers, urgency);
             if start {
                 q.add_driver();
             }
@@ -535,7 +540,9 @@ impl Zk {
     /// request slot is free, so it goes out pipelined behind the batch instead of a round
     /// trip later. One driver per round trip made 2,000 candidates joining one election wait
     /// for 2,000 round trips in turn (the bench's W5: 2.05 s with batching on, 0.25 s off).
-    /// Operations asked while drivers are in flight still gather for the next batch.
+    /// Operations asked while drivers are in flight still gather for the next batch, except a
+    /// hand-over's delete, which joins one batch in flight with a driver of its own
+    /// ([`batch::starts_driver`]).
     ///
     /// A batch of n operations takes n of the session's request slots ([`REQUESTS_IN_FLIGHT`]),
     /// not one: ZooKeeper applies a `multi`'s operations one by one (and sends the session a
@@ -966,7 +973,9 @@ impl Zk {
     }
 
     /// Deletes `path` (any version); batched with other writes when batching is on.
-    pub async fn delete(&self, path: &str) -> ZkResult<()> {
+    /// Deletes `path` (any version). With batching, `urgency` says whether it may wait for the
+    /// next batch ([`Urgency`]); without, it is sent at once either way.
+    pub async fn delete(&self, path: &str, urgency: Urgency) -> ZkResult<()> {
         match &self.batcher {
             None => {
                 self.instrument("delete", || self.client.delete(path, None))
@@ -976,7 +985,7 @@ impl Zk {
                 let op = WriteOp::Delete {
                     path: path.to_owned(),
                 };
-                self.write(batcher, op).await.map(|_| ())
+                self.write(batcher, op, urgency).await.map(|_| ())
             }
         }
     }

@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use zookeeper_client as zkc;
 use zookeeper_client::{EventType, SessionState, WatchedEvent};
 
+use super::batch::Urgency;
 use super::error::{CoordError, Limit};
 use super::fanout::Fanout;
 use super::link::{Link, RELIST_RETRY};
@@ -199,6 +200,18 @@ impl QueueHandle {
 
     pub fn is_closed(&self) -> bool {
         self.cmd.is_closed()
+    }
+
+    /// How urgent the delete of one of this queue's members is: a hand-over when the queue
+    /// has other members by the actor's view (the one leaving still counts until its deletion
+    /// is seen), so one of them may be admitted by it. A hint: a stale count costs a request
+    /// pipelined or a batch waited for, never correctness.
+    pub fn member_delete_urgency(&self) -> Urgency {
+        if self.size.load(Ordering::Relaxed) > 1 {
+            Urgency::HandOver
+        } else {
+            Urgency::Gather
+        }
     }
 
     pub fn view(&self) -> watch::Receiver<QueueView> {
