@@ -972,9 +972,9 @@ impl Zk {
         self.instrument("sync", || self.client.sync(path)).await
     }
 
-    /// Deletes `path` (any version); batched with other writes when batching is on.
-    /// Deletes `path` (any version). With batching, `urgency` says whether it may wait for the
-    /// next batch ([`Urgency`]); without, it is sent at once either way.
+    /// Deletes `path` (any version); batched with other writes when batching is on, where
+    /// `urgency` says whether it may wait for the next batch ([`Urgency`]); without batching
+    /// it is sent at once either way.
     pub async fn delete(&self, path: &str, urgency: Urgency) -> ZkResult<()> {
         match &self.batcher {
             None => {
