@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Where a hand-over's time goes inside the gateway (docs/batching.md, "The third run"): runs
+# `zkgate-bench --only WORKLOAD` against GATEWAY, traces the gateway's socket system calls with
+# `perf trace` for 25 s, and prints the two stretches around each ZooKeeper request
+# (stretches.py). perf trace inflates every system call: read the figures as upper bounds and
+# compare binaries traced the same way.
+#
+#   bench/trace/stretches.sh target/release/zkgate W2 /tmp/w2
+set -euo pipefail
+gateway=$(realpath "$1"); workload=${2:-W2}; out=${3:-/tmp/stretches}
+cd "$(dirname "$0")/../.."
+name=$(basename "$gateway")
+target/release/zkgate-bench --only "$workload" --gateway "$gateway" \
+    --figures "$out-fig" --json "$out.json" --out "$out.md" > "$out.log" 2>&1 &
+bench=$!
+pid=
+for _ in $(seq 1 300); do
+    pid=$(pgrep -x "$name" | head -1 || true)
+    [ -n "$pid" ] && break
+    sleep 0.1
+done
+[ -n "$pid" ] || { echo "the gateway ($name) did not start; see $out.log" >&2; exit 1; }
+perf trace -p "$pid" -e recvfrom,writev,sendto,write,read -o "$out.trace" -- sleep 25 2>/dev/null || true
+wait "$bench"
+python3 "$(dirname "$0")/stretches.py" "$out.trace"
