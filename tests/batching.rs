@@ -485,3 +485,101 @@ async fn a_hand_over_delete_leaves_behind_a_batch_in_flight() {
     drop((waiter, again));
     wait_no_members(&zkc, &gw.root, Duration::from_secs(10)).await;
 }
+
+/// A hand-over's delete pipelined behind a batch that ZooKeeper then refuses: the refused
+/// operation alone fails, the batch's good create leaves again and succeeds once, and the
+/// hand-over — already on the wire behind it — is applied regardless: the waiter holds with a
+/// greater token and nothing is left behind.
+#[tokio::test]
+async fn a_hand_over_delete_behind_a_refused_batch_still_hands_over() {
+    // As above: a granted 20 s session, so the freeze never looks like a lost session.
+    let mut zk = LocalZk::start_standalone(LocalZkOptions {
+        tick_time: Duration::from_secs(2),
+        ..Default::default()
+    })
+    .await
+    .expect("start ZooKeeper");
+    const FROZEN_AT_MOST: Duration = Duration::from_secs(3);
+    let gw = Gateway::start_with(
+        &zk.connect_string(),
+        GatewayOpts {
+            session_timeout: Duration::from_secs(20),
+            configure: Some(Box::new(|cfg| cfg.coord.zk_batch = true)),
+            ..Default::default()
+        },
+    )
+    .await;
+    let zkc = zk_client(&zk.connect_string()).await;
+    let gz = gateway_zk(&gw);
+    let parent = format!("{}/refused-ahead", gw.root);
+    gz.ensure_folders(&gw.root, "refused-ahead").await.unwrap();
+    let persistent =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let q = format!("{parent}/q");
+    zkc.create(&q, b"", &persistent).await.unwrap();
+    let mut lc = gw.lock_client().await;
+    let mut holder = Acquisition::open(&mut lc, acquire_msg("busy", "holder")).await;
+    let t0 = holder.acquired().await.fencing_token;
+    let mut waiter = Acquisition::open(&mut lc, acquire_msg("busy", "waiter")).await;
+    assert_eq!(waiter.position, 1);
+
+    // A batch of a good create and a delete ZooKeeper will refuse, gathered, then sent while
+    // ZooKeeper is frozen, so it stays in flight.
+    let hold = gz.hold_requests().await;
+    let good = {
+        let (gz, prefix) = (gz.clone(), format!("{q}/ok-"));
+        tokio::spawn(async move { gz.create_member(&prefix, b"x").await })
+    };
+    let gone = {
+        let (gz, path) = (gz.clone(), format!("{parent}/never-made"));
+        tokio::spawn(async move { gz.delete(&path, Urgency::Gather).await })
+    };
+    wait_until("two writes wait in the batcher", STEP, || async {
+        gz.queued_writes() == 2
+    })
+    .await;
+    zk.pause(0).await.unwrap();
+    let (batches, deletes) = (
+        gw.coord.zk_requests_of("batch"),
+        gw.coord.zk_requests_of("delete"),
+    );
+    drop(hold);
+    wait_until("the batch sent", FROZEN_AT_MOST, || async {
+        gw.coord.zk_requests_of("batch") == batches + 1
+    })
+    .await;
+    drop(holder);
+    wait_until(
+        "the hand-over's delete sent behind the batch",
+        FROZEN_AT_MOST,
+        || async { gw.coord.zk_requests_of("delete") == deletes + 1 },
+    )
+    .await;
+    assert_eq!(
+        gz.peak_batch_drivers(),
+        2,
+        "the hand-over had a driver of its own"
+    );
+
+    zk.resume(0).await.unwrap();
+    assert_eq!(
+        gone.await.unwrap().unwrap_err(),
+        zookeeper_client::Error::NoNode,
+        "the refused operation alone fails"
+    );
+    good.await
+        .unwrap()
+        .expect("the batch's good create leaves again and succeeds");
+    let children = zkc.list_children(&q).await.unwrap();
+    assert_eq!(children.len(), 1, "the good create once: {children:?}");
+    let t1 = waiter.acquired().await.fencing_token;
+    assert!(
+        t1 > t0,
+        "successive holders' tokens increase: {t0} then {t1}"
+    );
+    gz.delete(&format!("{q}/{}", children[0]), Urgency::Gather)
+        .await
+        .unwrap();
+    drop(waiter);
+    wait_no_members(&zkc, &gw.root, Duration::from_secs(10)).await;
+}
