@@ -842,3 +842,54 @@ async fn a_stalled_observer_holds_up_no_one_and_reads_the_newest_state_when_it_r
     drop(a);
     assert!(next_observed(&mut stalled).await.is_none(), "vacant again");
 }
+
+/// Every observer ends on the newest state, whichever shard of the fan-out it is in: a leader
+/// that proclaims value after value without waiting changes the view while the relay is still
+/// handing the previous one to the shards (`coord::fanout`), and the shards it had already
+/// passed must get the newest too. Before the fix they kept the older state until the next
+/// change: `zkgate-bench --only observe --observe-rounds 30` lost a leader change for 256 of
+/// 10,000 observers.
+///
+/// The observers are spread over three connections and read only at the end: a tonic client
+/// (h2 ≥ 0.4.16) ends its own connection with `ENHANCE_YOUR_CALM` ("too_many_data_frames")
+/// once it holds more small messages unread than its budget (half its connection window,
+/// ≈ 12,800 messages of this size), and one connection with all 768 observers reached it.
+#[tokio::test]
+async fn every_observer_of_several_shards_ends_on_the_newest_state() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut clients = [gw.client().await, gw.client().await, gw.client().await];
+    let observers = 3 * zkgate::coord::fanout::OBSERVERS_PER_WAKE;
+    let mut streams = Vec::with_capacity(observers);
+    for i in 0..observers {
+        let mut s = observe(&mut clients[i % 3], "shards").await;
+        assert!(next_observed(&mut s).await.is_none(), "vacant first");
+        streams.push(s);
+    }
+    let mut a = Campaign::join(&mut clients[0], "shards", "a", b"").await;
+    a.elected().await;
+    let proclaims = 10u8;
+    for i in 1..=proclaims {
+        a.send(Req::Proclaim(pb::ProclaimValue { value: vec![i] }))
+            .await;
+    }
+    for _ in 0..proclaims {
+        match a.next().await {
+            Ok(Some(Event::Proclaimed(_))) => {}
+            other => panic!("expected proclaimed, got {other:?}"),
+        }
+    }
+    // Each observer reads until the newest value; `next_observed` gives up after a step, so
+    // one left on an older state fails here rather than hanging.
+    for (i, s) in streams.iter_mut().enumerate() {
+        loop {
+            let l = next_observed(s)
+                .await
+                .unwrap_or_else(|| panic!("observer {i}: vacant"));
+            if l.value == [proclaims] {
+                break;
+            }
+        }
+    }
+    drop(a);
+}

@@ -814,6 +814,9 @@ pub async fn observe(ctx: &mut Ctx) {
     // The gateway's write calls per change: each is a trip through the kernel's send path, and
     // how many frames leave per write decides much of the fan-out's cost.
     let mut gw_writes = Vec::new();
+    // Observers that never saw a round's new leader (within 120 s): must be 0, and reported as
+    // a row, so that a lost change cannot hide behind the medians.
+    let mut missed = 0usize;
     for _ in 0..rounds {
         let (li, hold) = leader;
         let wi = 1 - li;
@@ -844,6 +847,7 @@ pub async fn observe(ctx: &mut Ctx) {
                 Ok(Some(_)) => {}
                 _ => {
                     eprintln!("observe: only {seen} of {k} observers saw the new leader");
+                    missed += k - seen;
                     break;
                 }
             }
@@ -884,6 +888,13 @@ pub async fn observe(ctx: &mut Ctx) {
         v.iter().map(Duration::as_secs_f64).sum::<f64>() * 1e3 / v.len().max(1) as f64
     };
     let (gw_ms, own_ms) = (mean_ms(&gw_cpu), mean_ms(&own_cpu));
+    ctx.report.zkgate_only(
+        &format!(
+            "Observe fan-out: observers that missed a leader change, {rounds} rounds (must be 0)"
+        ),
+        "",
+        missed as f64,
+    );
     ctx.report.zkgate_only(
         &format!("Observe fan-out: gateway CPU per leader change, {label} observers"),
         "ms",
