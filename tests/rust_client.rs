@@ -293,3 +293,37 @@ async fn the_watchdog_reports_silence_on_a_frozen_gateway() {
     assert!(took >= limit / 2, "lost after {took:?}, limit {limit:?}");
     assert!(!lead.is_leader());
 }
+
+/// Observers the application does not read cost nothing else on their connection, and read
+/// late give the newest state. Each observer's task reads its stream whether or not the
+/// application takes what it read (`mailbox`). Before, a task stopped reading once 16 states
+/// waited, the unread messages piled up in the client's HTTP/2 buffers, and h2 ended the
+/// client's one connection with `ENHANCE_YOUR_CALM` ("too_many_data_frames") after ≈ 13,000:
+/// here the 80th proclaim failed `RESOURCE_EXHAUSTED` and the leadership was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_observers_do_not_cost_the_leadership_on_their_connection() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let c = client_for(&[gw.url()]).await;
+    let a = c.elect("unread", "alice", b"v").await.unwrap();
+    let mut watches: Vec<_> = (0..200).map(|_| c.observe("unread")).collect();
+    for w in &mut watches {
+        assert!(observed(w).await.is_some());
+    }
+    for i in 0..120u32 {
+        if let Err(e) = a.proclaim(format!("v{i}").as_bytes()).await {
+            panic!("proclaim {i}: {e:?}; loss {:?}", a.loss_reason());
+        }
+    }
+    assert_eq!(a.loss_reason(), None);
+    a.check().unwrap();
+    // Read at last: the newest state after at most what was still on its way when the last
+    // proclaim returned — not the 120 before it, nor the 16 a channel used to keep.
+    for w in &mut watches {
+        let mut before_newest = 0;
+        while observed(w).await.unwrap().value != b"v119" {
+            before_newest += 1;
+        }
+        assert!(before_newest <= 8, "{before_newest} older states first");
+    }
+}

@@ -27,6 +27,7 @@
 pub mod backoff;
 pub mod endpoint;
 pub mod hold;
+mod mailbox;
 pub mod observe;
 pub mod observe_many;
 pub mod raw;

@@ -6,7 +6,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tonic::transport::Channel;
@@ -14,6 +13,7 @@ use tonic::Status;
 
 use crate::backoff::Backoff;
 use crate::hold::is_transport_failure;
+use crate::mailbox::{self, Supersede};
 use crate::pb::election_client::ElectionClient;
 use crate::pb::{Leader, ObserveRequest, ObserveResponse};
 use crate::{Client, Error};
@@ -25,7 +25,7 @@ use crate::{Client, Error};
 /// Observe streams carry no heartbeats: on a frozen gateway (SIGSTOP) the stream just goes
 /// quiet until the connection fails.
 pub struct Observer {
-    rx: mpsc::Receiver<Result<Option<Leader>, Error>>,
+    rx: mailbox::Receiver<Option<Leader>>,
     _stop: DropGuard,
 }
 
@@ -39,7 +39,7 @@ impl Stream for Observer {
     type Item = Result<Option<Leader>, Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.rx.poll_recv(cx)
+        Pin::new(&mut self.rx).poll_next(cx)
     }
 }
 
@@ -74,8 +74,16 @@ impl TokenFilter {
     }
 }
 
+/// A newer leader state makes an older one nobody has taken yet pointless (states, not a log,
+/// as the gateway's own `Observe`): an observer read late gets the newest.
+impl Supersede for Option<Leader> {
+    fn supersedes(&self, _older: &Self) -> bool {
+        true
+    }
+}
+
 pub(crate) fn start(client: Client, election: String) -> Observer {
-    let (tx, rx) = mpsc::channel(16);
+    let (tx, rx) = mailbox::mailbox();
     let stop = CancellationToken::new();
     tokio::spawn(run(client, election, tx, stop.clone()));
     Observer {
@@ -87,7 +95,7 @@ pub(crate) fn start(client: Client, election: String) -> Observer {
 async fn run(
     client: Client,
     election: String,
-    tx: mpsc::Sender<Result<Option<Leader>, Error>>,
+    tx: mailbox::Sender<Option<Leader>>,
     stop: CancellationToken,
 ) {
     let opener = client.clone();
@@ -150,11 +158,12 @@ pub(crate) async fn follow<F, Open, Fut>(
     client: Client,
     what: &'static str,
     mut follower: F,
-    tx: mpsc::Sender<Result<F::Item, Error>>,
+    tx: mailbox::Sender<F::Item>,
     stop: CancellationToken,
     mut open: Open,
 ) where
     F: Follower,
+    F::Item: Supersede,
     Open: FnMut(Channel) -> Fut,
     Fut: Future<Output = Result<tonic::Response<tonic::Streaming<F::Msg>>, Status>>,
 {
@@ -181,7 +190,7 @@ pub(crate) async fn follow<F, Open, Fut>(
                         Ok(Some(msg)) => {
                             backoff.reset();
                             for item in follower.admit(msg) {
-                                if tx.send(Ok(item)).await.is_err() {
+                                if !tx.put(Ok(item)) {
                                     return;
                                 }
                             }
@@ -194,7 +203,7 @@ pub(crate) async fn follow<F, Open, Fut>(
                         Err(status) => {
                             let e = Error::Status(status);
                             if e.is_permanent() {
-                                let _ = tx.send(Err(e)).await;
+                                tx.put(Err(e));
                                 return;
                             }
                             break;
@@ -205,7 +214,7 @@ pub(crate) async fn follow<F, Open, Fut>(
             Ok(Err(status)) if !is_transport_failure(&status) => {
                 let e = Error::Status(status);
                 if e.is_permanent() {
-                    let _ = tx.send(Err(e)).await;
+                    tx.put(Err(e));
                     return;
                 }
             }

@@ -9,10 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::mailbox::{self, Supersede};
 use crate::observe::{follow, Follower, TokenFilter};
 use crate::pb::election_client::ElectionClient;
 use crate::pb::observe_many_response::Event;
@@ -35,7 +35,7 @@ pub enum ManyEvent {
 /// and after every change. Items are `Err` only for a refusal that reconnecting cannot fix (a
 /// bad name, the gateway's election limit); the stream then ends. Dropping it stops observing.
 pub struct ManyObserver {
-    rx: mpsc::Receiver<Result<ManyEvent, Error>>,
+    rx: mailbox::Receiver<ManyEvent>,
     _stop: DropGuard,
 }
 
@@ -49,7 +49,7 @@ impl Stream for ManyObserver {
     type Item = Result<ManyEvent, Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.rx.poll_recv(cx)
+        Pin::new(&mut self.rx).poll_next(cx)
     }
 }
 
@@ -110,8 +110,16 @@ impl ManyFilter {
     }
 }
 
+/// A newer state of an election replaces its older one nobody has taken yet, in its place;
+/// `SnapshotComplete` stays where it is, after the snapshot's states.
+impl Supersede for ManyEvent {
+    fn supersedes(&self, older: &Self) -> bool {
+        matches!((self, older), (ManyEvent::State { election: a, .. }, ManyEvent::State { election: b, .. }) if a == b)
+    }
+}
+
 pub(crate) fn start(client: Client, prefix: String, elections: Vec<String>) -> ManyObserver {
-    let (tx, rx) = mpsc::channel(64);
+    let (tx, rx) = mailbox::mailbox();
     let stop = CancellationToken::new();
     tokio::spawn(run(client, prefix, elections, tx, stop.clone()));
     ManyObserver {
@@ -124,7 +132,7 @@ async fn run(
     client: Client,
     prefix: String,
     elections: Vec<String>,
-    tx: mpsc::Sender<Result<ManyEvent, Error>>,
+    tx: mailbox::Sender<ManyEvent>,
     stop: CancellationToken,
 ) {
     let opener = client.clone();
