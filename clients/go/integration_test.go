@@ -863,3 +863,60 @@ func TestWatchdogOnAFrozenGateway(t *testing.T) {
 		}
 	}
 }
+
+// Observers the application does not read cost nothing else on their connection: each
+// observer's goroutine waits to hand its state over, its stream stops being read, and gRPC's
+// per-stream flow control holds that stream alone. (The Rust client had to read on instead: its
+// transport, h2, ends the whole connection once ≈ 13,000 small messages wait unread; see
+// clients/CONFORMANCE.md.) 200 unread observers and 120 proclaims are ≈ 24,000 messages.
+func TestUnreadObserversDoNotCostTheLeadership(t *testing.T) {
+	addr, _ := gateway(t, "")
+	c := newClient(t, addr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	name := uniqueName(t)
+	a, err := c.Campaign(ctx, name, "a", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	observers := make([]<-chan zkgate.Leader, 200)
+	for i := range observers {
+		observers[i] = c.Observe(ctx, name)
+		select {
+		case l := <-observers[i]:
+			if l.Candidate != "a" {
+				t.Fatalf("observer %d: first state %+v", i, l)
+			}
+		case <-time.After(wait):
+			t.Fatalf("observer %d: no first state", i)
+		}
+	}
+	for i := 0; i < 120; i++ {
+		if err := a.Proclaim(ctx, []byte(fmt.Sprintf("v%d", i))); err != nil {
+			t.Fatalf("proclaim %d: %v", i, err)
+		}
+	}
+	select {
+	case <-a.Done():
+		t.Fatalf("the leadership ended: %v", a.Err())
+	default:
+	}
+	// Read at last: every observer still follows, to the newest value.
+	for i, obs := range observers {
+		for {
+			select {
+			case l, ok := <-obs:
+				if !ok {
+					t.Fatalf("observer %d closed", i)
+				}
+				if string(l.Value) != "v119" {
+					continue
+				}
+			case <-time.After(wait):
+				t.Fatalf("observer %d never reached the newest value", i)
+			}
+			break
+		}
+	}
+	_ = a.Resign(ctx)
+}
