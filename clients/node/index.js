@@ -235,6 +235,24 @@ class AsyncQueue {
     this._put({ value, done: false });
   }
 
+  /**
+   * Pushes a state: it takes the place of a waiting (not yet taken) state with the same `key`,
+   * else goes last. Observers deliver states, not a log (as the gateway's own Observe): one the
+   * application reads late gives the newest, and what waits stays bounded by what is observed
+   * (one election, or one state per election) however long nobody reads. `data` events keep
+   * flowing either way, so an unread observer holds up nothing on its connection.
+   */
+  pushState(value, key) {
+    if (!this.closed && this.waiters.length === 0) {
+      const i = this.items.findIndex((it) => !it.done && !it.error && it.key === key);
+      if (i >= 0) {
+        this.items[i] = { value, done: false, key };
+        return;
+      }
+    }
+    this._put({ value, done: false, key });
+  }
+
   end(error = null) {
     if (this.closed) return;
     this._put(error ? { error } : { value: undefined, done: true });
@@ -269,7 +287,7 @@ class AsyncQueue {
 }
 
 function settle(item) {
-  return item.error ? Promise.reject(item.error) : Promise.resolve(item);
+  return item.error ? Promise.reject(item.error) : Promise.resolve({ value: item.value, done: item.done });
 }
 
 /**
@@ -1141,7 +1159,8 @@ export class Client {
 
   /**
    * The election's leader (null while vacant) as an async iterator: the current state first,
-   * then one value per change. Leaving the loop (break, return, throw) or aborting `signal` ends
+   * then one value per change (read late: the newest state, one waiting at most; see
+   * `AsyncQueue.pushState`). Leaving the loop (break, return, throw) or aborting `signal` ends
    * it. When the stream fails (UNAVAILABLE: the gateway drains or died; ABORTED: it lost its
    * session) it observes again — on the next endpoint after UNAVAILABLE — after a backoff, and
    * never yields a leader with a lower fencing token than one it already yielded. Other errors
@@ -1172,7 +1191,7 @@ export class Client {
           if (leader.fencingToken < highest) return; // older than what was already delivered
           highest = leader.fencingToken;
         }
-        q.push(leader);
+        q.pushState(leader, 'leader');
       });
       c.on('error', () => {}); // the status event carries the same information
       const finish = async () => {
@@ -1240,7 +1259,7 @@ export class Client {
             if (snapshot && k.leads && !snapshot.has(election)) {
               k.leads = false;
               k.last = null;
-              q.push({ election, leader: null });
+              q.pushState({ election, leader: null }, `state:${election}`);
             }
           }
           snapshot = null;
@@ -1262,7 +1281,7 @@ export class Client {
         if (leader) k.highest = leader.fencingToken;
         k.last = key(leader);
         k.leads = leader !== null;
-        q.push({ election, leader });
+        q.pushState({ election, leader }, `state:${election}`);
       });
       c.on('error', () => {}); // the status event carries the same information
       const finish = async () => {

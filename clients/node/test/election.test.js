@@ -166,6 +166,42 @@ test('Leader and Observe show the current leader, vacancies included', opts, asy
   assert.deepEqual(await seen.next(), { value: undefined, done: true });
 });
 
+test('unread observers cost the leadership on their client nothing, and read late give the newest', opts, async () => {
+  // Each observer's 'data' events keep flowing whether or not it is read, and a waiting state
+  // is replaced by a newer one (states, not a log): 200 unread observers and 120 proclaims are
+  // ≈ 24,000 messages, of which each observer keeps one. (The Rust client's h2 ended its whole
+  // connection once ≈ 13,000 small messages waited unread: clients/CONFORMANCE.md.)
+  const election = electionName();
+  const a = gw.campaign(election, 'a', 'v');
+  const observers = [];
+  try {
+    await a.waitElected({ timeoutMs: STEP });
+    for (let i = 0; i < 200; i++) {
+      const seen = gw.observe(election);
+      const r = await within(STEP, seen.next(), 'the first Observe message');
+      assert.equal(r.value.candidate, 'a');
+      observers.push(seen);
+    }
+    for (let i = 0; i < 120; i++) await a.proclaim(`v${i}`, { timeoutMs: STEP });
+    assert.ok(a.isLeader && !a.signal.aborted, 'the leadership survived');
+    for (const seen of observers) {
+      let before = 0;
+      for (;;) {
+        const r = await within(STEP, seen.next(), 'the newest value');
+        assert.ok(!r.done, 'Observe ended early');
+        if (r.value.value.toString() === 'v119') break;
+        before += 1;
+      }
+      // At most what was still on its way when the last proclaim returned, not the backlog.
+      assert.ok(before <= 8, `${before} older states before the newest`);
+    }
+    assert.ok(a.isLeader);
+  } finally {
+    for (const seen of observers) await seen.return();
+    await a.close();
+  }
+});
+
 test('for await over a campaign yields its events and ends with the stream', opts, async () => {
   const election = electionName();
   const c = gw.campaign(election, 'iter');

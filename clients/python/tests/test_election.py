@@ -182,3 +182,33 @@ def test_watchdog_declares_loss_when_the_gateway_freezes(addr, election):
             time.sleep(0.2)
         finally:
             follower.close()
+
+
+def test_unread_observers_do_not_cost_the_leadership(addr, election):
+    """Observers nobody reads, on the campaign's own fleet, cost it nothing: each unread
+    ``observe`` generator is simply not iterated, and gRPC's per-stream flow control holds that
+    stream alone. (The Rust client had to read on instead: its transport, h2, ends the whole
+    connection once ≈ 13,000 small messages wait unread; clients/CONFORMANCE.md.) 200 unread
+    observers and 120 proclaims are ≈ 24,000 messages."""
+    fleet = zkgate.Fleet(addr)
+    a = zkgate.Campaign(fleet, election, "a", b"v")
+    observers = []
+    try:
+        a.wait_elected(STEP)
+        for _ in range(200):
+            seen = zkgate.observe(fleet, election)
+            assert next(seen).candidate == "a"
+            observers.append(seen)
+        for i in range(120):
+            a.proclaim(f"v{i}".encode(), timeout=STEP)
+        assert a.is_leader, "the leadership survived"
+        # Read at last: every observer still follows, to the newest value.
+        for seen in observers:
+            while next(seen).value != b"v119":
+                pass
+        assert a.is_leader
+    finally:
+        for seen in observers:
+            seen.close()
+        a.close()
+        fleet.close()
