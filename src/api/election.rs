@@ -8,7 +8,6 @@ use super::holder_stream::{self, BoxFuture, BoxStream, HolderStream, Step, Suspe
 use super::limits::{BytesPermit, QueuePermit};
 use crate::auth::{self, audit, LeaseKeys, Verb};
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
-use crate::coord::link::LossReason;
 use crate::coord::member::Member;
 use crate::coord::types::{FencingToken, InvalidInput, QueueKind};
 use crate::coord::CoordError;
@@ -286,11 +285,7 @@ impl Election for ElectionApi {
             self.auth.enforced().then_some(&identity),
         )?;
         let observation = self.coord.observe(&election).await?;
-        Ok(Response::new(Box::pin(observe_stream(
-            observation,
-            self.coord.draining(),
-            permit,
-        ))))
+        Ok(Response::new(Box::pin(observe_stream(observation, permit))))
     }
 
     async fn candidates(
@@ -347,31 +342,23 @@ impl Election for ElectionApi {
 /// — it keeps no queue of states, and when it reads again its next message is the newest state
 /// (states, not a log). Nor does it hold the drain: the observation counts as no stream for
 /// it ([`crate::coord::Coordinator::observe`]); a reader ends `UNAVAILABLE` as soon as the drain
-/// starts, and a connection still owing bytes to a client that does not read is cut after the
-/// drain.
+/// starts (the fan-out closes the observation's view, `coord::fanout`), and a connection still
+/// owing bytes to a client that does not read is cut after the drain.
 fn observe_stream(
     observation: crate::coord::election::Observation,
-    draining: tokio_util::sync::CancellationToken,
     permit: super::limits::StreamPermit,
 ) -> impl futures::Stream<Item = Result<pb::ObserveResponse, Status>> + Send + 'static {
-    // Made once, like the observation's own end: one made per message would register with the
-    // gateway's drain token, and unregister, for every observer at every change.
-    let drain = Box::pin(draining.cancelled_owned());
-    let state = Some((observation, drain, permit));
+    let state = Some((observation, permit));
     futures::stream::unfold(state, |state| async move {
-        let (mut observation, mut drain, permit) = state?;
-        tokio::select! {
-            biased;
-            () = &mut drain => {
-                Some((Err(Status::from(CoordError::SessionLost(LossReason::Draining))), None))
-            }
-            next = observation.next() => match next {
-                Ok(leader) => Some((
-                    Ok(pb::ObserveResponse { leader: leader.map(convert::leader) }),
-                    Some((observation, drain, permit)),
-                )),
-                Err(e) => Some((Err(Status::from(e)), None)),
-            },
+        let (mut observation, permit) = state?;
+        match observation.next().await {
+            Ok(leader) => Some((
+                Ok(pb::ObserveResponse {
+                    leader: leader.map(convert::leader),
+                }),
+                Some((observation, permit)),
+            )),
+            Err(e) => Some((Err(Status::from(e)), None)),
         }
     })
 }

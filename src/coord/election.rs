@@ -6,10 +6,12 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use zookeeper_client as zkc;
 
 use super::error::{CoordError, Retry};
-use super::link::Link;
+use super::fanout::EndFn;
+use super::link::{Link, LossReason};
 use super::member::{self, list_members, read_data, Member, MemberEvent};
 use super::pool::SessionPool;
 use super::queue::{QueueHandle, QueueView};
@@ -208,12 +210,13 @@ impl Drop for Candidacy {
 /// An open Observe stream: the current state first, then each change.
 pub struct Observation {
     _queue: Arc<QueueHandle>,
+    /// Closed by the fan-out when the drain starts or the session is lost, so this is the one
+    /// thing an observer polls (`coord::fanout`); why it closed is asked only then.
     view: watch::Receiver<QueueView>,
-    /// Resolves when the session is lost. Made once and kept: a future made per state would
-    /// register with the session's link and unregister again for every observer at every
-    /// change, under the one lock all of them share (issue 21: fan-out to 10,000 observers).
-    /// `None` once it has: the observation is over.
-    lost: Option<futures::future::BoxFuture<'static, CoordError>>,
+    draining: CancellationToken,
+    link: watch::Receiver<Link>,
+    /// The view has closed: the observation is over.
+    ended: bool,
     sent_any: bool,
     last: Option<Holder>,
     _gauge: m::GaugeGuard,
@@ -228,14 +231,14 @@ impl std::fmt::Debug for Observation {
     }
 }
 
-/// Why an observation ends: its session lost, or the session's link gone with it.
-async fn session_lost(mut link: watch::Receiver<Link>) -> CoordError {
+/// Resolves when the session is lost, or its link goes with it.
+async fn session_lost(mut link: watch::Receiver<Link>) {
     loop {
-        if let Link::Lost(reason) = &*link.borrow_and_update() {
-            return CoordError::SessionLost(*reason);
+        if let Link::Lost(_) = &*link.borrow_and_update() {
+            return;
         }
         if link.changed().await.is_err() {
-            return Retry::ObserveClosed.into();
+            return;
         }
     }
 }
@@ -250,10 +253,25 @@ pub(super) async fn observe(
 ) -> Result<Observation, CoordError> {
     let session = pool.session_for(QueueKind::Election, election)?;
     let queue = session.queue(QueueKind::Election, election).await?;
+    // The queue belongs to this session, so every Observe of it passes the same end.
+    let (draining, link) = (pool.draining.clone(), session.link());
+    let end: EndFn = {
+        let (draining, link) = (draining.clone(), link.clone());
+        Box::new(move || {
+            Box::pin(async move {
+                tokio::select! {
+                    () = draining.cancelled_owned() => {}
+                    () = session_lost(link) => {}
+                }
+            })
+        })
+    };
     Ok(Observation {
-        view: queue.observe_view(),
+        view: queue.observe_view_until(end),
         _queue: queue,
-        lost: Some(Box::pin(session_lost(session.link()))),
+        draining,
+        link,
+        ended: false,
         sent_any: false,
         last: None,
         _gauge: m::GaugeGuard::raise(m::observers_active),
@@ -264,8 +282,9 @@ impl Observation {
     /// The next state to send: the first call returns the current one (leader or vacant).
     ///
     /// # Errors
-    /// `SessionLost` when the gateway's session ends: the client re-observes, on any gateway.
-    /// The observation is over then; a further call fails `ObserveClosed`.
+    /// `SessionLost` when the gateway's session ends, or with `Draining` once the drain starts:
+    /// the client re-observes, on any gateway. A state that changed before may come first. The
+    /// observation is over then; a further call fails `ObserveClosed`.
     ///
     /// # Cancellation safety
     /// Cancellation safe.
@@ -282,19 +301,26 @@ impl Observation {
                     }
                 }
             }
-            let Some(lost) = self.lost.as_mut() else {
+            if self.ended {
                 return Err(Retry::ObserveClosed.into());
-            };
-            tokio::select! {
-                biased;
-                e = lost => {
-                    self.lost = None;
-                    return Err(e);
-                }
-                r = self.view.changed() => if r.is_err() {
-                    return Err(Retry::WatchEnded.into());
-                },
             }
+            if self.view.changed().await.is_err() {
+                self.ended = true;
+                return Err(self.why_ended());
+            }
+        }
+    }
+
+    /// Why the view closed: the drain, the session's loss (or its link gone with it), else the
+    /// queue's actor ended.
+    fn why_ended(&self) -> CoordError {
+        if self.draining.is_cancelled() {
+            return CoordError::SessionLost(LossReason::Draining);
+        }
+        match &*self.link.borrow() {
+            Link::Lost(reason) => CoordError::SessionLost(*reason),
+            _ if self.link.has_changed().is_err() => Retry::ObserveClosed.into(),
+            _ => Retry::WatchEnded.into(),
         }
     }
 }

@@ -84,8 +84,11 @@ pub struct QueueHandle {
     pub path: String,
     cmd: mpsc::UnboundedSender<Command>,
     view: watch::Receiver<QueueView>,
-    /// The view for `Observe` streams, a bounded group woken at a time (see [`Fanout`]).
+    /// The view for `Observe` streams, a bounded group woken at a time (see [`Fanout`]),
+    /// closed when the drain starts or the session is lost.
     observers: Fanout<QueueView>,
+    /// The same for `ObserveMany` streams, which end on their own terms.
+    many_observers: Fanout<QueueView>,
     /// The gateway's `max_queues` place, given back when the last user drops the handle.
     _slot: QueueSlot,
     /// Members in the actor's view, kept by the actor (see [`QueueHandle::check_room`]).
@@ -146,6 +149,7 @@ impl QueueHandle {
             path,
             cmd: cmd_tx,
             observers: Fanout::new(view_rx.clone()),
+            many_observers: Fanout::new(view_rx.clone()),
             view: view_rx,
             _slot: slot,
             size,
@@ -218,11 +222,19 @@ impl QueueHandle {
         self.view.clone()
     }
 
-    /// The view for an observer's stream: the same states as [`QueueHandle::view`], delivered
-    /// to at most [`super::fanout::OBSERVERS_PER_WAKE`] observers at a time so thousands of them
-    /// never hold up the gateway's other streams (a new leader's `elected` among them).
+    /// The view for an `ObserveMany` stream: the same states as [`QueueHandle::view`],
+    /// delivered to at most [`super::fanout::OBSERVERS_PER_WAKE`] observers at a time so
+    /// thousands of them never hold up the gateway's other streams (a new leader's `elected`
+    /// among them).
     pub fn observe_view(&self) -> watch::Receiver<QueueView> {
-        self.observers.subscribe()
+        self.many_observers.subscribe()
+    }
+
+    /// The view for an `Observe` stream, as [`QueueHandle::observe_view`], and closed once the
+    /// future `end` makes resolves (the drain, the session's loss): every `Observe` of a queue
+    /// passes the same end, and only the first one's is made ([`Fanout::subscribe_until`]).
+    pub fn observe_view_until(&self, end: super::fanout::EndFn) -> watch::Receiver<QueueView> {
+        self.observers.subscribe_until(end)
     }
 
     /// Registers a freshly created local member. In a lock queue the member is refused when a
