@@ -407,23 +407,20 @@ async fn a_hand_over_on_one_gateway_costs_its_delete_and_no_read() {
     }
 }
 
-/// A hand-over's delete does not wait for the batch in flight (`batch::Urgency`): with
-/// ZooKeeper frozen and another lock's release in flight, a holder with a waiter behind it goes
-/// away, and its delete leaves at once, pipelined behind the first, while a create asked after
-/// it gathers for the next batch as every other write does. Thawed, the waiter holds with a
-/// greater token and nothing is left behind.
-#[tokio::test]
-async fn a_hand_over_delete_leaves_behind_a_batch_in_flight() {
-    // ZooKeeper's default tick, so it grants the 20 s session timeout asked below: the freeze
-    // (a few milliseconds when the rule holds, `FROZEN_AT_MOST` when it does not) never comes
-    // near the point where the gateway would presume the session lost and retry its deletes.
-    let mut zk = LocalZk::start_standalone(LocalZkOptions {
+/// How long the freezing tests below wait for a step while ZooKeeper is frozen.
+const FROZEN_AT_MOST: Duration = Duration::from_secs(3);
+
+/// An own ZooKeeper with its default tick, so it grants the 20 s session timeout the batching
+/// gateway asks: a freeze (a few milliseconds when the rule under test holds,
+/// [`FROZEN_AT_MOST`] when it does not) never comes near the point where the gateway would
+/// presume the session lost and retry its writes.
+async fn zookeeper_to_freeze() -> (LocalZk, Gateway) {
+    let zk = LocalZk::start_standalone(LocalZkOptions {
         tick_time: Duration::from_secs(2),
         ..Default::default()
     })
     .await
     .expect("start ZooKeeper");
-    const FROZEN_AT_MOST: Duration = Duration::from_secs(3);
     let gw = Gateway::start_with(
         &zk.connect_string(),
         GatewayOpts {
@@ -433,6 +430,17 @@ async fn a_hand_over_delete_leaves_behind_a_batch_in_flight() {
         },
     )
     .await;
+    (zk, gw)
+}
+
+/// A hand-over's delete does not wait for the batch in flight (`batch::Urgency`): with
+/// ZooKeeper frozen and another lock's release in flight, a holder with a waiter behind it goes
+/// away, and its delete leaves at once, pipelined behind the first, while a create asked after
+/// it gathers for the next batch as every other write does. Thawed, the waiter holds with a
+/// greater token and nothing is left behind.
+#[tokio::test]
+async fn a_hand_over_delete_leaves_behind_a_batch_in_flight() {
+    let (mut zk, gw) = zookeeper_to_freeze().await;
     let zkc = zk_client(&zk.connect_string()).await;
     let gz = gateway_zk(&gw);
     let mut lc = gw.lock_client().await;
@@ -492,23 +500,7 @@ async fn a_hand_over_delete_leaves_behind_a_batch_in_flight() {
 /// greater token and nothing is left behind.
 #[tokio::test]
 async fn a_hand_over_delete_behind_a_refused_batch_still_hands_over() {
-    // As above: a granted 20 s session, so the freeze never looks like a lost session.
-    let mut zk = LocalZk::start_standalone(LocalZkOptions {
-        tick_time: Duration::from_secs(2),
-        ..Default::default()
-    })
-    .await
-    .expect("start ZooKeeper");
-    const FROZEN_AT_MOST: Duration = Duration::from_secs(3);
-    let gw = Gateway::start_with(
-        &zk.connect_string(),
-        GatewayOpts {
-            session_timeout: Duration::from_secs(20),
-            configure: Some(Box::new(|cfg| cfg.coord.zk_batch = true)),
-            ..Default::default()
-        },
-    )
-    .await;
+    let (mut zk, gw) = zookeeper_to_freeze().await;
     let zkc = zk_client(&zk.connect_string()).await;
     let gz = gateway_zk(&gw);
     let parent = format!("{}/refused-ahead", gw.root);
