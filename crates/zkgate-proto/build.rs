@@ -20,10 +20,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(false)
         .file_descriptor_set_path(out_dir.join("zkgate_descriptor.bin"))
         .compile_protos(&protos, std::slice::from_ref(&root))?;
-    // The servers only, over the messages above, with small per-call buffers: see src/codec.rs.
+    // The servers only, over the messages above, with small per-call buffers: see src/codec.rs;
+    // `Observe` sends its state encoded once for every observer (src/encoded.rs).
     let server_dir = out_dir.join("server");
     std::fs::create_dir_all(&server_dir)?;
     tonic_prost_build::configure()
+        .extern_path(
+            ".zkgate.v1.ObserveResponse",
+            "crate::EncodedObserveResponse",
+        )
         .extern_path(".zkgate.v1", "crate")
         .build_client(false)
         .codec_path("crate::codec::LeanCodec")

@@ -9,7 +9,7 @@ use super::limits::{BytesPermit, QueuePermit};
 use crate::auth::{self, audit, LeaseKeys, Verb};
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
 use crate::coord::member::Member;
-use crate::coord::types::{FencingToken, InvalidInput, QueueKind};
+use crate::coord::types::{FencingToken, Holder, InvalidInput, QueueKind};
 use crate::coord::CoordError;
 use crate::proto as pb;
 use crate::proto::campaign_request::Request as CampaignMsg;
@@ -165,7 +165,7 @@ impl HolderStream for CampaignStream {
 #[tonic::async_trait]
 impl Election for ElectionApi {
     type CampaignStream = BoxStream<pb::CampaignResponse>;
-    type ObserveStream = BoxStream<pb::ObserveResponse>;
+    type ObserveStream = BoxStream<pb::EncodedObserveResponse>;
     type ObserveManyStream = BoxStream<pb::ObserveManyResponse>;
 
     async fn campaign(
@@ -344,21 +344,30 @@ impl Election for ElectionApi {
 /// it ([`crate::coord::Coordinator::observe`]); a reader ends `UNAVAILABLE` as soon as the drain
 /// starts (the fan-out closes the observation's view, `coord::fanout`), and a connection still
 /// owing bytes to a client that does not read is cut after the drain.
+///
+/// Each state is encoded once for all of this gateway's observers of the election
+/// ([`observe_response`]), and each stream sends those bytes as they are.
 fn observe_stream(
     observation: crate::coord::election::Observation,
     permit: super::limits::StreamPermit,
-) -> impl futures::Stream<Item = Result<pb::ObserveResponse, Status>> + Send + 'static {
+) -> impl futures::Stream<Item = Result<pb::EncodedObserveResponse, Status>> + Send + 'static {
     let state = Some((observation, permit));
     futures::stream::unfold(state, |state| async move {
         let (mut observation, permit) = state?;
-        match observation.next().await {
-            Ok(leader) => Some((
-                Ok(pb::ObserveResponse {
-                    leader: leader.map(convert::leader),
-                }),
+        match observation.next_encoded(observe_response).await {
+            Ok(bytes) => Some((
+                Ok(pb::EncodedObserveResponse::from_bytes(bytes)),
                 Some((observation, permit)),
             )),
             Err(e) => Some((Err(Status::from(e)), None)),
         }
     })
+}
+
+/// An `Observe` message for `leader`, encoded: the one encoding every observer shares.
+fn observe_response(leader: &Option<Holder>) -> prost::bytes::Bytes {
+    pb::EncodedObserveResponse::new(&pb::ObserveResponse {
+        leader: leader.clone().map(convert::leader),
+    })
+    .into()
 }

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use prost::bytes::Bytes;
+
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -217,16 +219,49 @@ pub struct Observation {
     link: watch::Receiver<Link>,
     /// The view has closed: the observation is over.
     ended: bool,
-    sent_any: bool,
-    last: Option<Holder>,
+    sent: Sent,
     _gauge: m::GaugeGuard,
+}
+
+/// What an observation sent last, to tell what it must send next.
+#[derive(Debug, Default)]
+struct Sent {
+    /// The bytes sent last and their leader's token; `None` before the first.
+    last: Option<(Bytes, Option<FencingToken>)>,
+}
+
+impl Sent {
+    /// The bytes to send for `view`, if any: not before the queue is listed, not what was sent
+    /// last again (equal states encode to equal bytes; a state's observers share one copy, so
+    /// mostly the comparison is of a pointer), never a lower token.
+    fn next(
+        &mut self,
+        view: &QueueView,
+        encode: impl Fn(&Option<Holder>) -> Bytes,
+    ) -> Option<Bytes> {
+        if !view.synced() {
+            return None;
+        }
+        let token = view.leader().as_ref().map(|l| l.fencing_token);
+        let bytes = view.encoded(encode);
+        if let Some((last, last_token)) = &self.last {
+            let same = last.as_ptr() == bytes.as_ptr() && last.len() == bytes.len();
+            if same || *last == bytes {
+                return None;
+            }
+            if matches!((last_token, token), (Some(o), Some(n)) if n < *o) {
+                return None;
+            }
+        }
+        self.last = Some((bytes.clone(), token));
+        Some(bytes)
+    }
 }
 
 impl std::fmt::Debug for Observation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Observation")
-            .field("sent_any", &self.sent_any)
-            .field("last", &self.last)
+            .field("sent", &self.sent)
             .finish_non_exhaustive()
     }
 }
@@ -272,14 +307,20 @@ pub(super) async fn observe(
         draining,
         link,
         ended: false,
-        sent_any: false,
-        last: None,
+        sent: Sent::default(),
         _gauge: m::GaugeGuard::raise(m::observers_active),
     })
 }
 
 impl Observation {
-    /// The next state to send: the first call returns the current one (leader or vacant).
+    /// The next state to send, as `encode` encodes it: the first call returns the current one
+    /// (leader or vacant). `encode` runs once per state on this gateway, for whichever of its
+    /// observers sends it first; the rest share its bytes (issue 21: a leader change at 10,000
+    /// observers).
+    ///
+    /// A state equal to the one sent last is not sent again, whether it is the same published
+    /// value or an equal one published later (a leader seen again after a vacancy this observer
+    /// skipped): equal states encode to equal bytes. Tokens never go down.
     ///
     /// # Errors
     /// `SessionLost` when the gateway's session ends, or with `Draining` once the drain starts:
@@ -288,17 +329,15 @@ impl Observation {
     ///
     /// # Cancellation safety
     /// Cancellation safe.
-    pub async fn next(&mut self) -> Result<Option<Holder>, CoordError> {
+    pub async fn next_encoded(
+        &mut self,
+        encode: impl Fn(&Option<Holder>) -> Bytes,
+    ) -> Result<Bytes, CoordError> {
         loop {
             {
                 let view = self.view.borrow_and_update();
-                if view.synced && (!self.sent_any || view.leader != self.last) {
-                    let stale = matches!((&self.last, &view.leader), (Some(o), Some(n)) if n.fencing_token < o.fencing_token);
-                    if !stale {
-                        self.sent_any = true;
-                        self.last = view.leader.clone();
-                        return Ok(view.leader.clone());
-                    }
+                if let Some(bytes) = self.sent.next(&view, &encode) {
+                    return Ok(bytes);
                 }
             }
             if self.ended {
@@ -483,4 +522,85 @@ async fn leader_on(session: &ZkSession, election: &QueueName) -> Result<Holder, 
         }
     }
     Err(CoordError::NoLeader(election.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::coord::types::QueueName;
+
+    fn holder(token: u64, value: &str) -> Holder {
+        Holder {
+            queue: QueueName::new("e").expect("a name"),
+            participant: "p".into(),
+            value: value.as_bytes().to_vec(),
+            fencing_token: FencingToken(token),
+            since: std::time::UNIX_EPOCH,
+        }
+    }
+
+    /// What a state encodes to: enough to tell states apart.
+    fn encode(leader: &Option<Holder>) -> Bytes {
+        let text = match leader {
+            Some(l) => format!(
+                "{}:{}",
+                l.fencing_token.0,
+                String::from_utf8_lossy(&l.value)
+            ),
+            None => "vacant".into(),
+        };
+        Bytes::from(text)
+    }
+
+    #[test]
+    fn an_observer_sends_each_state_once_in_token_order() {
+        let unsynced = QueueView::default();
+        let vacant = QueueView::new(true, None);
+        let a = QueueView::new(true, Some(holder(10, "x")));
+        let a_again = QueueView::new(true, Some(holder(10, "x")));
+        let proclaimed = QueueView::new(true, Some(holder(10, "y")));
+        let b = QueueView::new(true, Some(holder(20, "x")));
+        let vacant_again = QueueView::new(true, None);
+        // (the view the observer sees, what it sends)
+        let table: [(&QueueView, Option<&str>); 10] = [
+            (&unsynced, None),
+            (&vacant, Some("vacant")),
+            (&vacant, None),
+            (&a, Some("10:x")),
+            (&a.clone(), None),
+            // Published again after a vacancy this observer never saw: equal, not sent.
+            (&a_again, None),
+            (&proclaimed, Some("10:y")),
+            (&b, Some("20:x")),
+            // Published before `b` but seen after it: stale.
+            (&a, None),
+            (&vacant_again, Some("vacant")),
+        ];
+        let mut sent = Sent::default();
+        for (i, (view, want)) in table.into_iter().enumerate() {
+            let got = sent.next(view, encode);
+            assert_eq!(got.as_deref(), want.map(str::as_bytes), "row {i}");
+        }
+    }
+
+    #[test]
+    fn a_state_is_encoded_once_for_all_its_observers() {
+        let calls = Cell::new(0);
+        let counting = |l: &Option<Holder>| {
+            calls.set(calls.get() + 1);
+            encode(l)
+        };
+        let view = QueueView::new(true, Some(holder(10, "x")));
+        let (mut first, mut second) = (Sent::default(), Sent::default());
+        let one = first.next(&view, counting).expect("sent");
+        let two = second.next(&view.clone(), counting).expect("sent");
+        assert_eq!(calls.get(), 1);
+        assert_eq!(one.as_ptr(), two.as_ptr(), "the same bytes, shared");
+        // A new state, even an equal one, has its own encoding.
+        let equal = QueueView::new(true, Some(holder(10, "x")));
+        assert_eq!(first.next(&equal, counting), None);
+        assert_eq!(calls.get(), 2);
+    }
 }

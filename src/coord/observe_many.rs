@@ -127,17 +127,17 @@ pub struct Sent {
 /// one sent is stale (a view published before a newer one) and skipped, so tokens never go
 /// down in the stream.
 pub fn next_state(sent: &Sent, view: &QueueView) -> Option<Option<Holder>> {
-    if !view.synced || (sent.any && view.leader == sent.last) {
+    if !view.synced() || (sent.any && *view.leader() == sent.last) {
         return None;
     }
     if view
-        .leader
+        .leader()
         .as_ref()
         .is_some_and(|l| l.fencing_token.0 < sent.top)
     {
         return None;
     }
-    Some(view.leader.clone())
+    Some(view.leader().clone())
 }
 
 /// Resolves when `rejudge` moves (`Err` once its sender is gone); never without one.
@@ -459,10 +459,7 @@ mod tests {
     }
 
     fn view(synced: bool, token: Option<u64>) -> QueueView {
-        QueueView {
-            synced,
-            leader: token.map(holder),
-        }
+        QueueView::new(synced, token.map(holder))
     }
 
     fn sent(any: bool, token: Option<u64>) -> Sent {

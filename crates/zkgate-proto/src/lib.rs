@@ -14,6 +14,13 @@ tonic::include_proto!("zkgate.v1");
 
 #[cfg(feature = "server")]
 pub mod codec;
+#[cfg(feature = "server")]
+pub mod encoded;
+
+/// What the server's `Observe` sends: an [`ObserveResponse`] encoded once for all its observers
+/// ([`encoded`]).
+#[cfg(feature = "server")]
+pub type EncodedObserveResponse = encoded::Encoded<ObserveResponse>;
 
 #[cfg(feature = "server")]
 include!(concat!(env!("OUT_DIR"), "/server/zkgate.v1.rs"));

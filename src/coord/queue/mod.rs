@@ -358,7 +358,7 @@ impl QueueRegistry {
     /// office, which a one-off read cannot tell.
     pub fn watched_leader(&self, election: &QueueName) -> Option<Holder> {
         let queue = self.running(&(QueueKind::Election, election.clone()))?;
-        let leader = queue.view().borrow().leader.clone();
+        let leader = queue.view().borrow().leader().clone();
         leader
     }
 
@@ -481,7 +481,8 @@ impl Actor {
         }
         self.send_answer();
         // Whatever is still local hears nothing more; its stream follows the session link.
-        self.view_tx.send_modify(|v| v.leader = None);
+        self.view_tx
+            .send_modify(|v| *v = QueueView::new(v.synced(), None));
     }
 
     /// Whether confirmations may run: only while the link is up. A follower cut off from its

@@ -1391,7 +1391,7 @@ impl Sim {
                 Pending::Verify(nodes),
             ),
             Action::Publish(view) => {
-                let token = view.leader.map(|l| l.fencing_token.0 as i64);
+                let token = view.leader().as_ref().map(|l| l.fencing_token.0 as i64);
                 let a = self.sessions[si].actor.as_mut().expect("actor");
                 if let (Some(Some(old)), Some(new)) = (a.published, token) {
                     if new < old {
@@ -2453,7 +2453,7 @@ fn brief(action: &Action) -> String {
         Action::Signal(n, s) => format!("Signal({}, {s:?})", &n[..1]),
         Action::Publish(v) => format!(
             "Publish({:?})",
-            v.leader.as_ref().map(|l| l.fencing_token.0)
+            v.leader().as_ref().map(|l| l.fencing_token.0)
         ),
         Action::Reply(r) => format!("Reply({:?})", r.as_ref().map_err(|_| "refused")),
         other => format!("{other:?}"),

@@ -65,7 +65,10 @@
 //! newcomer when its permits are read — is ignored for as long as it exists.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
+
+use prost::bytes::Bytes;
 
 use tokio::time::Instant;
 use zookeeper_client as zkc;
@@ -82,13 +85,56 @@ fn key(m: &MemberName) -> Key {
 }
 
 /// What observers see of a queue.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// Made whole by [`QueueView::new`] and never changed in place: each state carries its own
+/// [`encoded`](QueueView::encoded) form, which only a new state may replace, so a state can
+/// never be sent with the bytes of another.
+#[derive(Debug, Clone, Default)]
 pub struct QueueView {
     /// False until the actor has listed the queue once.
-    pub synced: bool,
+    synced: bool,
     /// The confirmed leader; `None` while vacant (or while a new head awaits confirmation).
-    pub leader: Option<Holder>,
+    leader: Option<Holder>,
+    /// This state as sent to observers, encoded by the first that sends it and shared with the
+    /// rest (issue 21: 10,000 observers of one election each encoded the same message).
+    encoded: Arc<OnceLock<Bytes>>,
 }
+
+impl QueueView {
+    pub fn new(synced: bool, leader: Option<Holder>) -> Self {
+        QueueView {
+            synced,
+            leader,
+            encoded: Arc::default(),
+        }
+    }
+
+    /// False until the actor has listed the queue once.
+    pub fn synced(&self) -> bool {
+        self.synced
+    }
+
+    /// The confirmed leader; `None` while vacant (or while a new head awaits confirmation).
+    pub fn leader(&self) -> &Option<Holder> {
+        &self.leader
+    }
+
+    /// This state encoded by `encode`, which runs once per state, for its first observer; every
+    /// other observer (of this gateway) shares its bytes. Every caller passes the same encoding
+    /// (`api::election`'s `Observe`).
+    pub fn encoded(&self, encode: impl FnOnce(&Option<Holder>) -> Bytes) -> Bytes {
+        self.encoded.get_or_init(|| encode(&self.leader)).clone()
+    }
+}
+
+/// Equal states, whatever their encoded forms (which are the same bytes whenever made).
+impl PartialEq for QueueView {
+    fn eq(&self, other: &Self) -> bool {
+        self.synced == other.synced && self.leader == other.leader
+    }
+}
+
+impl Eq for QueueView {}
 
 /// What the actor tells one local member.
 #[derive(Debug, Clone, PartialEq)]
@@ -1153,8 +1199,7 @@ impl QueueState {
                 return;
             }
         }
-        v.leader = leader;
-        v.synced = true;
+        *v = QueueView::new(true, leader);
         out.push(Action::Publish(v.clone()));
     }
 }
@@ -1849,10 +1894,7 @@ mod tests {
         let out = s.apply(Event::Reconcile { link_up: true });
         assert!(matches!(
             out.as_slice(),
-            [Action::Publish(QueueView {
-                synced: true,
-                leader: None
-            })]
+            [Action::Publish(v)] if *v == QueueView::new(true, None)
         ));
         assert!(s.apply(Event::Reconcile { link_up: true }).is_empty());
     }
