@@ -45,6 +45,12 @@
 //! a drain still running silence limit + 5 s after SIGTERM fails the run. `--granted-below D`
 //! sets the ensemble's `maxSessionTimeout` to D, below what the gateways ask.
 //!
+//! Observers (`--observers`, per election): `Observe` streams on gateways picked at random,
+//! observing again on any gateway whenever a stream ends. Every state is logged with the instant
+//! it arrived and checked by `checker::check_observers`: tokens never go down in a stream, and
+//! no observer shows a state other than its election's (by the candidates' holds) for longer
+//! than the stall bound, not counting time without a quorum.
+//!
 //! At the end the checker of `zkgate_testkit::checker` runs over every stream: exclusion and
 //! fencing violations, the time each election took to have a holder again after each fault
 //! (skipped where another fault on the same election overlapped), and the znodes left once
@@ -68,7 +74,7 @@ use std::time::{Duration, Instant};
 
 use clap::{CommandFactory, FromArgMatches, Parser};
 use rand::prelude::*;
-use support::checker::{self, Ev, StreamLog};
+use support::checker::{self, Ev, ObserverLog, StreamLog};
 use support::linkcut::{LinkCutter, LinkMode};
 use support::procgw::{GatewayProc, GatewaySpec, ProcState};
 use support::recorder::StreamClient;
@@ -162,6 +168,11 @@ struct Args {
     /// bound from it); the soak's bounds then use the grant.
     #[arg(long, value_parser = humantime::parse_duration)]
     granted_below: Option<Duration>,
+    /// `Observe` streams per election, each on a gateway picked at random, observing again
+    /// (on any gateway) whenever its stream ends. Checked: tokens never go down in a stream,
+    /// and no observer shows a state other than its election's past the stall bound.
+    #[arg(long, default_value_t = 2)]
+    observers: usize,
     /// Only these fault kinds (comma-separated, as printed, e.g. `KillZkLeader,Drain`).
     /// Default: all.
     #[arg(long, value_delimiter = ',')]
@@ -508,6 +519,8 @@ struct World {
     drains: Mutex<Vec<(String, Duration, bool)>>,
     leader_kills: Mutex<Vec<LeaderKill>>,
     logs: Mutex<Vec<watch::Receiver<StreamLog>>>,
+    /// Every `Observe` stream so far, as it goes.
+    observer_logs: Mutex<Vec<Arc<Mutex<ObserverLog>>>>,
     stop: CancellationToken,
     rng: Mutex<StdRng>,
     /// Streams whose client sent `resign{}` (their OK end is expected).
@@ -1049,6 +1062,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
         drains: Mutex::new(Vec::new()),
         leader_kills: Mutex::new(Vec::new()),
         logs: Mutex::new(Vec::new()),
+        observer_logs: Mutex::new(Vec::new()),
         stop: CancellationToken::new(),
         rng: Mutex::new(StdRng::seed_from_u64(seed)),
         resigned: Mutex::new(std::collections::HashSet::new()),
@@ -1063,6 +1077,14 @@ async fn soak(args: Args) -> std::process::ExitCode {
     }
     for i in 0..world.verb_slots.len() {
         tasks.push(tokio::spawn(run_verb(world.clone(), i)));
+    }
+    for e in 0..args.elections {
+        for _ in 0..args.observers {
+            tasks.push(tokio::spawn(run_observer(
+                world.clone(),
+                format!("soak-{e}"),
+            )));
+        }
     }
     let queue_trace = std::env::temp_dir().join(format!("zkgate-soak-{seed}-queues.txt"));
     tasks.push(tokio::spawn(trace_queues(
@@ -1141,6 +1163,13 @@ async fn soak(args: Args) -> std::process::ExitCode {
     let faults_over = Instant::now();
     let logs = world.logs();
     let report = checker::check(&logs, capacity, epoch);
+    let observer_logs: Vec<ObserverLog> = world
+        .observer_logs
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|l| l.lock().unwrap().clone())
+        .collect();
     world.stop.cancel();
     for task in tasks {
         let _ = task.await;
@@ -1397,6 +1426,25 @@ async fn soak(args: Args) -> std::process::ExitCode {
     for v in &stalled {
         println!("  STALL {v}");
     }
+    let observed = checker::check_observers(
+        &observer_logs,
+        &report,
+        stall_bound,
+        faults_over,
+        &no_quorum,
+        epoch,
+    );
+    println!(
+        "observers: {} Observe streams, {} states shown, violations (a token down, or a state \
+         other than the election's for over {stall_bound:?}): {}; longest behind: {:?}",
+        observer_logs.len(),
+        observer_logs.iter().map(|o| o.states.len()).sum::<usize>(),
+        observed.violations.len(),
+        observed.longest
+    );
+    for v in &observed.violations {
+        println!("  OBSERVER VIOLATION {v}");
+    }
     println!("recoveries over their bound: {}", slow.len());
     for v in &slow {
         println!("  SLOW {v}");
@@ -1456,6 +1504,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
         && instream.violations.is_empty()
         && znodes.is_ok()
         && stalled.is_empty()
+        && observed.violations.is_empty()
         && cmd_violations.is_empty()
         && cmd_gaps.is_empty()
         && survivors.is_empty()
@@ -1469,6 +1518,69 @@ async fn soak(args: Args) -> std::process::ExitCode {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::FAILURE
+    }
+}
+
+/// One observer of `election`: `Observe` on a running gateway picked at random, every state
+/// logged with the instant it arrived, and again (a new stream, any gateway) once the stream
+/// ends, until the soak stops. No link cutter: the faults it meets are its gateway's (killed,
+/// stopped, drained, cut from ZooKeeper) and ZooKeeper's.
+async fn run_observer(world: Arc<World>, election: String) {
+    static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    while !world.stop.is_cancelled() {
+        let running = world.running_gateways();
+        if running.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        let g = running[world.random(running.len())];
+        let Some(addr) = *world.gateways[g].addr.borrow() else {
+            continue;
+        };
+        let opened = tokio::time::timeout(Duration::from_secs(5), async {
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                .ok()?
+                .connect()
+                .await
+                .ok()?;
+            zkgate::proto::election_client::ElectionClient::new(channel)
+                .observe(zkgate::proto::ObserveRequest {
+                    election: election.clone(),
+                })
+                .await
+                .ok()
+                .map(tonic::Response::into_inner)
+        })
+        .await;
+        let Ok(Some(mut stream)) = opened else {
+            tokio::time::sleep(world.millis(100, 500)).await;
+            continue;
+        };
+        let log = Arc::new(Mutex::new(ObserverLog {
+            id: IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            election: election.clone(),
+            via: world.gateways[g].name.clone(),
+            states: Vec::new(),
+            ended: None,
+        }));
+        world.observer_logs.lock().unwrap().push(log.clone());
+        loop {
+            let next = tokio::select! {
+                () = world.stop.cancelled() => return,
+                next = stream.message() => next,
+            };
+            match next {
+                Ok(Some(m)) => {
+                    let token = m.leader.map(|l| l.fencing_token);
+                    log.lock().unwrap().states.push((Instant::now(), token));
+                }
+                Ok(None) | Err(_) => {
+                    log.lock().unwrap().ended = Some(Instant::now());
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(world.millis(100, 500)).await;
     }
 }
 

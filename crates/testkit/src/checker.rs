@@ -552,12 +552,7 @@ pub fn stalls(
 
 /// How much of `from..to` lies inside the union of `stretches` (which may overlap).
 pub fn overlap(from: Instant, to: Instant, stretches: &[(Instant, Instant)]) -> Duration {
-    let mut clipped: Vec<(Instant, Instant)> = stretches
-        .iter()
-        .map(|&(a, b)| (a.max(from), b.min(to)))
-        .filter(|(a, b)| b > a)
-        .collect();
-    clipped.sort();
+    let clipped = clip(from, to, stretches);
     let mut total = Duration::ZERO;
     let mut reach: Option<Instant> = None;
     for (a, b) in clipped {
@@ -568,6 +563,154 @@ pub fn overlap(from: Instant, to: Instant, stretches: &[(Instant, Instant)]) -> 
         reach = Some(reach.map_or(b, |r| r.max(b)));
     }
     total
+}
+
+/// What one `Observe` stream showed, in arrival order.
+#[derive(Debug, Clone)]
+pub struct ObserverLog {
+    pub id: u64,
+    pub election: String,
+    /// Which gateway the stream went to, for reports.
+    pub via: String,
+    /// Each state: the leader's fencing token, `None` for a vacancy.
+    pub states: Vec<(Instant, Option<u64>)>,
+    /// When the stream ended, if it has.
+    pub ended: Option<Instant>,
+}
+
+/// What [`check_observers`] found.
+#[derive(Debug, Clone, Default)]
+pub struct ObserverReport {
+    pub violations: Vec<Violation>,
+    /// The longest stretch any observer showed a state other than the holds', not counting
+    /// `excused` time, and whose: how far behind the observers ran, violations or not.
+    pub longest: Option<(Duration, String)>,
+}
+
+/// Observers checked against what the candidates held (`report`), as strictly as the
+/// candidates themselves:
+///
+/// * tokens never go down in one stream (the contract's `Observe`);
+/// * an observer never shows a state other than the election's for longer than `bound`: a
+///   leader after its hold ended, another leader than the one holding, or a vacancy while
+///   someone holds. The truth is the clients' holds, so it lags ZooKeeper by what a client
+///   takes to learn its end (`suspended`, a stream's end, its silence limit), and `bound` is
+///   the candidates' stall bound, which every fault and its recovery stay within. Time in
+///   `excused` (no quorum) does not count, as for [`stalls`]; an open stream counts until
+///   `until`.
+pub fn check_observers(
+    observers: &[ObserverLog],
+    report: &Report,
+    bound: Duration,
+    until: Instant,
+    excused: &[(Instant, Instant)],
+    epoch: Instant,
+) -> ObserverReport {
+    let mut out = Vec::new();
+    let mut longest: Option<(Duration, String)> = None;
+    for o in observers {
+        let who = format!("observer #{} of {} via {}", o.id, o.election, o.via);
+        let mut top: Option<u64> = None;
+        for (t, token) in &o.states {
+            if let (Some(top), Some(token)) = (top, token) {
+                if *token < top {
+                    out.push(Violation {
+                        kind: "observer token went down",
+                        detail: format!("{who}: {token} after {top} at {}", ms(*t, epoch)),
+                    });
+                }
+            }
+            top = top.max(*token);
+        }
+        let holds: Vec<(Instant, Instant, u64)> = report
+            .holds_of(&o.election)
+            .map(|h| (h.start, h.end_or(until).min(until), h.token))
+            .collect();
+        let end = o.ended.unwrap_or(until).min(until);
+        for (i, (from, shown)) in o.states.iter().enumerate() {
+            let to = o.states.get(i + 1).map_or(end, |(t, _)| *t).min(end);
+            for (a, b) in disagreements(*from, to, *shown, &holds) {
+                let counted = (b - a).saturating_sub(overlap(a, b, excused));
+                let shown = shown.map_or("vacant".to_owned(), |t| format!("token {t}"));
+                if longest.as_ref().is_none_or(|(d, _)| counted > *d) {
+                    longest = Some((counted, format!("{who} showed {shown} at {}", ms(a, epoch))));
+                }
+                if counted > bound {
+                    out.push(Violation {
+                        kind: "observer stale",
+                        detail: format!(
+                            "{who}: showed {shown} for {:?} ({}..{}) while the election's \
+                             holds said otherwise",
+                            b - a,
+                            ms(a, epoch),
+                            ms(b, epoch)
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    ObserverReport {
+        violations: out,
+        longest,
+    }
+}
+
+/// The stretches of `from..to` in which `shown` (a leader's token, or a vacancy) was not what
+/// `holds` (start, end, token) say.
+fn disagreements(
+    from: Instant,
+    to: Instant,
+    shown: Option<u64>,
+    holds: &[(Instant, Instant, u64)],
+) -> Vec<(Instant, Instant)> {
+    if to <= from {
+        return Vec::new();
+    }
+    // Where the holds agree with `shown`: its leader's holds, or nobody's for a vacancy.
+    let agree: Vec<(Instant, Instant)> = match shown {
+        Some(token) => holds
+            .iter()
+            .filter(|h| h.2 == token)
+            .map(|h| (h.0, h.1))
+            .collect(),
+        None => {
+            let held: Vec<(Instant, Instant)> = holds.iter().map(|h| (h.0, h.1)).collect();
+            complement(from, to, &held)
+        }
+    };
+    complement(from, to, &agree)
+}
+
+/// `from..to` without the union of `stretches`, as sorted stretches.
+fn complement(
+    from: Instant,
+    to: Instant,
+    stretches: &[(Instant, Instant)],
+) -> Vec<(Instant, Instant)> {
+    let mut out = Vec::new();
+    let mut at = from;
+    for (a, b) in clip(from, to, stretches) {
+        if a > at {
+            out.push((at, a));
+        }
+        at = at.max(b);
+    }
+    if to > at {
+        out.push((at, to));
+    }
+    out
+}
+
+/// The parts of `stretches` inside `from..to`, sorted by start.
+fn clip(from: Instant, to: Instant, stretches: &[(Instant, Instant)]) -> Vec<(Instant, Instant)> {
+    let mut clipped: Vec<(Instant, Instant)> = stretches
+        .iter()
+        .map(|&(a, b)| (a.max(from), b.min(to)))
+        .filter(|(a, b)| b > a)
+        .collect();
+    clipped.sort();
+    clipped
 }
 
 /// One hold of a command run by a CLI verb (`zkgate elect NAME -- CMD`, `zkgate lock NAME --
@@ -849,6 +992,108 @@ mod tests {
             stalls(&logs, &r, "e", Duration::from_secs(1), until, &one).len(),
             1
         );
+    }
+
+    fn observer(
+        states: Vec<(u64, Option<u64>)>,
+        ended: Option<u64>,
+        epoch: Instant,
+    ) -> ObserverLog {
+        let at = |ms: u64| epoch + Duration::from_millis(ms);
+        ObserverLog {
+            id: 9,
+            election: "e".into(),
+            via: "g".into(),
+            states: states.into_iter().map(|(ms, t)| (at(ms), t)).collect(),
+            ended: ended.map(at),
+        }
+    }
+
+    #[test]
+    fn observers_are_checked_against_the_holds() {
+        let epoch = Instant::now();
+        // a holds 1000..3000 (token 1), b 3000..8000 (token 2), then nobody until 10000.
+        let held = |id: u64, token: u64, from: u64, to: u64| {
+            let q = Ev::Queued { position: 0 };
+            let mut l = log(id, vec![(0, q), (from, granted(token))], epoch);
+            for ms in (from + 50..to).step_by(50) {
+                l.events
+                    .push((epoch + Duration::from_millis(ms), Ev::Heartbeat));
+            }
+            l.events.push((epoch + Duration::from_millis(to), end()));
+            l
+        };
+        let r = check(
+            &[held(1, 1, 1000, 3000), held(2, 2, 3000, 8000)],
+            |_| 1,
+            epoch,
+        );
+        let until = epoch + Duration::from_millis(10_000);
+        let bound = Duration::from_millis(500);
+        let kinds = |o: ObserverLog, excused: &[(Instant, Instant)]| -> Vec<&'static str> {
+            check_observers(&[o], &r, bound, until, excused, epoch)
+                .violations
+                .iter()
+                .map(|v| v.kind)
+                .collect()
+        };
+        let stale = "observer stale";
+        let down = "observer token went down";
+        // (what the observer showed, when it ended, the violations)
+        type Row = (Vec<(u64, Option<u64>)>, Option<u64>, Vec<&'static str>);
+        let table: Vec<Row> = vec![
+            // Every change within 100 ms: fine.
+            (
+                vec![(0, None), (1100, Some(1)), (3100, Some(2)), (8100, None)],
+                None,
+                vec![],
+            ),
+            // Token 1 shown until 3400: 400 ms late, within the bound.
+            (
+                vec![(0, None), (1100, Some(1)), (3400, Some(2)), (8100, None)],
+                None,
+                vec![],
+            ),
+            // Token 1 shown until 4000: a second after b took over.
+            (
+                vec![(0, None), (1100, Some(1)), (4000, Some(2))],
+                Some(8000),
+                vec![stale],
+            ),
+            // The vacancy at the end never shown...
+            (vec![(3100, Some(2))], None, vec![stale]),
+            // ...unless the stream ended in time.
+            (vec![(3100, Some(2))], Some(8200), vec![]),
+            // Vacant while a held.
+            (vec![(0, None)], Some(2000), vec![stale]),
+            // A token that went down, then also shown for long.
+            (
+                vec![(3100, Some(2)), (3200, Some(1))],
+                Some(3300),
+                vec![down],
+            ),
+            (
+                vec![(3100, Some(2)), (3200, Some(1))],
+                Some(5000),
+                vec![down, stale],
+            ),
+            // A token nobody held, shown for long.
+            (vec![(3100, Some(7))], Some(5000), vec![stale]),
+        ];
+        for (i, (states, ended, want)) in table.into_iter().enumerate() {
+            assert_eq!(kinds(observer(states, ended, epoch), &[]), want, "row {i}");
+        }
+        // Without a quorum for most of the stale stretch: excused.
+        let o = observer(
+            vec![(0, None), (1100, Some(1)), (4000, Some(2))],
+            Some(8000),
+            epoch,
+        );
+        let excused = [(
+            epoch + Duration::from_millis(3100),
+            epoch + Duration::from_millis(3900),
+        )];
+        assert!(kinds(o, &excused).is_empty());
     }
 
     #[test]
