@@ -403,6 +403,39 @@ pub fn machine() -> (String, usize, f64) {
     (cpu, cores, mem_gib)
 }
 
+/// The machine's CPU time so far, all of it and the part the hypervisor gave to others
+/// (`steal` in `/proc/stat`'s `cpu` line), in ticks.
+pub fn cpu_ticks() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    steal_of(&text)
+}
+
+fn steal_of(stat: &str) -> (u64, u64) {
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return (0, 0);
+    };
+    // user nice system idle iowait irq softirq steal [guest guest_nice, counted in user]
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    (v.iter().sum(), v.get(7).copied().unwrap_or(0))
+}
+
+/// The share of the machine's CPU time from `start` (a [`cpu_ticks`]) until now that the
+/// hypervisor gave to other machines: on a shared host, time our processes waited with work
+/// to do, which inflates every absolute figure of the run.
+pub fn steal_since(start: (u64, u64)) -> f64 {
+    let now = cpu_ticks();
+    let total = now.0.saturating_sub(start.0);
+    if total == 0 {
+        return 0.0;
+    }
+    now.1.saturating_sub(start.1) as f64 / total as f64
+}
+
 /// The 1-, 5- and 15-minute load averages.
 pub fn loadavg() -> [f64; 3] {
     let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -417,6 +450,13 @@ pub fn loadavg() -> [f64; 3] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steal_is_read_from_the_cpu_line() {
+        let stat = "cpu  100 5 50 800 10 1 2 32 0 0\ncpu0 50 2 25 400 5 0 1 16 0 0\n";
+        assert_eq!(steal_of(stat), (1000, 32));
+        assert_eq!(steal_of("intr 1 2 3\n"), (0, 0));
+    }
 
     #[test]
     fn mntr_counters_are_read_and_subtracted() {

@@ -186,6 +186,7 @@ async fn main() {
     }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let load_start = env::loadavg();
+    let ticks_start = env::cpu_ticks();
 
     let gateway_bin = gateway_binary(&args);
     phase("starting ZooKeeper, etcd and the gateway");
@@ -274,6 +275,7 @@ async fn main() {
         mem_gib,
         load_start,
         load_end: env::loadavg(),
+        steal: env::steal_since(ticks_start),
         zookeeper: zk_version,
         etcd: etcd.version().to_owned(),
         rustc: env::version_of("rustc", &["--version"]),

@@ -42,6 +42,9 @@ pub struct Meta {
     pub mem_gib: f64,
     pub load_start: [f64; 3],
     pub load_end: [f64; 3],
+    /// The share of the machine's CPU time the hypervisor gave to other machines during the
+    /// run (`steal`, /proc/stat).
+    pub steal: f64,
     pub zookeeper: String,
     pub etcd: String,
     pub rustc: String,
@@ -411,6 +414,10 @@ impl Report {
             load(meta.load_end)
         ));
         md.push_str(&format!(
+            "| CPU time taken by the host for other machines (steal) | {:.0} % of the run |\n",
+            meta.steal * 100.0
+        ));
+        md.push_str(&format!(
             "| ZooKeeper | {} (standalone, tickTime 2 s) |\n",
             meta.zookeeper
         ));
@@ -439,12 +446,14 @@ impl Report {
         ));
         md.push_str(&format!("| duration | {:.0} s |\n\n", meta.seconds));
         let avg = meta.load_start[0].max(meta.load_end[0]);
-        if avg > (meta.cores as f64) * 0.5 {
+        if avg > (meta.cores as f64) * 0.5 || meta.steal > 0.05 {
             md.push_str(&format!(
-                "**The machine was shared and busy** (load average up to {avg:.1} on {} cores): \
-                 absolute times are inflated and noisy; the ratios between the systems, measured \
-                 interleaved in the same run, are what this report is for.\n\n",
-                meta.cores
+                "**The machine was shared and busy** (load average up to {avg:.1} on {} cores, \
+                 {:.0} % of the CPU time taken by the host): absolute times are inflated and \
+                 noisy; the ratios between the systems, measured interleaved in the same run, \
+                 are what this report is for.\n\n",
+                meta.cores,
+                meta.steal * 100.0
             ));
         }
         md.push_str("## Results\n\n");
