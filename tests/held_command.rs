@@ -31,11 +31,15 @@ done
 "#;
 
 /// A start script in the style of many: starts its worker in the background, another one in
-/// a session of its own (it leaves CMD's process group), and exits 0 once both run.
+/// a session of its own (it leaves CMD's process group), and exits 0 once both run and the
+/// log holds written stamps. (Waiting for the pids alone once let the verb stop both workers
+/// before either wrote a stamp on a slow machine, leaving the test nothing to compare.)
 const STARTER: &str = r#"
 sh "$0.writer" "$1" "$2" &
 setsid sh "$0.writer" "$1" "$2" &
-while [ "$(cat "$2" 2>/dev/null | wc -l)" -lt 2 ]; do sleep 0.01; done
+while [ "$(cat "$2" 2>/dev/null | wc -l)" -lt 2 ] || [ "$(cat "$1" 2>/dev/null | wc -l)" -lt 2 ]; do
+  sleep 0.01
+done
 exit 0
 "#;
 
@@ -385,8 +389,11 @@ async fn handover(verb: &str, fault: Fault) {
         );
     }
     let (a_stamps, b_stamps) = (stamps(&s.log("a")), stamps(&s.log("b")));
-    let a_last = *a_stamps.iter().max().unwrap();
-    let b_first = *b_stamps.iter().min().unwrap();
+    let a_last = *a_stamps
+        .iter()
+        .max()
+        .expect("a's command wrote before its hold ended");
+    let b_first = *b_stamps.iter().min().expect("b's command wrote");
     let late = a_stamps.iter().filter(|&&t| t >= b_first).count();
     eprintln!(
         "{verb} {fault:?}: a's verb exited {:?}; a's last write {:.1} ms before b's first; b granted \
