@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use tonic::transport::Endpoint;
-use tonic_health::pb::health_check_response::ServingStatus;
+pub use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 use zkgate_localzk::TiedChild;
@@ -242,11 +242,14 @@ impl GatewayProc {
     }
 
     /// Whether the gateway answers health `SERVING` (connected to ZooKeeper) right now.
-    pub async fn serving(&self) -> bool {
+    /// One health answer (the whole server's), if the gateway gives it within `within`; `None`
+    /// if it could not be reached or did not answer in time. Loaded machines answer late, so a
+    /// check that the gateway serves should allow seconds and look at the answer itself.
+    pub async fn health(&self, within: Duration) -> Option<ServingStatus> {
         let check = async {
             let ch = Endpoint::from_shared(self.url())
                 .ok()?
-                .connect_timeout(Duration::from_millis(500))
+                .connect_timeout(within)
                 .connect()
                 .await
                 .ok()?;
@@ -256,12 +259,14 @@ impl GatewayProc {
                 })
                 .await
                 .ok()?;
-            Some(r.into_inner().status() == ServingStatus::Serving)
+            Some(r.into_inner().status())
         };
-        matches!(
-            tokio::time::timeout(Duration::from_secs(1), check).await,
-            Ok(Some(true))
-        )
+        tokio::time::timeout(within, check).await.ok().flatten()
+    }
+
+    /// Answers `SERVING` within a second.
+    pub async fn serving(&self) -> bool {
+        self.health(Duration::from_secs(1)).await == Some(ServingStatus::Serving)
     }
 
     pub async fn wait_serving(&self, within: Duration) -> bool {
