@@ -53,7 +53,7 @@ const T: Duration = Duration::from_secs(3);
 const STEP: Duration = Duration::from_secs(30);
 /// Beyond the silence limit, what a frozen gateway's leaders may take to report the loss: the
 /// watchdog's timer firing late and the agent's line reaching us on a loaded two-core machine.
-const FREEZE_SLACK: Duration = Duration::from_millis(1000);
+const FREEZE_SLACK: Duration = Duration::from_millis(2000);
 /// How late a drained holder's `lost(suspended)` may come after its successor's grant. A
 /// draining gateway tells the holder `suspended` and deletes its znode only once the holder
 /// has ended its stream (the helpers report the loss first) or its silence limit has passed

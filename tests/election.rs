@@ -745,8 +745,16 @@ async fn a_leader_that_cannot_hear_is_replaced_only_after_its_watchdog_fired() {
     let mut a_events = record(a.stream);
     let b = Campaign::join(&mut c2, "unheard", "b", b"").await;
     let mut b_events = record(b.stream);
-    // A heartbeat or two, so a's last message is one of them.
-    tokio::time::sleep(limit / 2).await;
+    // A heartbeat through the cutter first, so a's last message is one. (A fixed sleep of
+    // limit/2 once could let the cut come first on a loaded machine, leaving a nothing heard.)
+    let (first_heard, e) = tokio::time::timeout(limit * 2, a_events.recv())
+        .await
+        .expect("a heartbeat within the silence limit")
+        .expect("a's stream recorded");
+    assert!(
+        matches!(e, Ok(Some(_))),
+        "a's first message after elected: {e:?}"
+    );
 
     cut.blackhole();
     let called = std::time::Instant::now();
@@ -757,7 +765,7 @@ async fn a_leader_that_cannot_hear_is_replaced_only_after_its_watchdog_fired() {
     .await;
     resign.await.unwrap().expect("resign by lease");
     // Everything a heard, and when: nothing after the cut.
-    let mut last_heard = None;
+    let mut last_heard = Some(first_heard);
     while let Ok((at, e)) = a_events.try_recv() {
         assert!(
             matches!(e, Ok(Some(_))),

@@ -512,7 +512,9 @@ async fn the_keeper_kills_the_whole_tree_after_the_grace() {
     let pidfile = dir.path().join("second");
     let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
     let argv = ["sh".to_owned(), "-c".to_owned(), script];
-    let soon = tokio::time::Instant::now() + Duration::from_millis(500);
+    // Far enough for a loaded machine to start the keeper and `sh` (which writes its pid
+    // first); 500 ms once left room for neither.
+    let soon = tokio::time::Instant::now() + Duration::from_secs(3);
     let mut cmd = HeldCommand::spawn_with(exe, &argv, &[], soon)
         .await
         .unwrap();
