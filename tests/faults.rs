@@ -1800,16 +1800,7 @@ async fn no_heartbeat_once_the_znode_is_known_gone() {
         .into_inner();
     let observing =
         tokio::spawn(async move { while let Ok(Some(_)) = observer.message().await {} });
-    let (churn_stop, churn) = churn(g2.url(), "noise", Duration::from_millis(50));
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let t = s.fault("blackhole g1 -> ZooKeeper (ZooKeeper -> g1 still flows)");
-    cut.set(support::linkcut::LinkMode::BlackholeToTarget);
-    a.wait_for(Some(t), T, |e| matches!(e, Ev::Suspended { .. }))
-        .await
-        .expect("a suspended");
-    // Deleted by someone else: what a `Resign` by lease does directly when the member's
-    // gateway does not end it within its silence limit (g1 cannot read the request while its
-    // requests are lost), here at once, so the window below fits before a's G2 deadline.
+    // a's znode, found before the fault: only its delete has to fit in the window below.
     let zkc = zookeeper_client::Client::connect(&zk).await.unwrap();
     let mut a_znode = None;
     for path in support::member_znodes(&zkc, &s.root).await {
@@ -1820,6 +1811,16 @@ async fn no_heartbeat_once_the_znode_is_known_gone() {
         }
     }
     let a_znode = a_znode.expect("a's znode");
+    let (churn_stop, churn) = churn(g2.url(), "noise", Duration::from_millis(50));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t = s.fault("blackhole g1 -> ZooKeeper (ZooKeeper -> g1 still flows)");
+    cut.set(support::linkcut::LinkMode::BlackholeToTarget);
+    a.wait_for(Some(t), T, |e| matches!(e, Ev::Suspended { .. }))
+        .await
+        .expect("a suspended");
+    // Deleted by someone else: what a `Resign` by lease does directly when the member's
+    // gateway does not end it within its silence limit (g1 cannot read the request while its
+    // requests are lost), here at once, so the window below fits before a's G2 deadline.
     let r = s.fault("delete a's znode (as a resign by lease through g2 does after its bound)");
     zkc.delete(&a_znode, None).await.expect("a's znode deleted");
     let (tb, _) = b

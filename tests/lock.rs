@@ -173,6 +173,13 @@ async fn semaphore_three_permits_ten_contenders() {
             a.acquired().await;
             let now = current.fetch_add(1, Ordering::SeqCst) + 1;
             most.fetch_max(now, Ordering::SeqCst);
+            // Hold until three have held at once (or 10 s pass, and the count below fails),
+            // then a little longer for the `Holders` polls: a fixed 60 ms hold needed the first
+            // three grants within 60 ms of each other, which a loaded machine need not give.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while most.load(Ordering::SeqCst) < 3 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
             tokio::time::sleep(Duration::from_millis(60)).await;
             current.fetch_sub(1, Ordering::SeqCst);
             a.release().await;
