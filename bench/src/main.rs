@@ -12,6 +12,7 @@
 mod clients;
 mod env;
 mod etcd;
+mod frames;
 mod pb;
 mod report;
 mod stats;
@@ -66,6 +67,33 @@ pub struct Args {
     /// steadier medians when comparing two gateway binaries.
     #[arg(long)]
     pub observe_rounds: Option<usize>,
+    /// How the `observe` workload reads its observers: `frames`, a minimal HTTP/2 reader that
+    /// parses each connection's frames in one task, standing for clients whose CPU is their
+    /// own (the fan-out's figures); `grpc`, tonic clients, each observer a `Streaming` decoded
+    /// by its connection's task (costlier for this process, which shares the gateway's
+    /// cores); `both` (default), one after the other, each on an election of its own.
+    #[arg(long, value_enum, default_value_t = ObserveReader::Both)]
+    pub observe_reader: ObserveReader,
+}
+
+/// See [`Args::observe_reader`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ObserveReader {
+    Frames,
+    Grpc,
+    Both,
+}
+
+impl ObserveReader {
+    /// The readers one run uses, in order.
+    pub fn readers(self) -> &'static [ObserveReader] {
+        match self {
+            ObserveReader::Frames => &[ObserveReader::Frames],
+            ObserveReader::Grpc => &[ObserveReader::Grpc],
+            ObserveReader::Both => &[ObserveReader::Frames, ObserveReader::Grpc],
+        }
+    }
 }
 
 /// How much of each workload to run.
@@ -79,6 +107,7 @@ pub struct Scale {
     pub w5_failovers: usize,
     pub observers: usize,
     pub observe_rounds: usize,
+    pub observe_reader: ObserveReader,
     pub streams: usize,
 }
 
@@ -94,6 +123,7 @@ impl Scale {
                 w5_failovers: 10,
                 observers: 1_000,
                 observe_rounds: 3,
+                observe_reader: ObserveReader::Both,
                 streams: 5_000,
             }
         } else {
@@ -106,6 +136,7 @@ impl Scale {
                 w5_failovers: 50,
                 observers: 10_000,
                 observe_rounds: 5,
+                observe_reader: ObserveReader::Both,
                 streams: 100_000,
             }
         }
@@ -184,6 +215,7 @@ async fn main() {
     if let Some(rounds) = args.observe_rounds {
         scale.observe_rounds = rounds.max(1);
     }
+    scale.observe_reader = args.observe_reader;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let load_start = env::loadavg();
     let ticks_start = env::cpu_ticks();

@@ -18,9 +18,11 @@ use zkgate_client::raw::CampaignStream;
 
 use crate::clients::{self, channel, Client, Hold, Kind, Target};
 use crate::env::{self, Gateway, ZkCounters};
+use crate::frames::ObservedToken;
 use crate::phase;
 use crate::report::Report;
 use crate::stats::{Better, Row, Summary, SYSTEMS};
+use crate::ObserveReader;
 use crate::Scale;
 
 pub struct Ctx {
@@ -747,24 +749,7 @@ async fn raw_delete_children(target: &Target, parent: &str) {
     }
 }
 
-/// An `ObserveResponse` as the fan-out's observers read it: the leader's fencing token, the
-/// one field the benchmark looks at. The gateway sends every field (the same bytes to every
-/// observer); prost skips the rest without copying the strings into a message per observer.
-/// The 10,000 observers stand for clients on other machines, and this process shares the
-/// 2-core machine with the gateway: what it spends reading is taken from the gateway's fan-out.
-#[derive(Clone, PartialEq, prost::Message)]
-struct ObservedToken {
-    #[prost(message, optional, tag = "1")]
-    leader: Option<LeaderToken>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct LeaderToken {
-    #[prost(uint64, tag = "4")]
-    fencing_token: u64,
-}
-
-/// `Election.Observe`, read as [`ObservedToken`]s.
+/// `Election.Observe` through tonic, read as [`ObservedToken`]s (`--observe-reader grpc`).
 async fn observe_tokens(
     ch: Channel,
     election: &str,
@@ -801,17 +786,18 @@ struct Tally {
 }
 
 impl Sightings {
-    fn saw(&self, token: u64, at: Instant, of: usize) {
+    /// `count` observers saw `token` at `at`.
+    fn saw(&self, token: u64, count: usize, at: Instant, of: usize) {
         let mut by_token = self.by_token.lock().unwrap();
         let tally = by_token.entry(token).or_insert(Tally {
             seen: 0,
             first: at,
             last: at,
         });
-        tally.seen += 1;
+        tally.seen += count;
         tally.first = tally.first.min(at);
         tally.last = tally.last.max(at);
-        if tally.seen == of {
+        if tally.seen >= of && tally.seen - count < of {
             self.all_seen.notify_one();
         }
     }
@@ -825,51 +811,102 @@ impl Sightings {
     }
 }
 
+/// A connection's observers as the frame reader reports them: ready once each has its first
+/// message; each read's sightings counted at the instant of that read.
+struct FrameObservers {
+    ready: mpsc::UnboundedSender<()>,
+    sightings: Arc<Sightings>,
+    of: usize,
+}
+
+impl crate::frames::Observers for FrameObservers {
+    fn ready(&mut self, _index: usize) {
+        let _ = self.ready.send(());
+    }
+
+    fn saw(&mut self, token: u64, count: usize) {
+        self.sightings.saw(token, count, Instant::now(), self.of);
+    }
+}
+
 /// Observe fan-out (zkgate): `k` observers of one election over `k / 1000` connections, each
 /// connection's observers read by one task; the leader resigns to a waiter queued 150 ms
 /// earlier; the time from the resignation until the last (and the first) observer has seen the
 /// new leader.
 pub async fn observe(ctx: &mut Ctx) {
+    for &reader in ctx.scale.observe_reader.readers() {
+        observe_read_by(ctx, reader).await;
+    }
+}
+
+/// [`observe`] with the observers read by `reader`. The frame reader's rows are the fan-out's
+/// figures (and issue 21's target); tonic's say what reading them through a gRPC library on
+/// the gateway's 2 cores adds.
+async fn observe_read_by(ctx: &mut Ctx, reader: ObserveReader) {
     let k = ctx.scale.observers;
     let rounds = ctx.scale.observe_rounds;
+    let (title, name, key) = match reader {
+        ObserveReader::Grpc => (
+            "Observe fan-out, read by tonic clients",
+            "observe-grpc",
+            "observe_grpc",
+        ),
+        _ => ("Observe fan-out", "observe", "observe"),
+    };
     phase(&format!(
-        "observe: {k} observers of one election, {rounds} leader changes"
+        "observe: {k} observers of one election, {rounds} leader changes, read by {reader:?}"
     ));
     let target = &ctx.targets[0];
-    let name = "observe";
     let mut pair = [Client::connect(target).await, Client::connect(target).await];
     let mut leader = (0usize, pair[0].hold(Kind::Election, name).await);
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<()>();
     let sightings = Arc::new(Sightings::default());
     let mut tasks = Vec::new();
-    let mut chans = Vec::new();
-    for _ in 0..k.div_ceil(1000) {
-        chans.push(channel(target).await.expect("a channel"));
-    }
-    // One task per connection reads its 1,000 observers (`SelectAll`) and counts what they
-    // saw in place: the load generator shares the 2-core machine with the gateway, and a task
-    // per observer added 10,000 task wake-ups in this process to every change, a message per
-    // observer to the measuring task 10,000 more, both measured as the gateway's (issue 21).
-    // Each observer is still its own stream; only this process reads them more cheaply.
-    for (conn, ch) in chans.iter().enumerate() {
-        let n = 1000.min(k - conn * 1000);
-        let ch = ch.clone();
-        let ready_tx = ready_tx.clone();
-        let sightings = sightings.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut streams = futures::stream::SelectAll::new();
-            for _ in 0..n {
-                let mut stream = observe_tokens(ch.clone(), name).await.expect("Observe");
-                let _ = stream.message().await;
-                let _ = ready_tx.send(());
-                streams.push(stream);
+    match reader {
+        // One task per connection parses its frames (`frames`): see that module for why.
+        ObserveReader::Frames | ObserveReader::Both => {
+            for conn in 0..k.div_ceil(1000) {
+                let n = 1000.min(k - conn * 1000);
+                let reader = FrameObservers {
+                    ready: ready_tx.clone(),
+                    sightings: sightings.clone(),
+                    of: k,
+                };
+                let addr = ctx.gateway.grpc;
+                tasks.push(tokio::spawn(async move {
+                    match crate::frames::observe(addr, name, n, reader).await {
+                        Ok(why) => eprintln!("observe: connection {conn} ended: {why}"),
+                        Err(e) => eprintln!("observe: connection {conn} failed: {e}"),
+                    }
+                }));
             }
-            while let Some(m) = futures::StreamExt::next(&mut streams).await {
-                if let Some(l) = m.ok().and_then(|m| m.leader) {
-                    sightings.saw(l.fencing_token, Instant::now(), k);
-                }
+        }
+        ObserveReader::Grpc => {
+            // One task per connection reads its 1,000 observers (`SelectAll`) and counts what
+            // they saw in place: a task per observer added 10,000 task wake-ups in this
+            // process to every change, a message per observer to the measuring task 10,000
+            // more, both measured as the gateway's (issue 21).
+            for conn in 0..k.div_ceil(1000) {
+                let n = 1000.min(k - conn * 1000);
+                let ch = channel(target).await.expect("a channel");
+                let ready_tx = ready_tx.clone();
+                let sightings = sightings.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut streams = futures::stream::SelectAll::new();
+                    for _ in 0..n {
+                        let mut stream = observe_tokens(ch.clone(), name).await.expect("Observe");
+                        let _ = stream.message().await;
+                        let _ = ready_tx.send(());
+                        streams.push(stream);
+                    }
+                    while let Some(m) = futures::StreamExt::next(&mut streams).await {
+                        if let Some(l) = m.ok().and_then(|m| m.leader) {
+                            sightings.saw(l.fencing_token, 1, Instant::now(), k);
+                        }
+                    }
+                }));
             }
-        }));
+        }
     }
     drop(ready_tx);
     for _ in 0..k {
@@ -938,18 +975,18 @@ pub async fn observe(ctx: &mut Ctx) {
     let last = Summary::of(&to_last);
     let first = Summary::of(&to_first);
     ctx.report.zkgate_only(
-        &format!("Observe fan-out: leader change → last of {label} observers, p50"),
+        &format!("{title}: leader change → last of {label} observers, p50"),
         "ms",
         last.p50_ms,
     );
     ctx.report.zkgate_only(
-        &format!("Observe fan-out: leader change → first of {label} observers, p50"),
+        &format!("{title}: leader change → first of {label} observers, p50"),
         "ms",
         first.p50_ms,
     );
     let elected = Summary::of(&to_elected);
     ctx.report.zkgate_only(
-        &format!("Observe fan-out: leader change → the new leader elected, {label} observers, p50"),
+        &format!("{title}: leader change → the new leader elected, {label} observers, p50"),
         "ms",
         elected.p50_ms,
     );
@@ -959,32 +996,28 @@ pub async fn observe(ctx: &mut Ctx) {
     };
     let (gw_ms, own_ms) = (mean_ms(&gw_cpu), mean_ms(&own_cpu));
     ctx.report.zkgate_only(
-        &format!(
-            "Observe fan-out: observers that missed a leader change, {rounds} rounds (must be 0)"
-        ),
+        &format!("{title}: observers that missed a leader change, {rounds} rounds (must be 0)"),
         "",
         missed as f64,
     );
     ctx.report.zkgate_only(
-        &format!("Observe fan-out: gateway CPU per leader change, {label} observers"),
+        &format!("{title}: gateway CPU per leader change, {label} observers"),
         "ms",
         gw_ms,
     );
     ctx.report.zkgate_only(
-        &format!(
-            "Observe fan-out: load generator CPU per leader change (reading {label} observers)"
-        ),
+        &format!("{title}: load generator CPU per leader change (reading {label} observers)"),
         "ms",
         own_ms,
     );
     let writes = gw_writes.iter().sum::<f64>() / gw_writes.len().max(1) as f64;
     ctx.report.zkgate_only(
-        &format!("Observe fan-out: gateway write calls per leader change, {label} observers"),
+        &format!("{title}: gateway write calls per leader change, {label} observers"),
         "",
         writes,
     );
     ctx.report.extra(
-        "observe",
+        key,
         serde_json::json!({
             "observers": k,
             "rounds": rounds,
