@@ -332,7 +332,7 @@ fn java_client_elects_locks_fails_over_and_watches_silence() {
     let count = |name: &str| {
         summary_count(&stdout, name).unwrap_or_else(|| panic!("no `{name}` in:\n{stdout}"))
     };
-    assert!(count("tests successful") >= 23, "{stdout}");
+    assert!(count("tests successful") >= 27, "{stdout}");
     for name in [
         "tests failed",
         "tests skipped",

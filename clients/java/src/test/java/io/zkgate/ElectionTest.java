@@ -173,4 +173,59 @@ class ElectionTest {
             });
         }
     }
+    /**
+     * Observers whose listener stops returning must not starve the leader's stream on the same
+     * client: all of a client's streams share one HTTP/2 connection, and bytes a stream has
+     * not read stay charged to the connection's window. 200 observers block in their listener
+     * after the first state while the leader proclaims 120 values (≈ 2.4 MB the observers do
+     * not take, more than the connection's window); the leader must still hear its gateway
+     * for twice its silence limit, and every observer, once its listener returns, must reach
+     * the newest value.
+     */
+    @Test
+    void unreadObserversDoNotCostTheLeadership() throws Exception {
+        String e = Fixture.name("unread");
+        Fixture.Recorder a = new Fixture.Recorder("a");
+        java.util.concurrent.CountDownLatch stuck = new java.util.concurrent.CountDownLatch(1);
+        List<java.util.concurrent.atomic.AtomicReference<Optional<LeaderInfo>>> latest = new ArrayList<>();
+        List<Observation> observations = new ArrayList<>();
+        try (LeaderSelector s = client.leaderSelector(e, "a", a).value("v".getBytes()).start()) {
+            await("a elected", WAIT, () -> a.grantCount() == 1);
+            Leadership l = a.grant(0);
+            for (int i = 0; i < 200; i++) {
+                java.util.concurrent.atomic.AtomicReference<Optional<LeaderInfo>> last =
+                        new java.util.concurrent.atomic.AtomicReference<>();
+                latest.add(last);
+                observations.add(client.observe(e, x -> {
+                    last.set(x);
+                    try {
+                        stuck.await();
+                    } catch (InterruptedException ie) {
+                        Thread.currentThread().interrupt();
+                    }
+                }));
+                await("observer " + i + "'s first state", WAIT, () -> last.get() != null);
+            }
+            for (int i = 0; i < 120; i++) {
+                l.proclaim(("v" + i).getBytes());
+            }
+            // Heartbeats keep coming every silence_limit / 3 or so; a starved stream would
+            // count as lost (silence) within one silence limit of its last message.
+            long until = System.nanoTime() + 2 * l.silenceLimit().toNanos();
+            while (System.nanoTime() < until) {
+                assertTrue(l.isHeld(), "the leadership ended while observers did not read");
+                Thread.sleep(20);
+            }
+            assertEquals(0, a.lossCount(), "losses " + a.losses);
+            stuck.countDown();
+            for (int i = 0; i < latest.size(); i++) {
+                java.util.concurrent.atomic.AtomicReference<Optional<LeaderInfo>> last = latest.get(i);
+                await("observer " + i + " at the newest value", WAIT, () -> last.get()
+                        .map(x -> new String(x.value()).equals("v119")).orElse(false));
+            }
+        } finally {
+            stuck.countDown();
+            observations.forEach(Observation::close);
+        }
+    }
 }
