@@ -67,13 +67,15 @@ pub struct Args {
     /// steadier medians when comparing two gateway binaries.
     #[arg(long)]
     pub observe_rounds: Option<usize>,
-    /// How the `observe` workload reads its observers: `frames`, a minimal HTTP/2 reader that
-    /// parses each connection's frames in one task, standing for clients whose CPU is their
-    /// own (the fan-out's figures); `grpc`, tonic clients, each observer a `Streaming` decoded
-    /// by its connection's task (costlier for this process, which shares the gateway's
-    /// cores); `both` (default), one after the other, each on an election of its own.
-    #[arg(long, value_enum, default_value_t = ObserveReader::Both)]
-    pub observe_reader: ObserveReader,
+    /// Which readers the `observe` workload reads its observers with, in order, each on an
+    /// election of its own: `frames`, a minimal HTTP/2 reader that parses each connection's
+    /// frames in one task, standing for clients whose CPU is their own (the fan-out's
+    /// figures); `grpc`, tonic clients, each observer a `Streaming` decoded by its
+    /// connection's task (costlier for this process, which shares the gateway's cores).
+    /// Default `frames,grpc`: both, so every report shows how much of the figure is the reader.
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 1..,
+          default_values_t = [ObserveReader::Frames, ObserveReader::Grpc])]
+    pub observe_reader: Vec<ObserveReader>,
 }
 
 /// See [`Args::observe_reader`].
@@ -82,22 +84,10 @@ pub struct Args {
 pub enum ObserveReader {
     Frames,
     Grpc,
-    Both,
-}
-
-impl ObserveReader {
-    /// The readers one run uses, in order.
-    pub fn readers(self) -> &'static [ObserveReader] {
-        match self {
-            ObserveReader::Frames => &[ObserveReader::Frames],
-            ObserveReader::Grpc => &[ObserveReader::Grpc],
-            ObserveReader::Both => &[ObserveReader::Frames, ObserveReader::Grpc],
-        }
-    }
 }
 
 /// How much of each workload to run.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Scale {
     pub w1_rounds: usize,
     pub w2_rounds_20ms: usize,
@@ -107,7 +97,7 @@ pub struct Scale {
     pub w5_failovers: usize,
     pub observers: usize,
     pub observe_rounds: usize,
-    pub observe_reader: ObserveReader,
+    pub observe_readers: Vec<ObserveReader>,
     pub streams: usize,
 }
 
@@ -123,7 +113,7 @@ impl Scale {
                 w5_failovers: 10,
                 observers: 1_000,
                 observe_rounds: 3,
-                observe_reader: ObserveReader::Both,
+                observe_readers: vec![ObserveReader::Frames, ObserveReader::Grpc],
                 streams: 5_000,
             }
         } else {
@@ -136,7 +126,7 @@ impl Scale {
                 w5_failovers: 50,
                 observers: 10_000,
                 observe_rounds: 5,
-                observe_reader: ObserveReader::Both,
+                observe_readers: vec![ObserveReader::Frames, ObserveReader::Grpc],
                 streams: 100_000,
             }
         }
@@ -215,7 +205,7 @@ async fn main() {
     if let Some(rounds) = args.observe_rounds {
         scale.observe_rounds = rounds.max(1);
     }
-    scale.observe_reader = args.observe_reader;
+    scale.observe_readers = args.observe_reader.clone();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let load_start = env::loadavg();
     let ticks_start = env::cpu_ticks();
@@ -265,7 +255,7 @@ async fn main() {
             .expect("etcd address"),
         gateway,
         gateway_bin: gateway_bin.clone(),
-        scale,
+        scale: scale.clone(),
         report: report::Report::default(),
     };
 

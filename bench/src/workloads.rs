@@ -834,7 +834,7 @@ impl crate::frames::Observers for FrameObservers {
 /// earlier; the time from the resignation until the last (and the first) observer has seen the
 /// new leader.
 pub async fn observe(ctx: &mut Ctx) {
-    for &reader in ctx.scale.observe_reader.readers() {
+    for reader in ctx.scale.observe_readers.clone() {
         observe_read_by(ctx, reader).await;
     }
 }
@@ -864,7 +864,7 @@ async fn observe_read_by(ctx: &mut Ctx, reader: ObserveReader) {
     let mut tasks = Vec::new();
     match reader {
         // One task per connection parses its frames (`frames`): see that module for why.
-        ObserveReader::Frames | ObserveReader::Both => {
+        ObserveReader::Frames => {
             for conn in 0..k.div_ceil(1000) {
                 let n = 1000.min(k - conn * 1000);
                 let reader = FrameObservers {
