@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client as zkc;
 
 use super::error::{CoordError, Retry};
-use super::fanout::EndFn;
+use super::fanout::{EndFn, Told};
 use super::link::{Link, LossReason};
 use super::member::{self, list_members, read_data, Member, MemberEvent};
 use super::pool::SessionPool;
@@ -226,14 +226,15 @@ pub struct Observation {
 /// What an observation sent last, to tell what it must send next.
 #[derive(Debug, Default)]
 struct Sent {
-    /// The bytes sent last and their leader's token; `None` before the first.
-    last: Option<(Bytes, Option<FencingToken>)>,
+    /// The bytes sent last; `None` before the first.
+    last: Option<Bytes>,
+    told: Told,
 }
 
 impl Sent {
-    /// The bytes to send for `view`, if any: not before the queue is listed, not what was sent
-    /// last again (equal states encode to equal bytes; a state's observers share one copy, so
-    /// mostly the comparison is of a pointer), never a lower token.
+    /// The bytes to send for `view`, if any, by the rule of [`Told`]. Equal states encode to
+    /// equal bytes, and a state's observers share one copy, so mostly the comparison is of a
+    /// pointer; nothing is encoded before the queue is listed.
     fn next(
         &mut self,
         view: &QueueView,
@@ -244,16 +245,14 @@ impl Sent {
         }
         let token = view.leader().as_ref().map(|l| l.fencing_token);
         let bytes = view.encoded(encode);
-        if let Some((last, last_token)) = &self.last {
-            let same = last.as_ptr() == bytes.as_ptr() && last.len() == bytes.len();
-            if same || *last == bytes {
-                return None;
-            }
-            if matches!((last_token, token), (Some(o), Some(n)) if n < *o) {
-                return None;
-            }
+        let same = self.last.as_ref().is_some_and(|last| {
+            (last.as_ptr() == bytes.as_ptr() && last.len() == bytes.len()) || *last == bytes
+        });
+        if !self.told.news(true, same, token) {
+            return None;
         }
-        self.last = Some((bytes.clone(), token));
+        self.told.sent(token);
+        self.last = Some(bytes.clone());
         Some(bytes)
     }
 }
@@ -564,7 +563,7 @@ mod tests {
         let b = QueueView::new(true, Some(holder(20, "x")));
         let vacant_again = QueueView::new(true, None);
         // (the view the observer sees, what it sends)
-        let table: [(&QueueView, Option<&str>); 10] = [
+        let table: [(&QueueView, Option<&str>); 11] = [
             (&unsynced, None),
             (&vacant, Some("vacant")),
             (&vacant, None),
@@ -577,6 +576,8 @@ mod tests {
             // Published before `b` but seen after it: stale.
             (&a, None),
             (&vacant_again, Some("vacant")),
+            // Stale even after a vacancy: tokens never go down in the stream.
+            (&a, None),
         ];
         let mut sent = Sent::default();
         for (i, (view, want)) in table.into_iter().enumerate() {

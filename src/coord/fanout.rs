@@ -26,6 +26,8 @@ use std::sync::{Arc, Mutex, Weak};
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 
+use super::types::FencingToken;
+
 /// Receivers woken together: one shard's worth of tasks ahead of anything woken meanwhile.
 pub const OBSERVERS_PER_WAKE: usize = 256;
 
@@ -142,6 +144,82 @@ async fn relay<T: Clone + PartialEq + Send + Sync + 'static>(
                 changed
             });
             tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// What one observing stream has told its client about one election, and the one rule by which
+/// `Observe` and `ObserveMany` decide whether a view is news: nothing until the queue is
+/// listed; then its state once; then changes only; and never a leader whose token is below one
+/// already sent, even with a vacancy sent in between — tokens never go down in a stream, so a
+/// client may fence with the newest it saw. How two states are compared is the caller's (the
+/// fan-out compares encoded bytes, mostly by pointer; `ObserveMany` the holders).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Told {
+    /// A state has been sent.
+    any: bool,
+    /// The largest token sent so far.
+    top: Option<FencingToken>,
+}
+
+impl Told {
+    /// Whether a view is to be sent: `synced`, its queue has been listed; `same`, its state
+    /// equals the one sent last; `token`, its leader's (`None`: vacant).
+    pub fn news(&self, synced: bool, same: bool, token: Option<FencingToken>) -> bool {
+        synced
+            && !(self.any && same)
+            && !matches!((self.top, token), (Some(top), Some(t)) if t < top)
+    }
+
+    /// Records that a state with `token` was sent.
+    pub fn sent(&mut self, token: Option<FencingToken>) {
+        self.any = true;
+        self.top = self.top.max(token);
+    }
+}
+
+#[cfg(test)]
+mod told_tests {
+    use super::*;
+
+    fn told(tokens: &[Option<u64>]) -> Told {
+        let mut t = Told::default();
+        for token in tokens {
+            t.sent(token.map(FencingToken));
+        }
+        t
+    }
+
+    /// (tokens sent before, synced, same as the last, the view's token, to send)
+    type Case = (&'static [Option<u64>], bool, bool, Option<u64>, bool);
+
+    #[test]
+    fn what_is_news() {
+        let cases: [Case; 13] = [
+            (&[], false, false, None, false),
+            (&[], false, false, Some(3), false),
+            (&[], true, false, None, true),
+            // The first state is sent whatever "same" says (nothing was sent to be the same as).
+            (&[], true, true, None, true),
+            (&[], true, false, Some(3), true),
+            (&[None], true, true, None, false),
+            (&[None], true, false, Some(3), true),
+            (&[Some(3)], true, true, Some(3), false),
+            // A proclaimed value: same token, another state.
+            (&[Some(3)], true, false, Some(3), true),
+            (&[Some(3)], true, false, None, true),
+            (&[Some(3)], true, false, Some(5), true),
+            // Stale: tokens never go down...
+            (&[Some(5)], true, false, Some(3), false),
+            // ... even after a vacancy in between.
+            (&[Some(5), None], true, false, Some(3), false),
+        ];
+        for (i, (before, synced, same, token, want)) in cases.into_iter().enumerate() {
+            let got = told(before).news(synced, same, token.map(FencingToken));
+            assert_eq!(
+                got, want,
+                "row {i}: sent {before:?}, view {synced} {same} {token:?}"
+            );
         }
     }
 }

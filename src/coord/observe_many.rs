@@ -8,8 +8,9 @@
 //!
 //! What a stream sends is decided by two pure rules, table-tested below: [`wanted`] (which
 //! elections the stream follows, given the folder, the request and the caller's filter) and
-//! [`next_state`] (whether a queue's view is news for this stream: first state once the view is
-//! synced, then only changes, and never a leader with a smaller token than the last one sent).
+//! [`next_state`] (whether a queue's view is news for this stream, by the rule `Observe` uses
+//! too, [`Told`]: first state once the view is synced, then only changes, and never a leader
+//! with a smaller token than one already sent).
 //!
 //! Under a policy the caller's filter is judged again at every reload ([`ManySpec::rejudge`]),
 //! not only when the folder changes: a listed name withdrawn is reported
@@ -28,6 +29,7 @@ use tokio_stream::StreamMap;
 
 use super::directory::{Directory, DirectoryView};
 use super::error::{CoordError, Limit, Retry};
+use super::fanout::Told;
 use super::link::Link;
 use super::pool::SessionPool;
 use super::queue::{QueueHandle, QueueView};
@@ -116,28 +118,18 @@ pub fn wanted(
 /// What one stream last sent about one election.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sent {
-    pub any: bool,
-    pub last: Option<Holder>,
-    /// The largest token sent so far (a vacancy in between does not reset it).
-    pub top: u64,
+    /// The state sent last; `None` before the first.
+    pub last: Option<Option<Holder>>,
+    pub told: Told,
 }
 
-/// Whether `view` is news after `sent`: `Some(leader)` to send. Nothing until the queue is
-/// synced; then its state once; then changes only; a leader with a smaller token than the last
-/// one sent is stale (a view published before a newer one) and skipped, so tokens never go
-/// down in the stream.
+/// Whether `view` is news after `sent` (the rule of [`Told`]): `Some(leader)` to send.
 pub fn next_state(sent: &Sent, view: &QueueView) -> Option<Option<Holder>> {
-    if !view.synced() || (sent.any && *view.leader() == sent.last) {
-        return None;
-    }
-    if view
-        .leader()
-        .as_ref()
-        .is_some_and(|l| l.fencing_token.0 < sent.top)
-    {
-        return None;
-    }
-    Some(view.leader().clone())
+    let same = sent.last.as_ref() == Some(view.leader());
+    let token = view.leader().as_ref().map(|l| l.fencing_token);
+    sent.told
+        .news(view.synced(), same, token)
+        .then(|| view.leader().clone())
 }
 
 /// Resolves when `rejudge` moves (`Err` once its sender is gone); never without one.
@@ -353,13 +345,8 @@ impl ManyObservation {
             return;
         };
         if let Some(leader) = next_state(&f.sent, view) {
-            f.sent = Sent {
-                any: true,
-                top: leader
-                    .as_ref()
-                    .map_or(f.sent.top, |l| l.fencing_token.0.max(f.sent.top)),
-                last: leader.clone(),
-            };
+            f.sent.told.sent(leader.as_ref().map(|l| l.fencing_token));
+            f.sent.last = Some(leader.clone());
             self.out.push_back(ManyEvent::State(name.clone(), leader));
             if let Some(s) = self.snapshot.as_mut() {
                 s.remove(&name);
@@ -462,39 +449,37 @@ mod tests {
         QueueView::new(synced, token.map(holder))
     }
 
-    fn sent(any: bool, token: Option<u64>) -> Sent {
-        Sent {
-            any,
-            last: token.map(holder),
-            top: token.unwrap_or(0),
+    /// A stream that sent these states, in order (`None`: a vacancy).
+    fn sent(states: &[Option<u64>]) -> Sent {
+        let mut sent = Sent::default();
+        for token in states {
+            sent.told.sent(token.map(FencingToken));
+            sent.last = Some(token.map(holder));
         }
+        sent
     }
 
+    /// The rule itself is [`Told`]'s (table-tested there); this is how a stream tells the same
+    /// state: by its holder, so a proclaimed value under the same token is news.
     #[test]
     fn what_is_news() {
+        let proclaimed = QueueView::new(
+            true,
+            Some(Holder {
+                value: b"new".to_vec(),
+                ..holder(3)
+            }),
+        );
         let cases = [
             // (sent, view) → to send: Some(token or vacant)
-            (sent(false, None), view(false, None), None),
-            (sent(false, None), view(false, Some(3)), None),
-            (sent(false, None), view(true, None), Some(None)),
-            (sent(false, None), view(true, Some(3)), Some(Some(3))),
-            (sent(true, None), view(true, None), None),
-            (sent(true, None), view(true, Some(3)), Some(Some(3))),
-            (sent(true, Some(3)), view(true, Some(3)), None),
-            (sent(true, Some(3)), view(true, None), Some(None)),
-            (sent(true, Some(3)), view(true, Some(5)), Some(Some(5))),
-            // Stale: tokens never go down.
-            (sent(true, Some(5)), view(true, Some(3)), None),
-            // ... even after a vacancy in between.
-            (
-                Sent {
-                    any: true,
-                    last: None,
-                    top: 5,
-                },
-                view(true, Some(3)),
-                None,
-            ),
+            (sent(&[]), view(false, Some(3)), None),
+            (sent(&[]), view(true, None), Some(None)),
+            (sent(&[None]), view(true, None), None),
+            (sent(&[None]), view(true, Some(3)), Some(Some(3))),
+            (sent(&[Some(3)]), view(true, Some(3)), None),
+            (sent(&[Some(3)]), proclaimed, Some(Some(3))),
+            (sent(&[Some(3)]), view(true, None), Some(None)),
+            (sent(&[Some(5), None]), view(true, Some(3)), None),
         ];
         for (s, v, expected) in cases {
             let got = next_state(&s, &v).map(|l| l.map(|h| h.fencing_token.0));
