@@ -107,6 +107,11 @@ type stream struct {
 	// A `suspended` heard while queued and not followed by `resumed`: carried into a later
 	// grant, which is then lost at once (see CONFORMANCE.md).
 	suspendedQueued bool
+	// now is the clock the watchdog's deadline is judged by (time.Now; a seam for tests).
+	now func() time.Time
+	// deadline is when silence becomes loss while the watchdog runs (zero otherwise): err
+	// asks it too, so it answers right even before run has read on after a freeze.
+	deadline time.Time
 }
 
 // openStream opens a holder stream on endpoint i; open makes the RPC (sending the first
@@ -137,6 +142,7 @@ func newStream(c *Client, i int, cancel context.CancelFunc, rpc holderRPC) *stre
 		c: c, epIdx: i, endpoint: c.endpoints[i].name, cancel: cancel, rpc: rpc,
 		queued: make(chan struct{}), granted: make(chan struct{}),
 		done: make(chan struct{}), ended: make(chan struct{}),
+		now: time.Now,
 	}
 }
 
@@ -160,29 +166,45 @@ func (s *stream) run(ctx context.Context) {
 	}()
 	var watchdog *time.Timer
 	var fire <-chan time.Time
+	var deadline time.Time // when fire is due
 	defer func() {
 		if watchdog != nil {
 			watchdog.Stop()
 		}
 	}()
+	silenced := func() {
+		s.setDeadline(time.Time{})
+		s.lose(LossSilence, fmt.Sprintf("nothing heard from %s for the silence limit (%v): it may be frozen or cut off", s.endpoint, s.silence))
+		s.cancel()
+		fire = nil
+	}
 	for {
 		select {
 		case ev := <-events:
+			if fire != nil && !s.now().Before(deadline) {
+				// Heard after the deadline (this process was frozen or starved while the
+				// timer came due, and select picks at random between the two): the message
+				// waited in the socket and says nothing about now. The silence came first
+				// and is final (G3b).
+				silenced()
+				continue
+			}
 			if watchdog != nil && fire != nil {
 				// Anything at all from the gateway proves it is alive.
 				if !watchdog.Stop() {
 					<-watchdog.C
 				}
 				watchdog.Reset(s.silence)
+				deadline = s.now().Add(s.silence)
+				s.setDeadline(deadline)
 			}
 			if s.handle(ev) && s.silence > 0 {
 				watchdog = time.NewTimer(s.silence)
 				fire = watchdog.C
+				deadline = s.getDeadline() // set by handle
 			}
 		case <-fire:
-			s.lose(LossSilence, fmt.Sprintf("nothing heard from %s for the silence limit (%v): it may be frozen or cut off", s.endpoint, s.silence))
-			s.cancel()
-			fire = nil
+			silenced()
 		case err := <-failed:
 			s.finish(err)
 			return
@@ -205,6 +227,10 @@ func (s *stream) handle(ev event) bool {
 		}
 		if ev.lease != "" && s.lease == "" {
 			s.lease = ev.lease
+		}
+		if ev.silence > 0 {
+			// Before granted is closed: whoever sees the grant sees its deadline too.
+			s.deadline = s.now().Add(ev.silence)
 		}
 		closeOnce(s.granted)
 		if s.suspendedQueued {
@@ -329,6 +355,18 @@ func (s *stream) keepAlive(interval time.Duration) {
 	}
 }
 
+func (s *stream) getDeadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadline
+}
+
+func (s *stream) setDeadline(t time.Time) {
+	s.mu.Lock()
+	s.deadline = t
+	s.mu.Unlock()
+}
+
 func (s *stream) err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -337,6 +375,11 @@ func (s *stream) err() error {
 	}
 	if s.released {
 		return ErrReleased
+	}
+	if !s.deadline.IsZero() && !s.now().Before(s.deadline) {
+		// Past the watchdog's deadline: lost by silence, whether or not run has read on yet
+		// (a process just thawed); run decides it as soon as it does.
+		return &LostError{Reason: LossSilence, Detail: fmt.Sprintf("nothing heard from %s for the silence limit (%v)", s.endpoint, s.silence)}
 	}
 	return nil
 }

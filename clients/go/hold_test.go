@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,6 +44,12 @@ func (r *scriptedRPC) sendKeepAlive() error { return nil }
 
 func scripted(t *testing.T) (*stream, *scriptedRPC) {
 	t.Helper()
+	return scriptedAt(t, time.Now)
+}
+
+// scriptedAt is scripted with the watchdog's clock read from now.
+func scriptedAt(t *testing.T, now func() time.Time) (*stream, *scriptedRPC) {
+	t.Helper()
 	c, err := New(WithEndpoints("gw:1"), WithCallTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +58,7 @@ func scripted(t *testing.T) (*stream, *scriptedRPC) {
 	t.Cleanup(cancel)
 	r := &scriptedRPC{ctx: ctx, events: make(chan event), end: make(chan error, 1), leaves: make(chan struct{}, 1)}
 	s := newStream(c, 0, cancel, r)
+	s.now = now
 	go s.run(ctx)
 	return s, r
 }
@@ -142,6 +150,31 @@ func TestSilenceLosesAfterTheLimitButHeartbeatsKeepIt(t *testing.T) {
 	}
 	if s.reason() != LossSilence {
 		t.Fatalf("reason %q", s.reason())
+	}
+	waitDone(t, s.ended) // the helper cancelled the stream
+}
+
+// A process frozen past its deadline (SIGSTOP, a stalled VM) finds, when it runs again, both
+// its timer due and messages that waited in its socket meanwhile — heartbeats sent before its
+// gateway froze too, say. Heard late they say nothing about now: the silence came first and is
+// final (G3b; found by a probe that froze a holder, then its gateway, and saw the thawed holder
+// hold on for another silence limit beside its successor). The clock here jumps past the
+// deadline before the heartbeat is read, as it does for a frozen process.
+func TestAMessageHeardAfterTheDeadlineDoesNotReviveTheHold(t *testing.T) {
+	var skew atomic.Int64
+	s, r := scriptedAt(t, func() time.Time { return time.Now().Add(time.Duration(skew.Load())) })
+	r.events <- granted(time.Hour)
+	waitDone(t, s.granted)
+	skew.Store(int64(2 * time.Hour))
+	// Asked now, before run has read anything more: lost by silence already.
+	var lost *LostError
+	if !errors.As(s.err(), &lost) || lost.Reason != LossSilence {
+		t.Fatalf("past the deadline, before run reads on: err %v", s.err())
+	}
+	r.events <- event{kind: evHeartbeat}
+	waitDone(t, s.done)
+	if s.reason() != LossSilence {
+		t.Fatalf("reason %q, want %q", s.reason(), LossSilence)
 	}
 	waitDone(t, s.ended) // the helper cancelled the stream
 }

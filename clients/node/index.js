@@ -26,6 +26,7 @@
 // and are loaded at run time (no generated code).
 
 import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
@@ -298,6 +299,9 @@ function settle(item) {
  * (`_onMessage`) and which message gives the hold up (`_leaveMessage`).
  */
 export class HolderStream extends EventEmitter {
+  /** The monotonic clock (ms) the silence watchdog's deadline is judged by; tests move it. */
+  static clock = () => performance.now();
+
   constructor(client, openCall, firstRequest, { onLost, lostError, okReason, start, lossHook, grantHook }) {
     super();
     this.lease = null;
@@ -331,6 +335,8 @@ export class HolderStream extends EventEmitter {
     this._status = null;
     this._readEnded = false;
     this._watchdog = null;
+    /** When silence becomes loss (`HolderStream.clock`), while the watchdog runs. */
+    this._silenceDeadline = null;
     this._iterators = new Set();
     this._abort = new AbortController();
     this._doneWaiters = [];
@@ -412,8 +418,15 @@ export class HolderStream extends EventEmitter {
     return this._abort.signal;
   }
 
-  /** Granted, and nothing since says otherwise. */
+  /** Granted, and nothing since says otherwise — including the clock: past the silence
+   *  watchdog's deadline it is false, even before the watchdog has run (the event loop may run
+   *  other callbacks first after a freeze); the watchdog then reports the loss, by silence. */
   get isHolding() {
+    return this._held && !(this._watchdog && HolderStream.clock() >= this._silenceDeadline);
+  }
+
+  /** Granted and no loss decided: what the stream's own rules ask. */
+  get _held() {
     return this._granted && !this.lost;
   }
 
@@ -525,7 +538,7 @@ export class HolderStream extends EventEmitter {
 
   _handle(response) {
     if (this.lost || this._done) return; // too late: the hold was already given up
-    this._heard();
+    if (!this._heard()) return; // heard after the deadline: lost by silence
     switch (response.event) {
       case 'queued':
         this.lease = response.queued.lease;
@@ -538,13 +551,13 @@ export class HolderStream extends EventEmitter {
         const stopWithinMs = durationMs(response.suspended.stopWithin) ?? 0;
         const endRequested = response.suspended.reason === 'SUSPEND_REASON_END_REQUESTED';
         const announce = () => this._emitEvent('suspended', { stopWithinMs, endRequested });
-        if (this.isHolding && endRequested) {
+        if (this._held && endRequested) {
           // A Resign/Release with this hold's lease (contract G3c): told before anyone else can
           // be granted it, and the znode stays until we end the stream. Over, as an OK end says
           // (`resigned`/`released`, loss `ended`); then ended in-stream, so it ends OK.
           this._lose(this._okReason, { announce, loss: Loss.ENDED });
           if (!this._call.writableEnded) this._call.write(this._leaveMessage());
-        } else if (this.isHolding) {
+        } else if (this._held) {
           this._lose(
             'suspended: the gateway lost its ZooKeeper connection ' +
               `(someone else may be granted it after ${(stopWithinMs / 1000).toFixed(3)} s)`,
@@ -594,23 +607,43 @@ export class HolderStream extends EventEmitter {
     for (const check of [...this._stateWatchers]) check();
   }
 
-  /** Anything at all from the gateway restarts the silence clock. */
+  /** Anything at all from the gateway restarts the silence clock — unless it ran out first.
+   *  A process frozen (SIGSTOP, a stalled VM) or blocked past its deadline finds, when it runs
+   *  again, both its timer due and messages that waited in its socket meanwhile (heartbeats sent
+   *  before its gateway froze too, say), and the event loop may read them first. Heard late they
+   *  say nothing about now: the silence came first and is final (G3b; found by a probe that froze
+   *  a holder, then its gateway, and saw the thawed holder hold on for another silence limit
+   *  beside its successor). Returns false when the hold was lost so. */
   _heard() {
-    if (this._watchdog) this._watchdog.refresh();
+    if (!this._watchdog) return true;
+    const now = HolderStream.clock();
+    if (now >= this._silenceDeadline) {
+      this._disarmWatchdog();
+      this._silenced(this.silenceLimitMs);
+      return false;
+    }
+    this._watchdog.refresh();
+    this._silenceDeadline = now + this.silenceLimitMs;
+    return true;
   }
 
   _armWatchdog() {
     if (this._watchdog || !(this.silenceLimitMs > 0)) return;
     const limit = this.silenceLimitMs;
+    this._silenceDeadline = HolderStream.clock() + limit;
     this._watchdog = setTimeout(() => {
       this._watchdog = null;
-      if (!this.isHolding) return;
-      this._lose(
-        `no message from the gateway for the silence limit (${(limit / 1000).toFixed(3)} s): ` +
-          'it may be frozen or cut off',
-        { cancel: true, loss: Loss.SILENCE },
-      );
+      this._silenced(limit);
     }, limit);
+  }
+
+  _silenced(limit) {
+    if (!this._held) return;
+    this._lose(
+      `no message from the gateway for the silence limit (${(limit / 1000).toFixed(3)} s): ` +
+        'it may be frozen or cut off',
+      { cancel: true, loss: Loss.SILENCE },
+    );
   }
 
   _disarmWatchdog() {

@@ -7,7 +7,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 
-import { Client, Status, grpc, loadPackage } from '../index.js';
+import { Client, HolderStream, Status, grpc, loadPackage } from '../index.js';
 import { aborted, sleep, within } from './helpers.js';
 
 const ms = (n) => ({ seconds: String(Math.floor(n / 1000)), nanos: (n % 1000) * 1e6 });
@@ -86,6 +86,39 @@ test('silence after elected: loss after silence_limit, heartbeats postpone it, s
   assert.equal(c.endCode, Status.CANCELLED);
   assert.ok(!c.isLeader);
   await c.close();
+});
+
+test('a heartbeat heard after the deadline does not revive the hold: silence came first', async () => {
+  // A process frozen past its deadline finds, when it runs again, both its timer due and
+  // messages that waited in its socket meanwhile; the event loop may read them first. Here the
+  // clock jumps an hour past the deadline before the heartbeat is read, as it does for a
+  // process frozen that long; the watchdog's own timer (a minute) has not fired.
+  let sendHeartbeat;
+  const heartbeat = new Promise((resolve) => (sendHeartbeat = resolve));
+  const election = script('late', async (call) => {
+    call.write({ queued: { lease: 'L', position: 0 } });
+    call.write({ elected: { leader: LEADER, silenceLimit: ms(60_000) } });
+    await heartbeat;
+    call.write({ heartbeat: {} });
+  });
+  const real = HolderStream.clock;
+  const c = gw.campaign(election, 'c', '');
+  try {
+    await c.waitElected({ timeoutMs: 5000 });
+    assert.ok(c.isLeader);
+    HolderStream.clock = () => real() + 3_600_000;
+    // Asked now, before the watchdog or the heartbeat has run: not leader any more.
+    assert.ok(!c.isLeader);
+    sendHeartbeat();
+    await aborted(c.signal, 5000);
+    assert.equal(c.loss, 'silence');
+    assert.match(c.lostReason, /silence limit \(60\.000 s\)/);
+    assert.ok(!c.isLeader);
+    await within(5000, served.get(election).cancelled, 'the server to see the cancellation');
+  } finally {
+    HolderStream.clock = real;
+    await c.close();
+  }
 });
 
 test('suspended while leading: loss at once, stream cancelled, later events ignored', async () => {

@@ -7,8 +7,10 @@ import threading
 from concurrent import futures
 
 import grpc
+from google.protobuf import duration_pb2
 
 import zkgate
+import zkgate._stream
 from zkgate.v1 import common_pb2 as common
 from zkgate.v1 import election_pb2 as pb
 from zkgate.v1 import election_pb2_grpc as pb_grpc
@@ -82,6 +84,85 @@ def test_the_asyncio_helper_carries_the_suspension_too():
                 await asyncio.wait_for(c.lost.wait(), STEP)
                 assert c.loss == "suspended"
                 assert c.fencing_token == 7
+                assert not c.is_leader
+            finally:
+                await c.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        server.stop(None)
+
+
+class _Frozen(pb_grpc.ElectionServicer):
+    """Elects the candidate with a silence limit of a minute, then sends one heartbeat when
+    told: the heartbeat a frozen holder finds waiting in its socket when it runs again."""
+
+    def __init__(self):
+        self.send_heartbeat = threading.Event()
+        self.cancelled = threading.Event()
+
+    def Campaign(self, request_iterator, context):
+        context.add_callback(self.cancelled.set)
+        first = next(request_iterator)
+        yield pb.CampaignResponse(queued=common.Queued(lease="lease", position=0))
+        leader = pb.Leader(election=first.join.election, candidate=first.join.candidate, fencing_token=7)
+        limit = duration_pb2.Duration(seconds=60)
+        yield pb.CampaignResponse(elected=pb.Elected(leader=leader, silence_limit=limit))
+        self.send_heartbeat.wait(STEP)
+        yield pb.CampaignResponse(heartbeat=common.Heartbeat())
+        self.cancelled.wait(STEP)
+
+
+def _past_the_deadline(monkeypatch):
+    """Moves the watchdog's clock an hour on: as a process frozen that long finds it."""
+    real = zkgate._stream._clock
+    monkeypatch.setattr(zkgate._stream, "_clock", lambda: real() + 3600.0)
+
+
+def test_a_heartbeat_heard_after_the_deadline_does_not_revive_the_hold(monkeypatch):
+    """A holder frozen past its silence deadline finds, when it runs again, both its wait due
+    and messages that waited in its socket meanwhile. Heard late they say nothing about now:
+    the silence came first and is final (G3b), whichever of the two its wait returns."""
+    servicer = _Frozen()
+    server, addr = _serve(servicer)
+    try:
+        c = zkgate.Campaign(addr, "e", "a")
+        try:
+            assert c.elected.wait(STEP)
+            assert c.is_leader
+            _past_the_deadline(monkeypatch)
+            # Asked now, before the watching thread has run: not leader any more.
+            assert not c.is_leader
+            servicer.send_heartbeat.set()
+            assert c.lost.wait(STEP), "the late heartbeat revived the hold"
+            assert c.loss == "silence"
+            assert not c.is_leader
+            assert servicer.cancelled.wait(STEP), "the helper cancelled the stream"
+        finally:
+            c.close()
+    finally:
+        server.stop(None)
+
+
+def test_the_asyncio_helper_does_not_revive_either(monkeypatch):
+    import asyncio
+
+    import zkgate.aio as zk
+
+    servicer = _Frozen()
+    server, addr = _serve(servicer)
+
+    async def main():
+        async with zk.Fleet([addr]) as fleet:
+            c = zk.Campaign(fleet, "e", "a")
+            try:
+                await asyncio.wait_for(c.elected.wait(), STEP)
+                assert c.is_leader
+                _past_the_deadline(monkeypatch)
+                servicer.send_heartbeat.set()
+                await asyncio.wait_for(c.lost.wait(), STEP)
+                assert c.loss == "silence"
                 assert not c.is_leader
             finally:
                 await c.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Any, Callable, Iterator, Optional
 
 import grpc
@@ -43,6 +44,34 @@ class _End:
 def seconds(d) -> float:
     """A ``google.protobuf.Duration`` in seconds."""
     return d.seconds + d.nanos / 1e9
+
+
+# The silence watchdog's deadline: the last message heard plus ``silence_limit``, while holding.
+# Judged by the clock on every message, not only by the wait's timeout: a process frozen (SIGSTOP,
+# a stalled VM) or starved past its deadline finds, when it runs again, both its wait due and
+# messages that waited in its socket meanwhile — heartbeats sent before its gateway froze too,
+# say — and whichever the wait returns, a message heard late says nothing about now. The silence
+# came first and is final (G3b; found by a probe that froze a holder, then its gateway, and saw
+# the thawed holder hold on for another silence limit beside its successor).
+
+
+def _clock() -> float:
+    """The clock deadlines are judged by (monotonic; tests move it)."""
+    return time.monotonic()
+
+
+def _left(deadline: Optional[float]) -> Optional[float]:
+    """How long to wait for the next message: until ``deadline`` (``None``: no limit)."""
+    return None if deadline is None else max(0.0, deadline - _clock())
+
+
+def _overdue(deadline: Optional[float]) -> bool:
+    """Whether ``deadline`` has passed: silence, whatever arrived since."""
+    return deadline is not None and _clock() >= deadline
+
+
+# What a wait for the next message returns when its time ran out.
+_TIMED_OUT = object()
 
 
 def unary(target: Target, fn: Callable[[Any, float], Any], timeout: Optional[float] = None):
@@ -107,6 +136,8 @@ class HolderStream:
         # A ``suspended`` heard while queued and not followed by ``resumed``: carried into a
         # later grant, which is then lost as it is granted (CONFORMANCE.md).
         self._suspended_queued = False
+        # When silence becomes loss (``_clock``): the last message plus the limit, while held.
+        self._deadline: Optional[float] = None
         self._done = threading.Event()
         self._state = threading.Condition()
         self._fleet, self._own_fleet = fleet_for(target)
@@ -150,6 +181,14 @@ class HolderStream:
 
     @property
     def _holding(self) -> bool:
+        # The deadline too: answers right even before the watching thread has run again (a
+        # process just thawed); that thread then decides the loss, by silence. The stream's own
+        # rules ask ``_held``.
+        return self._held and not _overdue(self._deadline)
+
+    @property
+    def _held(self) -> bool:
+        """Granted and not lost (the loss decided)."""
         return self._granted.is_set() and not self.lost.is_set()
 
     def check(self) -> None:
@@ -257,21 +296,31 @@ class HolderStream:
 
     def _watch(self) -> None:
         while True:
-            silence = self.silence_limit if self._holding else None
             try:
-                item = self._inbox.get(timeout=silence)
+                item = self._inbox.get(timeout=_left(self._deadline))
             except queue.Empty:
+                item = _TIMED_OUT
+            if item is _TIMED_OUT or (not isinstance(item, _End) and _overdue(self._deadline)):
                 self._lose(
-                    f"no message from the gateway for the silence limit ({silence:.3f} s): "
+                    f"no message from the gateway for the silence limit ({self.silence_limit:.3f} s): "
                     "it may be frozen or cut off",
                     SILENCE,
                 )
                 self._call.cancel()
+                self._deadline = None
                 continue
             if isinstance(item, _End):
                 self._finish(item)
                 return
             self._handle(item)
+            self._deadline = self._silence_deadline()
+
+    def _silence_deadline(self) -> Optional[float]:
+        """The watchdog's deadline after a message heard now (see ``_clock``): while granted and
+        not lost."""
+        if self._held and self.silence_limit is not None:
+            return _clock() + self.silence_limit
+        return None
 
     def _handle(self, response: Any) -> None:
         kind = response.WhichOneof("event")
@@ -307,7 +356,7 @@ class HolderStream:
             )
             self._call.cancel()
             return
-        if kind == "suspended" and self._holding and _end_requested(response.suspended):
+        if kind == "suspended" and self._held and _end_requested(response.suspended):
             # A Resign/Release with this hold's lease (contract G3c): the gateway tells us
             # before anyone else can be granted it and keeps the znode until we end the
             # stream. Over, as an OK end says (``resigned``/``released``, loss ``ended``);
@@ -315,7 +364,7 @@ class HolderStream:
             self._lose(self.ok_end_reason, ENDED)
             self._send(self._leave_request())
             return
-        if kind == "suspended" and self._holding:
+        if kind == "suspended" and self._held:
             stop = seconds(response.suspended.stop_within)
             self._lose(
                 "suspended: the gateway lost its ZooKeeper connection "

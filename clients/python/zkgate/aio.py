@@ -44,7 +44,7 @@ from zkgate._fleet import (
 )
 from zkgate._fleet import Fleet as _Fleet
 from zkgate._fleet import fleet_for as _fleet_for
-from zkgate._stream import _end_requested, seconds
+from zkgate._stream import _TIMED_OUT, _clock, _end_requested, _left, _overdue, seconds
 from zkgate.election import LeadershipLost
 from zkgate.lock import LockLost, NotAcquired, _duration, _MODES
 from zkgate.requeue import Refused
@@ -131,6 +131,8 @@ class _HolderStream:
         self._closing = False
         # A ``suspended`` heard while queued, not yet followed by ``resumed`` (CONFORMANCE.md).
         self._suspended_queued = False
+        # When silence becomes loss (``_clock``): the last message plus the limit, while held.
+        self._deadline: Optional[float] = None
         self._done = asyncio.Event()
         self._changed = asyncio.Condition()
         self._fleet, self._own_fleet = _fleet(target)
@@ -153,6 +155,14 @@ class _HolderStream:
 
     @property
     def _holding(self) -> bool:
+        # The deadline too: answers right even before the watching thread has run again (a
+        # process just thawed); that thread then decides the loss, by silence. The stream's own
+        # rules ask ``_held``.
+        return self._held and not _overdue(self._deadline)
+
+    @property
+    def _held(self) -> bool:
+        """Granted and not lost (the loss decided)."""
         return self._granted.is_set() and not self.lost.is_set()
 
     def check(self) -> None:
@@ -262,17 +272,20 @@ class _HolderStream:
             return
 
     async def _watch(self) -> None:
+        # The silence deadline is judged on every message too (zkgate._stream, ``_clock``).
         while True:
-            silence = self.silence_limit if self._holding else None
             try:
-                item = await asyncio.wait_for(self._inbox.get(), silence)
+                item = await asyncio.wait_for(self._inbox.get(), _left(self._deadline))
             except asyncio.TimeoutError:
+                item = _TIMED_OUT
+            if item is _TIMED_OUT or (not isinstance(item, _End) and _overdue(self._deadline)):
                 await self._lose(
-                    f"no message from the gateway for the silence limit ({silence:.3f} s): "
+                    f"no message from the gateway for the silence limit ({self.silence_limit:.3f} s): "
                     "it may be frozen or cut off",
                     SILENCE,
                 )
                 self._call.cancel()
+                self._deadline = None
                 continue
             if isinstance(item, _End):
                 self.end_code, self.end_details = item.code, item.details
@@ -285,6 +298,10 @@ class _HolderStream:
                 await self._notify()
                 return
             await self._handle(item)
+            if self._held and self.silence_limit is not None:
+                self._deadline = _clock() + self.silence_limit
+            else:
+                self._deadline = None
 
     async def _handle(self, response) -> None:
         kind = response.WhichOneof("event")
@@ -316,14 +333,14 @@ class _HolderStream:
         elif kind == "resumed":
             self._suspended_queued = False
         await self._notify()
-        if kind == "suspended" and self._holding and _end_requested(response.suspended):
+        if kind == "suspended" and self._held and _end_requested(response.suspended):
             # A Resign/Release with this hold's lease (contract G3c): told before anyone else
             # can be granted it; over, as an OK end says, then ended in-stream (so it ends OK).
             await self._lose(self.ok_end_reason, ENDED)
             with contextlib.suppress(Exception):
                 await self._call.write(self._leave_request())
             return
-        if kind == "suspended" and self._holding:
+        if kind == "suspended" and self._held:
             stop = seconds(response.suspended.stop_within)
             await self._lose(
                 "suspended: the gateway lost its ZooKeeper connection "

@@ -247,11 +247,17 @@ impl HoldCore {
         }
     }
 
-    /// `Ok` while holding: granted and not lost.
+    /// `Ok` while holding: granted, not lost, and the watchdog's deadline not passed. The
+    /// last part answers right even before the reading task has run again (a process just
+    /// thawed, a starved runtime): that task decides the loss as soon as it runs, and then
+    /// only by silence (see `drive`).
     pub(crate) fn check(&self) -> Result<(), Error> {
         let s = self.state.borrow();
         match (s.lost, &s.granted) {
             (Some(r), _) => Err(Error::Lost(r)),
+            (None, Some(_)) if s.heard_until.is_some_and(|at| Instant::now() >= at) => {
+                Err(Error::Lost(LossReason::Silence))
+            }
             (None, Some(_)) => Ok(()),
             (None, None) => Err(Error::Lost(LossReason::Ended)),
         }
@@ -353,6 +359,13 @@ async fn drive(mut d: Drive) {
                         return;
                     }
                     reason
+                }
+                // Heard after the deadline (this process was frozen, or its runtime starved,
+                // while the timer came due): the message waited in the socket and says nothing
+                // about now. The silence came first and is final (G3b), whichever of the two
+                // the select saw first.
+                Some(Ok(_)) if !lost && deadline.is_some_and(|at| Instant::now() >= at) => {
+                    LossReason::Silence
                 }
                 Some(Ok(raw)) => {
                     if lost {
@@ -539,6 +552,47 @@ mod tests {
         let moved = h.state().heard_until.unwrap();
         assert_eq!(moved - first, Duration::from_millis(200));
         assert_eq!(moved, Instant::now() + Duration::from_millis(300));
+    }
+
+    /// A process frozen past its deadline (SIGSTOP, a stalled VM) finds, when it runs again,
+    /// both its timer due and messages that waited in its socket meanwhile — heartbeats sent
+    /// before its gateway froze too, say. Heard late they say nothing about now: the silence
+    /// came first and is final (G3b; found by a probe that froze a holder, then its gateway,
+    /// and saw the thawed holder hold on for another `silence_limit` beside its successor).
+    #[tokio::test(start_paused = true)]
+    async fn a_message_heard_after_the_deadline_does_not_revive_the_hold() {
+        let (tx, open) = core(vec![queued()], false);
+        let h = open.await.unwrap();
+        tx.send(granted(300)).unwrap();
+        h.granted().await.unwrap();
+        let deadline = h.state().heard_until.expect("set at the grant");
+        // The heartbeat is there before the hold's task runs again, after the deadline.
+        tx.send(Ok(Update::Heartbeat)).unwrap();
+        tokio::time::advance(Duration::from_millis(500)).await;
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(h.state().lost, Some(LossReason::Silence));
+        assert_eq!(
+            h.state().heard_until,
+            Some(deadline),
+            "not moved by the late heartbeat"
+        );
+        assert_eq!(h.lost().await, LossReason::Silence);
+    }
+
+    /// Asked after the deadline, before the reading task has run again (its timer not yet
+    /// turned), the hold answers lost: a thawed application never reads "holding" first.
+    #[tokio::test(start_paused = true)]
+    async fn a_passed_deadline_is_loss_before_the_reading_task_runs() {
+        let (tx, open) = core(vec![queued()], false);
+        let h = open.await.unwrap();
+        tx.send(granted(300)).unwrap();
+        h.granted().await.unwrap();
+        assert!(h.check().is_ok());
+        tokio::time::advance(Duration::from_millis(301)).await;
+        assert!(matches!(h.check(), Err(Error::Lost(LossReason::Silence))));
+        assert_eq!(h.lost().await, LossReason::Silence);
     }
 
     #[tokio::test]

@@ -838,8 +838,13 @@ macro_rules! hold_api {
                 self.core.lost_token()
             }
 
+            /// Why it was lost, once it was: `Silence` as soon as `heard_until` has passed,
+            /// even before the reading task has run again to decide it (as `check` says).
             pub fn loss_reason(&self) -> Option<LossReason> {
-                self.core.state().lost
+                match self.core.check() {
+                    Err(Error::Lost(r)) if self.core.state().granted.is_some() => Some(r),
+                    _ => self.core.state().lost,
+                }
             }
 
             /// `Ok` while holding.

@@ -137,6 +137,12 @@ final class HoldLoop implements AutoCloseable {
                 LossReason reason = hold.lossReason().orElse(null);
                 w.interrupt();
                 w.join();
+                if (reason != null) {
+                    // A silence seen by its deadline before the monitor reported it (a process
+                    // just thawed): the monitor does at once, cancelling the stream; wait for
+                    // that, so its loss callback cannot reach the next hold's worker.
+                    lostOrOver.get();
+                }
                 worker = null;
                 if (reason == null) {
                     // The body returned: give the hold up (Curator's relinquish), then requeue.

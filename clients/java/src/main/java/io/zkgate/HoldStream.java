@@ -6,6 +6,7 @@ import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
+import java.util.function.LongSupplier;
 
 /**
  * One Campaign or Acquire stream on one endpoint, from the first message to its end: a
@@ -16,6 +17,8 @@ import java.util.concurrent.TimeUnit;
  */
 final class HoldStream {
     private static final System.Logger LOG = System.getLogger("io.zkgate");
+    /** The monotonic clock (ns) the silence watchdog is judged by; tests move it. */
+    static volatile LongSupplier clock = System::nanoTime;
 
     /** Told on the monitor thread, in order: granted at most once, then lost at most once. */
     interface Observer {
@@ -42,6 +45,8 @@ final class HoldStream {
     private volatile boolean queued;
     private volatile String lease;
     private volatile Leadership hold;
+    /** When the monitor last heard a message ({@link #clock}): see {@link #silentFor}. */
+    private volatile long lastHeard = clock.getAsLong();
 
     HoldStream(ZkgateClient client, int endpoint, HoldSpec spec, Duration waitTimeout, Observer observer) {
         this.client = client;
@@ -75,23 +80,28 @@ final class HoldStream {
         Duration ttl = spec.ttl();
         // Without a ttl there is nothing to keep alive: a day is "never" and cannot overflow.
         long keepAliveEvery = ttl == null ? TimeUnit.DAYS.toNanos(1) : Math.max(1, ttl.toNanos() / 3);
-        long nextKeepAlive = System.nanoTime() + keepAliveEvery;
-        long lastMessage = System.nanoTime();
+        long nextKeepAlive = clock.getAsLong() + keepAliveEvery;
+        long lastMessage = clock.getAsLong();
         try {
             while (true) {
-                long now = System.nanoTime();
+                long now = clock.getAsLong();
                 long wait = nextKeepAlive - now;
                 Leadership h = hold;
                 if (h != null) {
                     wait = Math.min(wait, lastMessage + h.silenceLimit().toNanos() - now);
                 }
                 HoldSpec.Event ev = wait <= 0 ? events.poll() : events.poll(wait, TimeUnit.NANOSECONDS);
-                now = System.nanoTime();
+                now = clock.getAsLong();
+                if (h != null && now - lastMessage >= h.silenceLimit().toNanos() && !releasing) {
+                    // Timed out, or an event heard after the deadline: a process frozen
+                    // (SIGSTOP, a stalled VM) or starved past it finds, when it runs again,
+                    // messages that waited in its socket meanwhile, and the queue hands them
+                    // over first. Heard late they say nothing about now: the silence came
+                    // first and is final (G3b).
+                    lose(LossReason.SILENCE);
+                    return;
+                }
                 if (ev == null) {
-                    if (h != null && now - lastMessage >= h.silenceLimit().toNanos() && !releasing) {
-                        lose(LossReason.SILENCE);
-                        return;
-                    }
                     if (ttl != null && now - nextKeepAlive >= 0) {
                         sender.keepAlive();
                         nextKeepAlive = now + keepAliveEvery;
@@ -99,6 +109,7 @@ final class HoldStream {
                     continue;
                 }
                 lastMessage = now;
+                lastHeard = now;
                 switch (ev.kind()) {
                     case QUEUED -> {
                         lease = ev.lease();
@@ -178,6 +189,15 @@ final class HoldStream {
         } finally {
             over.complete(null);
         }
+    }
+
+    /**
+     * Whether nothing was heard for {@code limit}: the watchdog's deadline has passed. Asked by
+     * {@link Leadership#isHeld} too, so that it answers right even before the monitor thread
+     * has run again (a process just thawed); the monitor then decides the loss, by silence.
+     */
+    boolean silentFor(Duration limit) {
+        return clock.getAsLong() - lastHeard >= limit.toNanos();
     }
 
     /** The lease from {@code queued} (the capability for Resign/Release by lease). */

@@ -59,14 +59,26 @@ public final class Leadership {
         return silenceLimit;
     }
 
-    /** Whether it is still held (no loss decided, not given up). */
+    /**
+     * Whether it is still held: no loss decided, not given up, and something heard within the
+     * silence limit (past it the hold is lost by silence, even before the loss is reported).
+     */
     public boolean isHeld() {
-        return lost == null && !stream.over.isDone();
+        return lossReason().isEmpty() && !stream.over.isDone();
     }
 
-    /** Why it was lost, once it was. */
+    /**
+     * Why it was lost, once it was: {@link LossReason#SILENCE} as soon as the silence limit has
+     * passed since the last message, even before the monitor thread has run again to report it
+     * (a process just thawed), so that whoever sees {@link #isHeld} false also finds a reason.
+     */
     public Optional<LossReason> lossReason() {
-        return Optional.ofNullable(lost);
+        LossReason r = lost;
+        if (r == null && silenceLimit != null && !silenceLimit.isZero() && !stream.over.isDone()
+                && stream.silentFor(silenceLimit)) {
+            r = LossReason.SILENCE;
+        }
+        return Optional.ofNullable(r);
     }
 
     /**

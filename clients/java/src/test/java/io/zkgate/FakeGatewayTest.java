@@ -2,6 +2,7 @@ package io.zkgate;
 
 import static io.zkgate.Fixture.await;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.grpc.Server;
@@ -12,6 +13,7 @@ import io.zkgate.v1.CampaignRequest;
 import io.zkgate.v1.CampaignResponse;
 import io.zkgate.v1.Elected;
 import io.zkgate.v1.ElectionGrpc;
+import io.zkgate.v1.Heartbeat;
 import io.zkgate.v1.Leader;
 import io.zkgate.v1.LeaderRequest;
 import io.zkgate.v1.LeaderResponse;
@@ -196,6 +198,37 @@ class FakeGatewayTest {
             assertTrue(took < Duration.ofMillis(300 + 1000).toNanos(), "silence decided after " + took / 1_000_000 + " ms");
             await("elected on b", WAIT, () -> r.grantCount() == 3);
             assertEquals(b.endpoint(), r.grant(2).endpoint().toString(), "the next gateway after silence");
+        }
+    }
+
+    /**
+     * A process frozen past its deadline (SIGSTOP, a stalled VM) finds, when it runs again, both
+     * its watchdog due and messages that waited in its socket meanwhile — heartbeats sent before
+     * its gateway froze too, say. Heard late they say nothing about now: the silence came first
+     * and is final (G3b; found by a probe that froze a holder, then its gateway, and saw the
+     * thawed holder hold on for another silence limit beside its successor). The clock here
+     * jumps an hour on before the heartbeat is read; the watchdog's own wait (a minute) has not
+     * run out.
+     */
+    @Test
+    void aHeartbeatHeardAfterTheDeadlineDoesNotReviveTheHold() throws Exception {
+        Fake a = fake("a");
+        a.silenceLimit = Duration.ofMinutes(1);
+        Fixture.Recorder r = new Fixture.Recorder("r");
+        java.util.function.LongSupplier real = HoldStream.clock;
+        try (ZkgateClient client = Fixture.client(a.endpoint());
+                LeaderSelector s = client.leaderSelector("e", "r", r).start()) {
+            await("elected", WAIT, () -> r.grantCount() == 1);
+            StreamObserver<CampaignResponse> stream = a.campaigns.take();
+            HoldStream.clock = () -> real.getAsLong() + Duration.ofHours(1).toNanos();
+            // Asked now, before the monitor has read anything more: not held any more.
+            assertFalse(r.grant(0).isHeld(), "past the deadline, before the monitor reads on");
+            stream.onNext(CampaignResponse.newBuilder().setHeartbeat(Heartbeat.getDefaultInstance()).build());
+            await("lost", WAIT, () -> r.lossCount() == 1);
+            assertEquals(LossReason.SILENCE, r.losses.get(0));
+            await("the stream cancelled", WAIT, () -> a.campaignEndCount() == 1);
+        } finally {
+            HoldStream.clock = real;
         }
     }
 
