@@ -15,7 +15,7 @@ pub fn code(e: &CoordError) -> Code {
         CoordError::WaitExpired { .. } | CoordError::FirstMessageTimeout { .. } => {
             Code::DeadlineExceeded
         }
-        CoordError::LeaseExpired { .. } => Code::Aborted,
+        CoordError::LeaseExpired { .. } | CoordError::GrantUnconfirmed => Code::Aborted,
         CoordError::SessionLost(LossReason::Draining) => Code::Unavailable,
         CoordError::SessionLost(
             LossReason::Expired | LossReason::PresumedExpired | LossReason::Closed,
@@ -60,6 +60,7 @@ mod tests {
                 Code::Unavailable,
             ),
             (CoordError::SessionLost(LossReason::Expired), Code::Aborted),
+            (CoordError::GrantUnconfirmed, Code::Aborted),
             (CoordError::Draining, Code::Unavailable),
             (CoordError::Unauthenticated("no"), Code::Unauthenticated),
             (

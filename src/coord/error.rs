@@ -48,6 +48,13 @@ pub enum CoordError {
     /// The session a holder relied on is over (or presumed over).
     #[error("{}", .0.describe())]
     SessionLost(LossReason),
+    /// A grant the session's clock, read at the moment of sending it, could not vouch for:
+    /// the gateway's view of its ZooKeeper link was stale (after a freeze, before it judged the
+    /// link again), so the member may already be gone with an expired session.
+    #[error(
+        "not granted: the gateway could not confirm its ZooKeeper session at the moment of the grant (its view of the link was stale, e.g. after a pause); campaign again"
+    )]
+    GrantUnconfirmed,
     #[error("the gateway is draining for shutdown; retry on another gateway")]
     Draining,
     /// A limit that keeps one client from using up a shared gateway (G10).
