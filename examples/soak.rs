@@ -745,6 +745,16 @@ impl World {
         self.t * 35 / 100
     }
 
+    /// How long a revoked holder that keeps its stream open (or cannot hear) keeps its znode
+    /// after the last message sent to it: its silence limit plus the allowance for a message
+    /// reaching it late (the gateway's own `Timing::client_delay_allowance`, G3c).
+    fn revoked_within(&self) -> Duration {
+        let mut cfg = zkgate::coord::CoordConfig::new("unused");
+        cfg.session_timeout = self.t;
+        let timing = zkgate::coord::timing::Timing::requested(&cfg);
+        self.silence() + timing.client_delay_allowance()
+    }
+
     /// A ttl slot that holds now, with its keep-alives running.
     fn pick_ttl_holder(&self) -> Option<usize> {
         let faulted = self.client_faulted.lock().unwrap().clone();
@@ -1387,11 +1397,11 @@ async fn soak(args: Args) -> std::process::ExitCode {
         }
     }
     let drains = world.drains.lock().unwrap().clone();
-    let drain_limit = world.silence() + Duration::from_secs(5);
+    let drain_limit = world.revoked_within() + Duration::from_secs(5);
     let slow_drains: Vec<&(String, Duration, bool)> = drains.iter().filter(|d| !d.2).collect();
     if !drains.is_empty() {
         println!(
-            "drains: {} (longest SIGTERM → exit {:?}); not over within silence limit + 5 s ({drain_limit:?}): {}",
+            "drains: {} (longest SIGTERM → exit {:?}); not over within silence limit + delay allowance + 5 s ({drain_limit:?}): {}",
             drains.len(),
             drains.iter().map(|d| d.1).max().unwrap_or_default(),
             slow_drains.len()
@@ -1759,8 +1769,11 @@ fn inject_client(world: &Arc<World>, kind: Fault) -> Option<Injected> {
     let bound = match kind {
         Fault::BlackholeClient => keepalive + Duration::from_secs(1),
         // The ttl runs out, the holder is told (`suspended`) and its znode goes once its
-        // silence limit has passed since the last message sent to it (G3c).
-        Fault::TtlLapse => slot.ttl.unwrap_or_default() + world.silence() + Duration::from_secs(1),
+        // silence limit and the delay allowance have passed since the last message sent to it
+        // (G3c).
+        Fault::TtlLapse => {
+            slot.ttl.unwrap_or_default() + world.revoked_within() + Duration::from_secs(1)
+        }
         _ => Duration::from_secs(1),
     };
     Some(Injected {
@@ -2336,7 +2349,7 @@ async fn drain(world: &Arc<World>, kind: Fault) -> Option<Injected> {
     );
     let from = Instant::now();
     world.say(&format!("FAULT {what}"));
-    let limit = world.silence() + Duration::from_secs(5);
+    let limit = world.revoked_within() + Duration::from_secs(5);
     let done = p.terminate(limit).await;
     let took = from.elapsed();
     if !done {

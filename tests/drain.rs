@@ -7,17 +7,28 @@ use tonic::Code;
 use zkgate::proto::campaign_response::Event;
 use zkgate_testkit::*;
 
-/// The silence limit of a gateway whose session timeout is `t` (the gateway's own rule).
-fn silence_limit(t: Duration) -> Duration {
+/// The timing of a gateway whose session timeout is `t` (the gateway's own rules).
+fn timing(t: Duration) -> zkgate::coord::timing::Timing {
     let mut cfg = zkgate::coord::CoordConfig::new("unused");
     cfg.session_timeout = t;
-    zkgate::coord::timing::Timing::requested(&cfg).silence_limit
+    zkgate::coord::timing::Timing::requested(&cfg)
+}
+
+fn silence_limit(t: Duration) -> Duration {
+    timing(t).silence_limit
+}
+
+/// How long a revoked holder that keeps its stream open keeps its znode after the last
+/// message sent to it: its silence limit, plus how late that message may reach it (G3c).
+fn revoked_after(t: Duration) -> Duration {
+    silence_limit(t) + timing(t).client_delay_allowance()
 }
 
 /// A drain ends waiters and observers `UNAVAILABLE` at once; a leader is told `suspended` first
 /// (G3c) with its silence limit as `stop_within`, and one that keeps its stream open ends
-/// `UNAVAILABLE` once that limit has passed since the last message sent to it. Every znode is
-/// then gone at once, long before a 5 s session could have expired.
+/// `UNAVAILABLE` once that limit, plus the allowance for a slow link, has passed since the last
+/// message sent to it. Every znode is then gone at once, long before a 5 s session could have
+/// expired.
 ///
 /// (Before G3c the leader ended `UNAVAILABLE` at once and its znode went 500 ms later,
 /// whether it had read that or not.)
@@ -59,11 +70,12 @@ async fn drain_ends_streams_unavailable_and_removes_znodes_at_once() {
     );
     stopping.await.unwrap();
     let took = started.elapsed();
-    // The leader never ends its stream: the drain waits its silence limit, and no more.
+    // The leader never ends its stream: the drain waits its silence limit and the link's
+    // allowance, and no more.
     assert!(
-        took >= silence_limit(t) && took < silence_limit(t) + Duration::from_secs(3),
-        "drain took {took:?} (silence limit {:?})",
-        silence_limit(t)
+        took >= revoked_after(t) && took < revoked_after(t) + Duration::from_secs(3),
+        "drain took {took:?} (silence limit and allowance {:?})",
+        revoked_after(t)
     );
     match leader.next().await {
         Ok(Some(Event::Suspended(s))) => assert_eq!(
@@ -124,6 +136,74 @@ async fn drained_leader_that_ends_its_stream_is_replaced_at_once() {
         "successor elected only {replaced:?} after the leader ended its stream"
     );
     assert!(drained < silence_limit(t), "drain took {drained:?}");
+    successor
+        .send(zkgate::proto::campaign_request::Request::Resign(
+            zkgate::proto::ResignCandidacy {},
+        ))
+        .await;
+    successor.expect_end(None).await;
+}
+
+/// G3c on a slow link: a drained leader hears `suspended{stop_within}` a link delay after it was
+/// sent, and counts its `stop_within` from there (a client cannot know how old a message is).
+/// One that does not act on it — a stuck process, or a command that ignores SIGTERM until the
+/// grace runs out — stops only then; the successor through another gateway must not be elected
+/// before. Found on real processes (a CLI verb whose link delayed every packet by 150 ms ran its
+/// command 40–99 ms beside its successor): the gateway deleted the znode `silence_limit` after
+/// it *sent* the notice. It now waits `Timing::client_delay_allowance` more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_leader_on_a_slow_link_is_replaced_only_after_its_stop_within_where_it_heard_it()
+{
+    let zk = shared_zk();
+    let t = Duration::from_secs(4);
+    let opts = |root: Option<String>| GatewayOpts {
+        session_timeout: t,
+        root,
+        ..Default::default()
+    };
+    let g1 = Gateway::start_with(&zk, opts(None)).await;
+    let g2 = Gateway::start_with(&zk, opts(Some(g1.root.clone()))).await;
+    let delay = Duration::from_millis(300);
+    assert!(delay < timing(t).client_delay_allowance());
+    let slow = zkgate_testkit::slowlink::SlowLink::start(g1.addr, delay)
+        .await
+        .unwrap();
+    let mut c1 = zkgate::proto::election_client::ElectionClient::connect(slow.url())
+        .await
+        .unwrap();
+    let mut c2 = g2.client().await;
+    let mut leader = Campaign::join(&mut c1, "slow-drain", "a", b"").await;
+    leader.elected().await;
+    let mut successor = Campaign::join(&mut c2, "slow-drain", "b", b"").await;
+
+    let started = Instant::now();
+    let stopping = tokio::spawn(g1.stop());
+    let (heard, stop_within) = loop {
+        match leader.next().await {
+            Ok(Some(Event::Suspended(s))) => {
+                let within = s.stop_within.expect("a stop_within");
+                break (Instant::now(), Duration::try_from(within).unwrap());
+            }
+            Ok(Some(Event::Heartbeat(_))) => continue,
+            other => panic!("a drained leader hears suspended first, got {other:?}"),
+        }
+    };
+    // It does not act on the notice: it stops when `stop_within` from here runs out.
+    let stops = heard + stop_within;
+    successor.elected().await;
+    let elected = Instant::now();
+    eprintln!(
+        "leader heard suspended {:?} after the drain began (link delay {delay:?}), stop_within {stop_within:?}; successor elected {:?} after the drain began, {:?} after the leader stopped",
+        heard - started,
+        elected - started,
+        elected.saturating_duration_since(stops),
+    );
+    assert!(
+        elected >= stops,
+        "the successor was elected {:?} before the leader's stop_within ran out where it heard it",
+        stops - elected
+    );
+    stopping.await.unwrap();
     successor
         .send(zkgate::proto::campaign_request::Request::Resign(
             zkgate::proto::ResignCandidacy {},

@@ -50,6 +50,11 @@ fn silence_limit(t: Duration) -> Duration {
 fn keepalive_bound(t: Duration) -> Duration {
     timing(t).dead_client_bound()
 }
+/// How long a revoked holder that cannot hear keeps its znode after the last message sent to
+/// it: its silence limit plus how late that message may reach it (G3c).
+fn revoked_bound(t: Duration) -> Duration {
+    silence_limit(t) + timing(t).client_delay_allowance()
+}
 
 /// A standalone ZooKeeper shared by the scenarios that do not stop it (isolated by root).
 fn shared_zk() -> String {
@@ -393,7 +398,7 @@ async fn blackholed_leader_on_a_drained_gateway_stops_before_its_successor() {
 
     let t = s.fault("blackhole a's link, then SIGTERM g1");
     cut_a.blackhole();
-    let bound = silence_limit(T) + Duration::from_secs(4);
+    let bound = revoked_bound(T) + Duration::from_secs(4);
     assert!(
         g1.terminate(bound).await,
         "g1 still running {bound:?} after SIGTERM:\n{}",
@@ -418,7 +423,7 @@ async fn blackholed_leader_on_a_drained_gateway_stops_before_its_successor() {
     s.expect_leader(
         e,
         t,
-        silence_limit(T) + Duration::from_secs(1),
+        revoked_bound(T) + Duration::from_secs(1),
         "a's gateway drained",
     );
     a.kill();

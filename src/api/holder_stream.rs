@@ -225,6 +225,11 @@ pub(super) trait HolderStream: Send + Sized + 'static {
         self.member().silence_limit()
     }
 
+    /// How much later than it was sent a message may reach the client (G3c's allowance).
+    fn client_delay_allowance(&self) -> Duration {
+        self.member().client_delay_allowance()
+    }
+
     /// Whether the client holds now (leader, or lock acquired).
     fn holds(&self) -> bool;
 
@@ -290,10 +295,12 @@ pub(super) mod revocation {
     }
 
     /// When a revoked holder's znode may go if it does not end its stream first:
-    /// `silence_limit` after the last message the gateway actually sent it, when its own
-    /// watchdog has fired even if it heard nothing since.
-    pub(crate) fn due(silence_limit: Duration, last_sent: Instant) -> Instant {
-        last_sent + silence_limit
+    /// `silence_limit` after the last message the gateway actually sent it — when its own
+    /// watchdog has fired even if it heard nothing since — plus `delay`, how much later than
+    /// it was sent that message may have reached it (`Timing::client_delay_allowance`): the
+    /// holder counts from when it hears.
+    pub(crate) fn due(silence_limit: Duration, delay: Duration, last_sent: Instant) -> Instant {
+        last_sent + silence_limit + delay
     }
 }
 
@@ -385,6 +392,7 @@ async fn drive_audited<H: HolderStream>(
     let mut policy = tenant.auth.changes();
     let mut follow_policy = true;
     let silence_limit = holder.silence_limit();
+    let delay_allowance = holder.client_delay_allowance();
     let period = (silence_limit / 3).max(Duration::from_millis(50));
     let mut heartbeat = tokio::time::interval(period);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -405,7 +413,7 @@ async fn drive_audited<H: HolderStream>(
     let mut first = first;
     loop {
         let due = (revoking && leaving.is_none())
-            .then(|| revocation::due(silence_limit, out.last_sent()));
+            .then(|| revocation::due(silence_limit, delay_allowance, out.last_sent()));
         let step = if let Some(step) = first.take() {
             *step
         } else {
@@ -459,7 +467,7 @@ async fn drive_audited<H: HolderStream>(
             }
             _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
                 // A message buffered earlier may have gone out meanwhile: judge afresh.
-                if revocation::due(silence_limit, out.last_sent()) <= Instant::now() {
+                if revocation::due(silence_limit, delay_allowance, out.last_sent()) <= Instant::now() {
                     let then = revoked.take();
                     tracing::info!(
                         silent_for = ?out.last_sent().elapsed(),
@@ -654,13 +662,23 @@ mod tests {
     }
 
     #[test]
-    fn a_revoked_znode_goes_a_silence_limit_after_the_last_message_sent() {
+    fn a_revoked_znode_goes_a_silence_limit_and_a_client_delay_after_the_last_message_sent() {
         let sent = Instant::now();
         let s = Duration::from_millis(1400);
-        assert_eq!(revocation::due(s, sent), sent + s);
-        // A later send (the `suspended` itself, or a buffered message a slow reader took)
-        // moves it on.
-        let later = sent + Duration::from_millis(300);
-        assert_eq!(revocation::due(s, later), later + s);
+        let delay = Duration::from_millis(1600);
+        // (last sent, delay allowance) → due
+        for (last, d, due) in [
+            (sent, Duration::ZERO, sent + s),
+            (sent, delay, sent + s + delay),
+            // A later send (the `suspended` itself, or a buffered message a slow reader took)
+            // moves it on.
+            (
+                sent + Duration::from_millis(300),
+                delay,
+                sent + Duration::from_millis(300) + s + delay,
+            ),
+        ] {
+            assert_eq!(revocation::due(s, d, last), due, "{last:?} {d:?}");
+        }
     }
 }

@@ -237,8 +237,9 @@ impl HeldCommand {
                     },
                     _ => {
                         // The keeper died without saying everything is gone: do what we can
-                        // ourselves (CMD's main process died with it, by its parent-death
-                        // signal; its group may not have).
+                        // ourselves — CMD's group (CMD has no parent-death signal, see the
+                        // keeper's module docs; descendants that left the group are out of
+                        // reach, the one case README lists).
                         let _ = rustix::process::kill_process_group(
                             rustix::process::Pid::from_raw(group).expect("> 1"),
                             rustix::process::Signal::KILL,

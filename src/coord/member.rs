@@ -245,6 +245,11 @@ impl Member {
         self.cleanup.session.timing.silence_limit
     }
 
+    /// See [`super::timing::Timing::client_delay_allowance`].
+    pub fn client_delay_allowance(&self) -> Duration {
+        self.cleanup.session.timing.client_delay_allowance()
+    }
+
     /// See [`ZkSession::may_heartbeat`].
     pub fn may_heartbeat(&self) -> bool {
         self.cleanup.session.may_heartbeat()
@@ -566,8 +571,9 @@ pub(crate) const END_BY_LEASE_MARGIN: Duration = Duration::from_secs(1);
 /// silence limit has passed since the last message sent to it; a member that does not hold
 /// (queued) is deleted at once. Same path when the member's stream is on this very gateway.
 ///
-/// Bounded: if the znode is still there `silence_limit` + [`END_BY_LEASE_MARGIN`] after the
-/// mark (a gateway of an older version that does not read the mark, a gateway whose session
+/// Bounded: if the znode is still there `silence_limit` + the client delay allowance
+/// (`Timing::client_delay_allowance`, which the member's gateway waits too) +
+/// [`END_BY_LEASE_MARGIN`] after the mark (a gateway of an older version that does not read the mark, a gateway whose session
 /// is cut off from ZooKeeper, a mark overwritten before its gateway read it), this deletes it
 /// directly, as every version before did, and says so in the log.
 ///
@@ -580,7 +586,9 @@ pub(crate) async fn end_by_lease(session: &ZkSession, lease: &Lease) -> Result<(
         // Marked, then gone before we looked again: ended (by our request, or otherwise).
         return Ok(());
     }
-    let bound = session.timing.silence_limit + END_BY_LEASE_MARGIN;
+    let bound = session.timing.silence_limit
+        + session.timing.client_delay_allowance()
+        + END_BY_LEASE_MARGIN;
     match wait_gone(session, &path, tokio::time::Instant::now() + bound).await {
         Ok(true) => return Ok(()),
         Ok(false) => {}

@@ -177,23 +177,25 @@ impl Coordinator {
     /// streams or their silence limit has passed since the last message sent to them, then
     /// `UNAVAILABLE`); then the sessions close, taking anything left with them.
     ///
-    /// Every stream ends by itself within its silence limit (plus a delete's round trip), even
-    /// one whose client stopped reading, so the wait for streams is bounded by the silence
-    /// limit plus `grace`, and closing the sessions by `grace`: a session never closes before
-    /// every holder's bound has passed.
+    /// Every stream ends by itself within its silence limit and the client delay allowance
+    /// (plus a delete's round trip), even one whose client stopped reading, so the wait for
+    /// streams is bounded by those plus `grace`, and closing the sessions by `grace`: a session
+    /// never closes before every holder's bound has passed.
     pub async fn drain(&self, grace: Duration) {
         self.pool.draining.cancel();
         self.pool.streams.close();
-        // The requested timeout's silence limit: no session's (negotiated) limit is longer.
-        let silence_limit = timing::Timing::requested(&self.cfg).silence_limit;
-        if tokio::time::timeout(silence_limit + grace, self.pool.streams.wait())
+        // The requested timeout's: no session's (negotiated) limit is longer, and the
+        // allowance is the keepalive timeout, which follows the requested timeout.
+        let requested = timing::Timing::requested(&self.cfg);
+        let revoked_within = requested.silence_limit + requested.client_delay_allowance();
+        if tokio::time::timeout(revoked_within + grace, self.pool.streams.wait())
             .await
             .is_err()
         {
             tracing::warn!(
-                ?silence_limit,
+                ?revoked_within,
                 ?grace,
-                "streams did not finish within the silence limit plus the drain grace period"
+                "streams did not finish within the silence limit and the client delay allowance plus the drain grace period"
             );
         }
         self.shutdown.cancel();

@@ -13,6 +13,7 @@
 //! | quorum lag | tick/2 + probe interval | how stale the quorum's view of a follower's session can be (G2) |
 //! | silence limit | 35% of min(requested, granted) | a leader hearing nothing this long must assume it lost (G3b) |
 //! | keepalive interval / timeout | T/5, 2T/5 of the requested T | dead clients are found before a silent leader could overlap |
+//! | revoked holder's znode kept | silence limit + keepalive timeout after the last message sent | the holder counts its limit from when it *hears* that message: up to one client delay later (G3c) |
 
 use std::time::Duration;
 
@@ -297,6 +298,16 @@ impl Timing {
     /// keepalive interval and gives up after the keepalive timeout.
     pub fn dead_client_bound(&self) -> Duration {
         self.keepalive_interval + self.keepalive_timeout
+    }
+
+    /// How late a message may reach a client the gateway still counts as connected: the
+    /// keepalive timeout, since a connection whose ping goes unanswered that long is ended as
+    /// dead. A holder counts its silence limit and its `stop_within` from when it *hears* a
+    /// message, so a revoked holder's znode stays this much longer than `silence_limit` after
+    /// the last message sent to it (G3c): on a slow link (a probe delayed every packet by
+    /// 150 ms) a command that ignored SIGTERM otherwise ran 40–99 ms beside its successor.
+    pub fn client_delay_allowance(&self) -> Duration {
+        self.keepalive_timeout
     }
 }
 

@@ -6,6 +6,7 @@
 //!   (stop, kill, restart, pause, resume, the leader's index, routed peer links).
 //! - [`ensemble`]: a 3-server ensemble whose peer links pass through [`linkcut`] cutters.
 //! - [`linkcut`]: a TCP relay that passes, drops or blackholes a link on command.
+//! - [`slowlink`]: a TCP relay that delivers everything a fixed delay late (a distant client).
 //! - [`gateway`]: a gateway in this process ([`Gateway`], [`GatewayOpts`]: every setting of
 //!   [`zkgate::server::ServeConfig`]), and the `Observe` and health helpers.
 //! - [`streams`]: a test's `Campaign` and `Acquire` streams ([`Campaign`], [`Acquisition`]) on
@@ -30,6 +31,7 @@ pub mod localzk;
 pub mod pki;
 pub mod procgw;
 pub mod recorder;
+pub mod slowlink;
 pub mod streams;
 
 pub use gateway::*;

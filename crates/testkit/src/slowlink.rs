@@ -1,0 +1,87 @@
+//! A slow link: a TCP proxy on loopback that delivers every chunk it reads a fixed delay later,
+//! in both directions and in order — a client far from its gateway, or a congested path. A
+//! holder counts its silence limit and `stop_within` from when it *hears* a message, so
+//! whatever the gateway times from when it *sent* one must allow for this delay (G3c).
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// A running slow link. Dropping it stops accepting; open connections run on until either
+/// side closes.
+#[derive(Debug)]
+pub struct SlowLink {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl SlowLink {
+    /// Listens on `127.0.0.1:0` and forwards to `target`, each chunk `delay` after it was read.
+    ///
+    /// # Errors
+    /// Binding the listener.
+    pub async fn start(target: SocketAddr, delay: Duration) -> io::Result<SlowLink> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            while let Ok((down, _)) = listener.accept().await {
+                let Ok(up) = TcpStream::connect(target).await else {
+                    continue;
+                };
+                let _ = down.set_nodelay(true);
+                let _ = up.set_nodelay(true);
+                let (dr, dw) = down.into_split();
+                let (ur, uw) = up.into_split();
+                tokio::spawn(pump(dr, uw, delay));
+                tokio::spawn(pump(ur, dw, delay));
+            }
+        });
+        Ok(SlowLink { addr, task })
+    }
+
+    /// `http://` plus the listening address, for a gRPC client.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for SlowLink {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Reads `from` and writes each chunk to `to` `delay` after it was read (a writer task keeps
+/// the order); a close on one side is passed on after the same delay.
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Duration) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    tokio::spawn(async move {
+        while let Some((at, chunk)) = rx.recv().await {
+            tokio::time::sleep_until(at).await;
+            if to.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+        let _ = to.shutdown().await;
+    });
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if tx
+            .send((Instant::now() + delay, buf[..n].to_vec()))
+            .is_err()
+        {
+            return;
+        }
+    }
+}
