@@ -250,6 +250,11 @@ enum Fault {
     ResignByLease,
     /// The first gateway drains (SIGTERM to `zkgate serve`).
     Drain,
+    /// The same with the verb on a slow link ([`SLOW_LINK`] each way, longer than a heartbeat
+    /// period): it hears the last heartbeat before the drain only after the drain began, and
+    /// `suspended` a link delay after it was sent, and counts its grace from there (G3c: the
+    /// gateway allows for that delay).
+    SlowDrain,
     /// ZooKeeper stops answering until the leader is told `suspended`, then answers again.
     Blip,
 }
@@ -263,6 +268,13 @@ fn by_lease(verb: &str, s: &Scripts, url: &str) {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
 }
+
+/// The one-way delay of [`Fault::SlowDrain`]'s link: above the heartbeat period of the test
+/// gateways (`silence_limit / 3` = 467 ms at their 4 s session timeout), so every drain begins
+/// within a link delay of the last heartbeat sent; below the delay allowance (the keepalive
+/// timeout, 1.6 s). Found on real processes: at 150 ms, with the drain 60 ms after a
+/// heartbeat, a command that ignored SIGTERM ran 40–99 ms beside its successor.
+const SLOW_LINK: Duration = Duration::from_millis(500);
 
 /// Two verbs, `a` on one gateway and `b` on another (same ZooKeeper, same root): `a` leads
 /// and meets `fault`; then `b` leads. Checks that every timestamp `a`'s processes wrote
@@ -283,6 +295,16 @@ async fn handover(verb: &str, fault: Fault) {
     let gw2 = Gateway::start_with(&zk, opts()).await;
     let s = Scripts::new();
     let name = "handover";
+    let slow = if fault == Fault::SlowDrain {
+        Some(
+            slowlink::SlowLink::start(gw1.addr, SLOW_LINK)
+                .await
+                .unwrap(),
+        )
+    } else {
+        None
+    };
+    let a_url = slow.as_ref().map_or_else(|| gw1.url(), |l| l.url());
     let a_mode = match fault {
         Fault::LeavesWorkers => "starter",
         _ => "slow",
@@ -298,7 +320,7 @@ async fn handover(verb: &str, fault: Fault) {
         verb,
         name,
         "a",
-        &gw1.url(),
+        &a_url,
         &["--no-requeue"],
         &s.cmd("a", a_mode),
     );
@@ -348,7 +370,7 @@ async fn handover(verb: &str, fault: Fault) {
             b.wait_line("queued at position 1");
             by_lease(verb, &s, &gw1.url());
         }
-        Fault::Drain => {
+        Fault::Drain | Fault::SlowDrain => {
             b.wait_line("queued at position 1");
             gw1.stop().await;
         }
@@ -459,6 +481,11 @@ async fn a_resign_by_lease_kills_the_command_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_kills_a_slow_command_before_the_successor_starts() {
     handover("elect", Fault::Drain).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_kills_a_slow_command_on_a_slow_link_before_the_successor_starts() {
+    handover("elect", Fault::SlowDrain).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
