@@ -383,10 +383,21 @@ func (c *Client) conn(i int) (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
+// ByLeaseExtra is how much longer than the call timeout ResignLease and ReleaseLease may take:
+// the gateway answers once the holder has been told and its znode is gone, which for a holder
+// that does not end its stream is its silence_limit plus the gateway's keepalive timeout plus
+// a second (8.5 s with the gateway's defaults).
+const ByLeaseExtra = 10 * time.Second
+
 // unary runs call on the current endpoint with the call deadline; on UNAVAILABLE (or an
 // attempt that timed out while ctx did not) it moves to the next endpoint, with backoff, until
 // every endpoint was tried once.
 func (c *Client) unary(ctx context.Context, call func(ctx context.Context, conn *grpc.ClientConn) error) error {
+	return c.unaryWithin(ctx, c.cfg.callTimeout, call)
+}
+
+// unaryWithin is unary with a deadline of its own per attempt.
+func (c *Client) unaryWithin(ctx context.Context, timeout time.Duration, call func(ctx context.Context, conn *grpc.ClientConn) error) error {
 	b := c.newBackoff()
 	var err error
 	for attempt := 0; attempt < len(c.endpoints); attempt++ {
@@ -400,7 +411,7 @@ func (c *Client) unary(ctx context.Context, call func(ctx context.Context, conn 
 		if cerr != nil {
 			return cerr
 		}
-		actx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout)
+		actx, cancel := context.WithTimeout(ctx, timeout)
 		err = call(actx, conn)
 		attemptTimedOut := actx.Err() != nil && ctx.Err() == nil
 		cancel()

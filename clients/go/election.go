@@ -244,7 +244,7 @@ func (c *Client) Leader(ctx context.Context, name string) (Leader, error) {
 // ResignLease ends the candidacy that holds lease, from any gateway. Idempotent: a spent lease
 // is NOT_FOUND.
 func (c *Client) ResignLease(ctx context.Context, lease string) error {
-	return c.unary(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
+	return c.unaryWithin(ctx, c.cfg.callTimeout+ByLeaseExtra, func(ctx context.Context, conn *grpc.ClientConn) error {
 		_, err := pb.NewElectionClient(conn).Resign(ctx, &pb.ResignRequest{Lease: lease})
 		return err
 	})

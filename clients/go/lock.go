@@ -236,7 +236,7 @@ func (c *Client) RunWhileHolding(ctx context.Context, name string, fn func(ctx c
 // ReleaseLease releases the lock that holds lease, from any gateway. Idempotent: a spent lease
 // is NOT_FOUND.
 func (c *Client) ReleaseLease(ctx context.Context, lease string) error {
-	return c.unary(ctx, func(ctx context.Context, conn *grpc.ClientConn) error {
+	return c.unaryWithin(ctx, c.cfg.callTimeout+ByLeaseExtra, func(ctx context.Context, conn *grpc.ClientConn) error {
 		_, err := pb.NewLockClient(conn).Release(ctx, &pb.ReleaseRequest{Lease: lease})
 		return err
 	})

@@ -13,6 +13,8 @@ export declare const DEFAULT_PROTO_DIR: string;
 export declare const DEFAULT_ENDPOINT: string;
 /** Deadline of unary calls, ms. */
 export declare const DEFAULT_DEADLINE_MS: number;
+/** How much longer than the call deadline a resign or release by lease may take by default. */
+export declare const BY_LEASE_EXTRA_MS: number;
 
 /** Why a hold was lost (clients/CONFORMANCE.md). */
 export type LossReason = 'suspended' | 'silence' | 'unavailable' | 'ended';

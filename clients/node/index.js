@@ -45,6 +45,12 @@ export const DEFAULT_ENDPOINT = 'http://127.0.0.1:50051';
 /** Deadline of unary calls. */
 export const DEFAULT_DEADLINE_MS = 5000;
 
+/** How much longer than the call deadline a resign or release by lease may take: the gateway
+ *  answers once the holder has been told and its znode is gone, which for a holder that does not
+ *  end its stream is its silence_limit plus the gateway's keepalive timeout plus a second (8.5 s
+ *  with the gateway's defaults). */
+export const BY_LEASE_EXTRA_MS = 10000;
+
 /** The four reasons a hold is lost (CONFORMANCE.md). */
 export const Loss = Object.freeze({
   SUSPENDED: 'suspended',
@@ -1102,9 +1108,10 @@ export class Client {
     return { candidates, total: Number(r.total ?? candidates.length) };
   }
 
-  /** Releases the hold (or withdraws the request) named by `lease`, from any gateway. */
+  /** Releases the hold (or withdraws the request) named by `lease`, from any gateway (by
+   *  default within the call deadline plus `BY_LEASE_EXTRA_MS`). */
   async releaseLock(lease, { timeoutMs } = {}) {
-    await this._unary('lock', 'Release', { lease }, timeoutMs);
+    await this._unary('lock', 'Release', { lease }, timeoutMs ?? this.deadlineMs + BY_LEASE_EXTRA_MS);
   }
 
   /** Is `fencingToken` a current holder's of lock `name`? */
@@ -1187,7 +1194,7 @@ export class Client {
 
   /** Resigns the candidacy named by `lease`, from any gateway. */
   async resign(lease, { timeoutMs } = {}) {
-    await this._unary('election', 'Resign', { lease }, timeoutMs);
+    await this._unary('election', 'Resign', { lease }, timeoutMs ?? this.deadlineMs + BY_LEASE_EXTRA_MS);
   }
 
   /**

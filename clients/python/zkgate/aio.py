@@ -46,7 +46,7 @@ from zkgate._fleet import Fleet as _Fleet
 from zkgate._fleet import fleet_for as _fleet_for
 from zkgate._stream import _TIMED_OUT, _clock, _end_requested, _left, _overdue, seconds
 from zkgate.election import LeadershipLost
-from zkgate.lock import LockLost, NotAcquired, _duration, _MODES
+from zkgate.lock import BY_LEASE_EXTRA, LockLost, NotAcquired, _duration, _MODES
 from zkgate.requeue import Refused
 from zkgate.v1 import election_pb2 as epb
 from zkgate.v1 import election_pb2_grpc as epb_grpc
@@ -707,8 +707,10 @@ async def holders(target, name: str, page_size: int = 0, timeout=None) -> lpb.Ho
 
 
 async def release(target, lease: str, timeout=None) -> None:
+    """As :func:`zkgate.lock.release` (the fleet's deadline plus ``BY_LEASE_EXTRA`` by default)."""
     req = lpb.ReleaseRequest(lease=lease)
-    await _unary(target, lambda ch, t: lpb_grpc.LockStub(ch).Release(req, timeout=t), timeout)
+    extra = BY_LEASE_EXTRA if timeout is None else 0.0
+    await _unary(target, lambda ch, t: lpb_grpc.LockStub(ch).Release(req, timeout=t + extra), timeout)
 
 
 async def validate(target, name: str, fencing_token: int, timeout=None) -> bool:

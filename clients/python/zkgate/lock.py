@@ -208,10 +208,19 @@ def holders(
             return out
 
 
+# How much longer than the fleet's deadline ``release`` by lease may take when no timeout is
+# given: the gateway answers once the holder has been told and its znode is gone, which for a
+# holder that does not end its stream is its silence_limit plus the gateway's keepalive timeout
+# plus a second (8.5 s with the gateway's defaults).
+BY_LEASE_EXTRA = 10.0
+
+
 def release(target: Target, lease: str, timeout: Optional[float] = None) -> None:
-    """Releases a hold (or withdraws a request) by its lease, from any process or gateway."""
+    """Releases a hold (or withdraws a request) by its lease, from any process or gateway.
+    Without ``timeout``: the fleet's deadline plus ``BY_LEASE_EXTRA``."""
     req = pb.ReleaseRequest(lease=lease)
-    unary(target, lambda ch, t: pb_grpc.LockStub(ch).Release(req, timeout=t), timeout)
+    extra = BY_LEASE_EXTRA if timeout is None else 0.0
+    unary(target, lambda ch, t: pb_grpc.LockStub(ch).Release(req, timeout=t + extra), timeout)
 
 
 def validate(

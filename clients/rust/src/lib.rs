@@ -44,8 +44,8 @@ use std::time::Duration;
 
 /// How much longer than the call timeout `Resign`/`Release` by lease may take: the gateway
 /// answers once the holder has been told and its znode is gone, up to the holder's
-/// `silence_limit` + 1 s (4.5 s with the gateway's defaults) when the holder does not end its
-/// stream.
+/// `silence_limit` + the gateway's keepalive timeout + 1 s (8.5 s with the gateway's defaults)
+/// when the holder does not end its stream.
 pub const BY_LEASE_EXTRA: Duration = Duration::from_secs(10);
 
 use tokio_util::sync::CancellationToken;

@@ -317,6 +317,18 @@ public final class ZkgateClient implements AutoCloseable {
         return LockGrpc.newBlockingStub(ch).withDeadlineAfter(deadline.toMillis(), TimeUnit.MILLISECONDS);
     }
 
+    /**
+     * How much longer than the call deadline a resign or release by lease may take: the gateway
+     * answers once the holder has been told and its znode is gone, which for a holder that does
+     * not end its stream is its silence_limit plus the gateway's keepalive timeout plus a second
+     * (8.5 s with the gateway's defaults).
+     */
+    public static final Duration BY_LEASE_EXTRA = Duration.ofSeconds(10);
+
+    private long byLeaseMillis() {
+        return deadline.plus(BY_LEASE_EXTRA).toMillis();
+    }
+
     /** A default holder id: {@code java-<pid>}. */
     public static String defaultId() {
         return "java-" + ProcessHandle.current().pid();
@@ -375,7 +387,8 @@ public final class ZkgateClient implements AutoCloseable {
     /** Resign a candidacy by lease, from anywhere. False when the lease is spent or unknown. */
     public boolean resign(String lease) {
         try {
-            unary(ch -> election(ch).resign(ResignRequest.newBuilder().setLease(lease).build()));
+            unary(ch -> ElectionGrpc.newBlockingStub(ch).withDeadlineAfter(byLeaseMillis(), TimeUnit.MILLISECONDS)
+                    .resign(ResignRequest.newBuilder().setLease(lease).build()));
             return true;
         } catch (StatusRuntimeException e) {
             if (e.getStatus().getCode() == Status.Code.NOT_FOUND) {
@@ -422,7 +435,8 @@ public final class ZkgateClient implements AutoCloseable {
     /** Release a lock by lease, from anywhere. False when the lease is spent or unknown. */
     public boolean release(String lease) {
         try {
-            unary(ch -> locks(ch).release(ReleaseRequest.newBuilder().setLease(lease).build()));
+            unary(ch -> LockGrpc.newBlockingStub(ch).withDeadlineAfter(byLeaseMillis(), TimeUnit.MILLISECONDS)
+                    .release(ReleaseRequest.newBuilder().setLease(lease).build()));
             return true;
         } catch (StatusRuntimeException e) {
             if (e.getStatus().getCode() == Status.Code.NOT_FOUND) {
