@@ -18,6 +18,19 @@ fn silence_limit(t: Duration) -> Duration {
     timing(t).silence_limit
 }
 
+/// Two gateways with session timeout `t` on one root of the shared ZooKeeper.
+async fn two_gateways(t: Duration) -> (Gateway, Gateway) {
+    let zk = shared_zk();
+    let opts = |root: Option<String>| GatewayOpts {
+        session_timeout: t,
+        root,
+        ..Default::default()
+    };
+    let g1 = Gateway::start_with(&zk, opts(None)).await;
+    let g2 = Gateway::start_with(&zk, opts(Some(g1.root.clone()))).await;
+    (g1, g2)
+}
+
 /// How long a revoked holder that keeps its stream open keeps its znode after the last
 /// message sent to it: its silence limit, plus how late that message may reach it (G3c).
 fn revoked_after(t: Duration) -> Duration {
@@ -98,16 +111,9 @@ async fn drain_ends_streams_unavailable_and_removes_znodes_at_once() {
 /// and the drain does not wait for that limit either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drained_leader_that_ends_its_stream_is_replaced_at_once() {
-    let zk = shared_zk();
     // A long silence limit (3.5 s), so "at once" and "after the limit" are far apart.
     let t = Duration::from_secs(10);
-    let opts = |root: Option<String>| GatewayOpts {
-        session_timeout: t,
-        root,
-        ..Default::default()
-    };
-    let g1 = Gateway::start_with(&zk, opts(None)).await;
-    let g2 = Gateway::start_with(&zk, opts(Some(g1.root.clone()))).await;
+    let (g1, g2) = two_gateways(t).await;
     let mut c1 = g1.client().await;
     let mut c2 = g2.client().await;
     let mut leader = Campaign::join(&mut c1, "live-drain", "a", b"").await;
@@ -154,15 +160,8 @@ async fn drained_leader_that_ends_its_stream_is_replaced_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_leader_on_a_slow_link_is_replaced_only_after_its_stop_within_where_it_heard_it()
 {
-    let zk = shared_zk();
     let t = Duration::from_secs(4);
-    let opts = |root: Option<String>| GatewayOpts {
-        session_timeout: t,
-        root,
-        ..Default::default()
-    };
-    let g1 = Gateway::start_with(&zk, opts(None)).await;
-    let g2 = Gateway::start_with(&zk, opts(Some(g1.root.clone()))).await;
+    let (g1, g2) = two_gateways(t).await;
     let delay = Duration::from_millis(300);
     assert!(delay < timing(t).client_delay_allowance());
     let slow = zkgate_testkit::slowlink::SlowLink::start(g1.addr, delay)
