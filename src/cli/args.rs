@@ -225,10 +225,10 @@ const ELECT_HELP: &str = "\
 With -- CMD…, CMD runs exactly while this candidate leads:
   - elected: CMD starts in its own process group, with ZKGATE_FENCING_TOKEN set to the
     leader's fencing token and ZKGATE_LEASE to the candidacy's lease.
-  - suspended (the gateway lost ZooKeeper), the stream ends, or nothing is heard for
-    silence_limit: CMD is stopped, then the candidacy is given up, and the verb campaigns
-    again, on the next endpoint if the gateway failed or went silent (the default;
-    --no-requeue exits 3 instead).
+  - suspended (the gateway lost ZooKeeper, drains or revokes the hold), the stream ends,
+    or nothing is heard for silence_limit: CMD is stopped, then the candidacy is given up,
+    and the verb campaigns again, on the next endpoint if the gateway failed or went silent
+    (the default; --no-requeue exits 3 instead).
   - CMD exits: what it left running is stopped, the candidacy given up, and the verb exits
     with CMD's exit code (128+N when signal N killed it).
   - SIGINT, SIGTERM, SIGHUP or SIGTSTP to the verb: CMD is stopped, the candidacy given up,
@@ -283,9 +283,9 @@ const LOCK_HELP: &str = "\
 CMD runs exactly while the lock is held:
   - acquired: CMD starts in its own process group, with ZKGATE_FENCING_TOKEN set to the
     hold's fencing token and ZKGATE_LEASE to its lease.
-  - suspended (the gateway lost ZooKeeper), the stream ends, or nothing is heard for
-    silence_limit: CMD is stopped, then the lock is released, and the verb exits 3 (with
-    --requeue it waits for the lock again and reruns CMD).
+  - suspended (the gateway lost ZooKeeper, drains or revokes the hold), the stream ends,
+    or nothing is heard for silence_limit: CMD is stopped, then the lock is released, and
+    the verb exits 3 (with --requeue it waits for the lock again and reruns CMD).
   - CMD exits: what it left running is stopped, the lock released, and the verb exits with
     CMD's exit code (128+N when signal N killed it).
   - SIGINT, SIGTERM, SIGHUP or SIGTSTP to the verb: CMD is stopped, the lock released, and

@@ -693,7 +693,9 @@ impl Supervision {
             self.event(json!({ "event": "lost", "reason": reason.as_str() }));
         }
         let why = match reason {
-            LossReason::Suspended => "the gateway lost ZooKeeper (suspended)",
+            LossReason::Suspended => {
+                "the gateway suspended the hold (it lost ZooKeeper, is draining, or revoked it)"
+            }
             LossReason::Silence => "no message from the gateway within silence_limit",
             LossReason::Unavailable => "the gateway or the connection failed (unavailable)",
             LossReason::Ended => "the gateway ended the stream",
@@ -960,7 +962,9 @@ async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrup
                     sup.say(if end_requested {
                         "suspended: a resign or release by lease asked the gateway to end the hold"
                     } else {
-                        "suspended: the gateway lost ZooKeeper"
+                        // The Rust client reports the other reasons alike (`suspended.reason`
+                        // beyond END_REQUESTED is not exposed): name them all.
+                        "suspended: the gateway lost ZooKeeper, or is draining, or revoked the hold (a lapsed ttl, a withdrawn right)"
                     });
                     suspended = Some((tokio::time::Instant::now(), stop_within));
                 }
