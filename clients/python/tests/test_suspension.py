@@ -3,6 +3,7 @@ process (a real gateway never grants while suspended; the rule is defence in dep
 ``suspended`` with no ``resumed`` before the grant is carried into it, so the hold is lost as it
 is granted, with loss ``suspended``."""
 
+import contextlib
 import threading
 from concurrent import futures
 
@@ -46,45 +47,34 @@ def _serve(servicer):
     return server, f"127.0.0.1:{port}"
 
 
-def test_a_grant_after_a_suspension_heard_while_queued_is_lost_at_once():
-    for resumed in (False, True):
-        servicer = _Scripted(resumed)
-        server, addr = _serve(servicer)
+@contextlib.contextmanager
+def _campaign(servicer):
+    """A scripted gateway serving ``servicer`` and a threaded Campaign on it; both closed after."""
+    server, addr = _serve(servicer)
+    try:
+        c = zkgate.Campaign(addr, "e", "a")
         try:
-            c = zkgate.Campaign(addr, "e", "a")
-            try:
-                c.elected.wait(STEP)
-                assert c.fencing_token == 7
-                if resumed:
-                    assert c.is_leader, "resumed before the grant: it holds"
-                    assert not c.lost.is_set()
-                else:
-                    assert c.lost.wait(STEP), "granted while suspended: lost at once"
-                    assert c.loss == "suspended"
-                    assert not c.is_leader
-                    assert servicer.cancelled.wait(STEP), "the helper cancelled the stream"
-            finally:
-                c.close()
+            yield c
         finally:
-            server.stop(None)
+            c.close()
+    finally:
+        server.stop(None)
 
 
-def test_the_asyncio_helper_carries_the_suspension_too():
+def _aio_campaign(servicer, body):
+    """Runs ``await body(c)`` with an asyncio Campaign on a scripted gateway serving
+    ``servicer``; both closed after."""
     import asyncio
 
     import zkgate.aio as zk
 
-    servicer = _Scripted(resumed=False)
     server, addr = _serve(servicer)
 
     async def main():
         async with zk.Fleet([addr]) as fleet:
             c = zk.Campaign(fleet, "e", "a")
             try:
-                await asyncio.wait_for(c.lost.wait(), STEP)
-                assert c.loss == "suspended"
-                assert c.fencing_token == 7
-                assert not c.is_leader
+                await body(c)
             finally:
                 await c.close()
 
@@ -92,6 +82,34 @@ def test_the_asyncio_helper_carries_the_suspension_too():
         asyncio.run(asyncio.wait_for(main(), 60))
     finally:
         server.stop(None)
+
+
+def test_a_grant_after_a_suspension_heard_while_queued_is_lost_at_once():
+    for resumed in (False, True):
+        servicer = _Scripted(resumed)
+        with _campaign(servicer) as c:
+            c.elected.wait(STEP)
+            assert c.fencing_token == 7
+            if resumed:
+                assert c.is_leader, "resumed before the grant: it holds"
+                assert not c.lost.is_set()
+            else:
+                assert c.lost.wait(STEP), "granted while suspended: lost at once"
+                assert c.loss == "suspended"
+                assert not c.is_leader
+                assert servicer.cancelled.wait(STEP), "the helper cancelled the stream"
+
+
+def test_the_asyncio_helper_carries_the_suspension_too():
+    import asyncio
+
+    async def body(c):
+        await asyncio.wait_for(c.lost.wait(), STEP)
+        assert c.loss == "suspended"
+        assert c.fencing_token == 7
+        assert not c.is_leader
+
+    _aio_campaign(_Scripted(resumed=False), body)
 
 
 class _Frozen(pb_grpc.ElectionServicer):
@@ -125,49 +143,31 @@ def test_a_heartbeat_heard_after_the_deadline_does_not_revive_the_hold(monkeypat
     and messages that waited in its socket meanwhile. Heard late they say nothing about now:
     the silence came first and is final (G3b), whichever of the two its wait returns."""
     servicer = _Frozen()
-    server, addr = _serve(servicer)
-    try:
-        c = zkgate.Campaign(addr, "e", "a")
-        try:
-            assert c.elected.wait(STEP)
-            assert c.is_leader
-            _past_the_deadline(monkeypatch)
-            # Asked now, before the watching thread has run: not leader any more.
-            assert not c.is_leader
-            servicer.send_heartbeat.set()
-            assert c.lost.wait(STEP), "the late heartbeat revived the hold"
-            assert c.loss == "silence"
-            assert not c.is_leader
-            assert servicer.cancelled.wait(STEP), "the helper cancelled the stream"
-        finally:
-            c.close()
-    finally:
-        server.stop(None)
+    with _campaign(servicer) as c:
+        assert c.elected.wait(STEP)
+        assert c.is_leader
+        _past_the_deadline(monkeypatch)
+        # Asked now, before the watching thread has run: not leader any more.
+        assert not c.is_leader
+        servicer.send_heartbeat.set()
+        assert c.lost.wait(STEP), "the late heartbeat revived the hold"
+        assert c.loss == "silence"
+        assert not c.is_leader
+        assert servicer.cancelled.wait(STEP), "the helper cancelled the stream"
 
 
 def test_the_asyncio_helper_does_not_revive_either(monkeypatch):
     import asyncio
 
-    import zkgate.aio as zk
-
     servicer = _Frozen()
-    server, addr = _serve(servicer)
 
-    async def main():
-        async with zk.Fleet([addr]) as fleet:
-            c = zk.Campaign(fleet, "e", "a")
-            try:
-                await asyncio.wait_for(c.elected.wait(), STEP)
-                assert c.is_leader
-                _past_the_deadline(monkeypatch)
-                servicer.send_heartbeat.set()
-                await asyncio.wait_for(c.lost.wait(), STEP)
-                assert c.loss == "silence"
-                assert not c.is_leader
-            finally:
-                await c.close()
+    async def body(c):
+        await asyncio.wait_for(c.elected.wait(), STEP)
+        assert c.is_leader
+        _past_the_deadline(monkeypatch)
+        servicer.send_heartbeat.set()
+        await asyncio.wait_for(c.lost.wait(), STEP)
+        assert c.loss == "silence"
+        assert not c.is_leader
 
-    try:
-        asyncio.run(asyncio.wait_for(main(), 60))
-    finally:
-        server.stop(None)
+    _aio_campaign(servicer, body)
