@@ -33,12 +33,13 @@ fn lines(child: &mut Child) -> mpsc::Receiver<String> {
 
 fn wait_line(rx: &mpsc::Receiver<String>, needle: &str) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut seen = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match rx.recv_timeout(left) {
             Ok(l) if l.contains(needle) => return l,
-            Ok(_) => continue,
-            Err(e) => panic!("no line containing {needle:?}: {e}"),
+            Ok(l) => seen.push(l),
+            Err(e) => panic!("no line containing {needle:?} ({e}); read instead: {seen:#?}"),
         }
     }
 }
@@ -535,7 +536,8 @@ async fn elect_and_lock_without_cmd_are_the_json_conformance_agent() {
     }
 }
 
-/// A drained gateway: the agent with `--once` reports `lost` and exits 3; the requeueing one,
+/// A drained gateway: the agent with `--once` reports `lost`, names the drain on stderr, and
+/// exits 3; the requeueing one,
 /// given two endpoints, is elected again on the second gateway. Both held, so the drain's first
 /// sign is the `suspended` that revokes their holds (G3c; before, it was the `UNAVAILABLE`
 /// end, reported as `unavailable`).
@@ -557,6 +559,7 @@ async fn the_json_agent_reports_loss_and_fails_over_to_the_next_endpoint() {
             .unwrap(),
     );
     let once_out = lines(&mut once.0);
+    let once_err = err_lines(&mut once.0);
     let both = format!("{url1},{url2}");
     let mut requeue = Verb(
         zkgate(&["elect", "again", "--output", "json"])
@@ -572,6 +575,8 @@ async fn the_json_agent_reports_loss_and_fails_over_to_the_next_endpoint() {
     gw1.stop().await;
     let lost = serde_json::json!({"event": "lost", "reason": "suspended"});
     assert_eq!(json_line(&once_out), lost);
+    // Its stderr says which suspension it was (`suspended.reason`, DRAIN).
+    wait_line(&once_err, "suspended: the gateway is draining");
     assert_eq!(
         wait_exit(&mut once.0, Duration::from_secs(15)).code(),
         Some(3)

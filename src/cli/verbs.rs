@@ -13,7 +13,7 @@ use tokio_stream::StreamExt;
 use zkgate_client::pb::{Candidate, Holder, Leader, LockMode};
 use zkgate_client::{
     Backoff, Client, Endpoint, Endpoints, Error, HoldEvent, HoldOptions, Leadership, LockHold,
-    LockOptions, LossReason, ManyEvent, TlsOptions,
+    LockOptions, LossReason, ManyEvent, SuspendCause, TlsOptions,
 };
 
 use super::args::{
@@ -209,6 +209,20 @@ async fn connect(args: &ClientArgs) -> Result<Client, String> {
         endpoints = endpoints.token(t.trim());
     }
     Client::connect(endpoints).await.map_err(|e| e.to_string())
+}
+
+/// What a `suspended` line says, by its cause (`suspended.reason`).
+fn suspended_because(cause: SuspendCause) -> &'static str {
+    match cause {
+        SuspendCause::Connection => "the gateway lost ZooKeeper",
+        SuspendCause::Drain => "the gateway is draining (shutting down)",
+        SuspendCause::LeaseExpired => "the lock's ttl lapsed without a keep-alive",
+        SuspendCause::EndRequested => {
+            "a resign or release by lease asked the gateway to end the hold"
+        }
+        // A withdrawn right (a policy reload), or a gateway older than the reason.
+        _ => "the gateway revoked the hold",
+    }
 }
 
 fn show(l: &Leader) -> String {
@@ -662,6 +676,11 @@ impl Supervision {
         }
     }
 
+    /// `suspended`, by its cause: what the holder will see next.
+    fn suspended(&self, cause: SuspendCause) {
+        self.say(&format!("suspended: {}", suspended_because(cause)));
+    }
+
     fn event(&self, v: Value) {
         println!("{v}");
     }
@@ -958,14 +977,8 @@ async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrup
                         }
                     }
                 }
-                Some(HoldEvent::Suspended { stop_within, end_requested }) => {
-                    sup.say(if end_requested {
-                        "suspended: a resign or release by lease asked the gateway to end the hold"
-                    } else {
-                        // The Rust client reports the other reasons alike (`suspended.reason`
-                        // beyond END_REQUESTED is not exposed): name them all.
-                        "suspended: the gateway lost ZooKeeper, or is draining, or revoked the hold (a lapsed ttl, a withdrawn right)"
-                    });
+                Some(HoldEvent::Suspended { stop_within, cause }) => {
+                    sup.suspended(cause);
                     suspended = Some((tokio::time::Instant::now(), stop_within));
                 }
                 Some(HoldEvent::Resumed) => sup.say("resumed"),

@@ -17,7 +17,7 @@ use tonic::{Code, Status};
 
 use crate::endpoint::Endpoint;
 use crate::pb::Leader;
-use crate::raw::{Grant, Update};
+use crate::raw::{Grant, SuspendCause, Update};
 use crate::Error;
 
 /// How long `resign()` / `release()` wait for the gateway to confirm (end the stream) before
@@ -94,14 +94,15 @@ pub enum HoldEvent {
     Queued { position: u32 },
     /// `elected` / `acquired`.
     Granted(Grant),
-    /// The gateway lost ZooKeeper — or, with `end_requested`, is ending the hold because a
-    /// `Resign`/`Release` with its lease asked it to (it keeps the znode until the stream ends
-    /// or `stop_within` has passed). While holding, a [`HoldEvent::Lost`] follows at once:
-    /// `Suspended`, or `Ended` for an end requested by lease (as the stream's OK end said
-    /// before the gateway told holders first).
+    /// The gateway lost ZooKeeper, drains, saw a ttl lapse, or — with
+    /// [`SuspendCause::EndRequested`] — is ending the hold because a `Resign`/`Release` with
+    /// its lease asked it to (it keeps the znode until the stream ends or `stop_within` has
+    /// passed). While holding, a [`HoldEvent::Lost`] follows at once: `Suspended`, or `Ended`
+    /// for an end requested by lease (as the stream's OK end said before the gateway told
+    /// holders first).
     Suspended {
         stop_within: Option<Duration>,
-        end_requested: bool,
+        cause: SuspendCause,
     },
     /// The same ZooKeeper session is back (only seen while queued: a holder has already lost).
     Resumed,
@@ -397,21 +398,15 @@ async fn drive(mut d: Drive) {
                             let _ = d.events.send(HoldEvent::Granted(g));
                             continue;
                         }
-                        Update::Suspended {
-                            stop_within,
-                            end_requested,
-                        } => {
-                            let _ = d.events.send(HoldEvent::Suspended {
-                                stop_within,
-                                end_requested,
-                            });
+                        Update::Suspended { stop_within, cause } => {
+                            let _ = d.events.send(HoldEvent::Suspended { stop_within, cause });
                             if !holding {
                                 suspended_queued = true;
                                 continue;
                             }
                             // A Resign/Release with this hold's lease (contract G3c): told
                             // before anyone else can be granted it; over, as an OK end says.
-                            if end_requested {
+                            if cause == SuspendCause::EndRequested {
                                 LossReason::Ended
                             } else {
                                 LossReason::Suspended
@@ -601,7 +596,7 @@ mod tests {
         let mut h = open.await.unwrap();
         tx.send(Ok(Update::Suspended {
             stop_within: None,
-            end_requested: false,
+            cause: SuspendCause::Connection,
         }))
         .unwrap();
         tx.send(granted(10_000)).unwrap();
@@ -630,7 +625,7 @@ mod tests {
         let h = open.await.unwrap();
         tx.send(Ok(Update::Suspended {
             stop_within: None,
-            end_requested: false,
+            cause: SuspendCause::Connection,
         }))
         .unwrap();
         tx.send(Ok(Update::Resumed)).unwrap();
@@ -638,7 +633,7 @@ mod tests {
         h.granted().await.unwrap();
         tx.send(Ok(Update::Suspended {
             stop_within: None,
-            end_requested: false,
+            cause: SuspendCause::Connection,
         }))
         .unwrap();
         assert_eq!(h.lost().await, LossReason::Suspended);
@@ -649,7 +644,7 @@ mod tests {
         h.granted().await.unwrap();
         tx.send(Ok(Update::Suspended {
             stop_within: Some(Duration::from_secs(1)),
-            end_requested: true,
+            cause: SuspendCause::EndRequested,
         }))
         .unwrap();
         assert_eq!(h.lost().await, LossReason::Ended);

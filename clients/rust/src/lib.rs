@@ -58,7 +58,7 @@ pub use hold::{HoldEvent, LossReason};
 pub use observe::Observer;
 pub use observe_many::{ManyEvent, ManyObserver};
 pub use pb::{Candidate, Holder, Leader, LockMode};
-pub use raw::Grant;
+pub use raw::{Grant, SuspendCause};
 pub use runner::{HoldContext, LeaderContext};
 
 use hold::HoldCore;

@@ -286,6 +286,51 @@ pub struct Grant {
     pub leader: Option<Leader>,
 }
 
+/// Why the gateway sent `suspended` (its `reason`): what the holder is told to expect next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SuspendCause {
+    /// The gateway lost its ZooKeeper link: `resumed` may follow, or the stream ends `ABORTED`.
+    Connection,
+    /// The gateway drains for shutdown: the stream ends `UNAVAILABLE`.
+    Drain,
+    /// A lock's ttl lapsed without `keep_alive`: the stream ends `ABORTED`.
+    LeaseExpired,
+    /// A `Resign`/`Release` with this hold's lease asked the gateway to end it: stop, then end
+    /// the stream; it ends `OK`.
+    EndRequested,
+    /// No reason given: a gateway older than the field, or one the gateway sends unset (a
+    /// reload that withdrew the caller's right to the name; the stream ends
+    /// `PERMISSION_DENIED`).
+    Unspecified,
+}
+
+impl SuspendCause {
+    /// The cause a `suspended.reason` names; a value this client does not know is
+    /// [`SuspendCause::Unspecified`] (a newer gateway's reason is still a suspension).
+    pub fn of(reason: i32) -> Self {
+        match pb::SuspendReason::try_from(reason) {
+            Ok(pb::SuspendReason::Connection) => Self::Connection,
+            Ok(pb::SuspendReason::Drain) => Self::Drain,
+            Ok(pb::SuspendReason::LeaseExpired) => Self::LeaseExpired,
+            Ok(pb::SuspendReason::EndRequested) => Self::EndRequested,
+            Ok(pb::SuspendReason::Unspecified) | Err(_) => Self::Unspecified,
+        }
+    }
+
+    /// A stable lower-case name (`connection`, `drain`, `lease_expired`, `end_requested`,
+    /// `unspecified`), for logs and the CLI's JSON events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Connection => "connection",
+            Self::Drain => "drain",
+            Self::LeaseExpired => "lease_expired",
+            Self::EndRequested => "end_requested",
+            Self::Unspecified => "unspecified",
+        }
+    }
+}
+
 /// An event of either stream in one vocabulary: what the helpers (and the test recorder) act
 /// on, with the durations decoded.
 #[derive(Debug, Clone)]
@@ -299,9 +344,8 @@ pub enum Update {
     Granted(Grant),
     Suspended {
         stop_within: Option<Duration>,
-        /// The gateway is ending the hold because a `Resign`/`Release` with its lease asked it
-        /// to (reason `SUSPEND_REASON_END_REQUESTED`): stop, then end the stream; it ends `OK`.
-        end_requested: bool,
+        /// Why, as the gateway said (`suspended.reason`).
+        cause: SuspendCause,
     },
     Resumed,
     /// The leader's value changed (Campaign only).
@@ -326,7 +370,7 @@ impl From<campaign_response::Event> for Update {
                 })
             }
             Event::Suspended(s) => Update::Suspended {
-                end_requested: s.reason == pb::SuspendReason::EndRequested as i32,
+                cause: SuspendCause::of(s.reason),
                 stop_within: duration(s.stop_within),
             },
             Event::Resumed(_) => Update::Resumed,
@@ -350,7 +394,7 @@ impl From<acquire_response::Event> for Update {
                 leader: None,
             }),
             Event::Suspended(s) => Update::Suspended {
-                end_requested: s.reason == pb::SuspendReason::EndRequested as i32,
+                cause: SuspendCause::of(s.reason),
                 stop_within: duration(s.stop_within),
             },
             Event::Resumed(_) => Update::Resumed,
@@ -437,7 +481,7 @@ mod tests {
             Update::from(a),
             Update::Suspended {
                 stop_within: None,
-                end_requested: false
+                cause: SuspendCause::Unspecified
             }
         ));
         // A by-lease end says so (reason END_REQUESTED).
@@ -452,8 +496,36 @@ mod tests {
             Update::from(e),
             Update::Suspended {
                 stop_within: Some(_),
-                end_requested: true
+                cause: SuspendCause::EndRequested
             }
         ));
+    }
+
+    #[test]
+    fn each_suspend_reason_is_its_own_cause() {
+        use pb::SuspendReason as R;
+        let cases = [
+            (R::Unspecified as i32, SuspendCause::Unspecified),
+            (R::Connection as i32, SuspendCause::Connection),
+            (R::Drain as i32, SuspendCause::Drain),
+            (R::LeaseExpired as i32, SuspendCause::LeaseExpired),
+            (R::EndRequested as i32, SuspendCause::EndRequested),
+            (99, SuspendCause::Unspecified),
+            (-1, SuspendCause::Unspecified),
+        ];
+        for (reason, want) in cases {
+            let got = Update::from(lock_suspended(reason));
+            assert!(
+                matches!(got, Update::Suspended { cause, .. } if cause == want),
+                "reason {reason}: {got:?}"
+            );
+        }
+    }
+
+    fn lock_suspended(reason: i32) -> acquire_response::Event {
+        acquire_response::Event::Suspended(pb::Suspended {
+            stop_within: None,
+            reason,
+        })
     }
 }
