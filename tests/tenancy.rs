@@ -425,7 +425,7 @@ async fn a_policy_serves_tenants_by_token_and_certificate() {
     );
 
     // A reload that withdraws billing's campaign right: the leader is told first
-    // (`suspended`), and once it ends its stream the hold is gone with PERMISSION_DENIED.
+    // (`suspended`, reason RIGHT_WITHDRAWN), and once it ends its stream the hold is gone with PERMISSION_DENIED.
     std::fs::write(&policy, policy_text(true)).unwrap();
     auth.reload().unwrap();
     // Heartbeats keep coming to a holder that is not revoked: bound the whole wait.
@@ -433,7 +433,10 @@ async fn a_policy_serves_tenants_by_token_and_certificate() {
         loop {
             match b.next().await {
                 Ok(Some(Event::Proclaimed(_))) => continue,
-                Ok(Some(Event::Suspended(_))) => break,
+                Ok(Some(Event::Suspended(s))) => {
+                    assert_eq!(s.reason(), pb::SuspendReason::RightWithdrawn, "{s:?}");
+                    break;
+                }
                 other => panic!("expected suspended, got {other:?}"),
             }
         }

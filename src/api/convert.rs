@@ -68,7 +68,7 @@ pub(super) fn suspended(
         Suspension::Drain => pb::SuspendReason::Drain,
         Suspension::LeaseExpired => pb::SuspendReason::LeaseExpired,
         Suspension::EndRequested => pb::SuspendReason::EndRequested,
-        Suspension::PolicyWithdrawn => pb::SuspendReason::Unspecified,
+        Suspension::PolicyWithdrawn => pb::SuspendReason::RightWithdrawn,
     };
     pb::Suspended {
         stop_within: Some(duration(stop_within)),

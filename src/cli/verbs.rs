@@ -220,7 +220,8 @@ fn suspended_because(cause: SuspendCause) -> &'static str {
         SuspendCause::EndRequested => {
             "a resign or release by lease asked the gateway to end the hold"
         }
-        // A withdrawn right (a policy reload), or a gateway older than the reason.
+        SuspendCause::RightWithdrawn => "a policy reload withdrew the right to this name",
+        // A gateway older than the reason, or a newer reason.
         _ => "the gateway revoked the hold",
     }
 }

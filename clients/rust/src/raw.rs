@@ -299,9 +299,10 @@ pub enum SuspendCause {
     /// A `Resign`/`Release` with this hold's lease asked the gateway to end it: stop, then end
     /// the stream; it ends `OK`.
     EndRequested,
-    /// No reason given: a gateway older than the field, or one the gateway sends unset (a
-    /// reload that withdrew the caller's right to the name; the stream ends
-    /// `PERMISSION_DENIED`).
+    /// A policy reload withdrew the caller's right to the name: the stream ends
+    /// `PERMISSION_DENIED`.
+    RightWithdrawn,
+    /// No reason this client knows: a gateway older than the field, or a newer reason.
     Unspecified,
 }
 
@@ -314,18 +315,20 @@ impl SuspendCause {
             Ok(pb::SuspendReason::Drain) => Self::Drain,
             Ok(pb::SuspendReason::LeaseExpired) => Self::LeaseExpired,
             Ok(pb::SuspendReason::EndRequested) => Self::EndRequested,
+            Ok(pb::SuspendReason::RightWithdrawn) => Self::RightWithdrawn,
             Ok(pb::SuspendReason::Unspecified) | Err(_) => Self::Unspecified,
         }
     }
 
     /// A stable lower-case name (`connection`, `drain`, `lease_expired`, `end_requested`,
-    /// `unspecified`), for logs and the CLI's JSON events.
+    /// `right_withdrawn`, `unspecified`), for logs.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Connection => "connection",
             Self::Drain => "drain",
             Self::LeaseExpired => "lease_expired",
             Self::EndRequested => "end_requested",
+            Self::RightWithdrawn => "right_withdrawn",
             Self::Unspecified => "unspecified",
         }
     }
@@ -510,6 +513,7 @@ mod tests {
             (R::Drain as i32, SuspendCause::Drain),
             (R::LeaseExpired as i32, SuspendCause::LeaseExpired),
             (R::EndRequested as i32, SuspendCause::EndRequested),
+            (R::RightWithdrawn as i32, SuspendCause::RightWithdrawn),
             (99, SuspendCause::Unspecified),
             (-1, SuspendCause::Unspecified),
         ];

@@ -16,11 +16,13 @@ class SuspendReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SUSPEND_REASON_DRAIN: _ClassVar[SuspendReason]
     SUSPEND_REASON_LEASE_EXPIRED: _ClassVar[SuspendReason]
     SUSPEND_REASON_END_REQUESTED: _ClassVar[SuspendReason]
+    SUSPEND_REASON_RIGHT_WITHDRAWN: _ClassVar[SuspendReason]
 SUSPEND_REASON_UNSPECIFIED: SuspendReason
 SUSPEND_REASON_CONNECTION: SuspendReason
 SUSPEND_REASON_DRAIN: SuspendReason
 SUSPEND_REASON_LEASE_EXPIRED: SuspendReason
 SUSPEND_REASON_END_REQUESTED: SuspendReason
+SUSPEND_REASON_RIGHT_WITHDRAWN: SuspendReason
 
 class Queued(_message.Message):
     __slots__ = ("lease", "position")

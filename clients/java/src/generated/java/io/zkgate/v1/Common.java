@@ -48,13 +48,14 @@ public final class Common {
       "\005lease\030\001 \001(\t\022\020\n\010position\030\002 \001(\r\"e\n\tSuspen" +
       "ded\022.\n\013stop_within\030\001 \001(\0132\031.google.protob" +
       "uf.Duration\022(\n\006reason\030\002 \001(\0162\030.zkgate.v1." +
-      "SuspendReason\"\t\n\007Resumed\"\013\n\tHeartbeat*\254\001" +
+      "SuspendReason\"\t\n\007Resumed\"\013\n\tHeartbeat*\320\001" +
       "\n\rSuspendReason\022\036\n\032SUSPEND_REASON_UNSPEC" +
       "IFIED\020\000\022\035\n\031SUSPEND_REASON_CONNECTION\020\001\022\030" +
       "\n\024SUSPEND_REASON_DRAIN\020\002\022 \n\034SUSPEND_REAS" +
       "ON_LEASE_EXPIRED\020\003\022 \n\034SUSPEND_REASON_END" +
-      "_REQUESTED\020\004B.\n\014io.zkgate.v1P\001Z\034zkgate/g" +
-      "en/zkgatev1;zkgatev1b\006proto3"
+      "_REQUESTED\020\004\022\"\n\036SUSPEND_REASON_RIGHT_WIT" +
+      "HDRAWN\020\005B.\n\014io.zkgate.v1P\001Z\034zkgate/gen/z" +
+      "kgatev1;zkgatev1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,

@@ -48,6 +48,15 @@ public enum SuspendReason
    * <code>SUSPEND_REASON_END_REQUESTED = 4;</code>
    */
   SUSPEND_REASON_END_REQUESTED(4),
+  /**
+   * <pre>
+   * A policy reload withdrew the caller's right to the name (tenancy): the stream ends
+   * PERMISSION_DENIED.
+   * </pre>
+   *
+   * <code>SUSPEND_REASON_RIGHT_WITHDRAWN = 5;</code>
+   */
+  SUSPEND_REASON_RIGHT_WITHDRAWN(5),
   UNRECOGNIZED(-1),
   ;
 
@@ -87,6 +96,15 @@ public enum SuspendReason
    * <code>SUSPEND_REASON_END_REQUESTED = 4;</code>
    */
   public static final int SUSPEND_REASON_END_REQUESTED_VALUE = 4;
+  /**
+   * <pre>
+   * A policy reload withdrew the caller's right to the name (tenancy): the stream ends
+   * PERMISSION_DENIED.
+   * </pre>
+   *
+   * <code>SUSPEND_REASON_RIGHT_WITHDRAWN = 5;</code>
+   */
+  public static final int SUSPEND_REASON_RIGHT_WITHDRAWN_VALUE = 5;
 
 
   public final int getNumber() {
@@ -118,6 +136,7 @@ public enum SuspendReason
       case 2: return SUSPEND_REASON_DRAIN;
       case 3: return SUSPEND_REASON_LEASE_EXPIRED;
       case 4: return SUSPEND_REASON_END_REQUESTED;
+      case 5: return SUSPEND_REASON_RIGHT_WITHDRAWN;
       default: return null;
     }
   }
