@@ -12,6 +12,9 @@
 //! It is the batcher's rule applied to the socket (`coord::batch`): no timer, nothing waits
 //! for company. When nothing else is ready the yield costs one more poll of the connection's
 //! task, and then the write goes out.
+//!
+//! The same wrapper also notes how the connection ends ([`crate::conn_fate`]): by the client's
+//! side, or given up by the gateway as dead.
 
 use std::io;
 use std::pin::Pin;
@@ -21,19 +24,26 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
+use crate::conn_fate::Tracked;
+
 /// A TCP connection to a client; see the module doc.
 #[derive(Debug)]
 pub struct BatchedWrites {
     inner: TcpStream,
     /// The connection's task has yielded once since the last completed write.
     yielded: bool,
+    /// How it ends, and the dead-client read watch.
+    fate: Tracked,
 }
 
 impl BatchedWrites {
-    pub fn new(inner: TcpStream) -> Self {
+    /// `dead_after`: give the connection up when nothing is read from it for that long.
+    pub fn new(inner: TcpStream, dead_after: Option<std::time::Duration>) -> Self {
+        let fate = Tracked::new(inner.local_addr().ok(), inner.peer_addr().ok(), dead_after);
         Self {
             inner,
             yielded: false,
+            fate,
         }
     }
 
@@ -54,6 +64,9 @@ impl BatchedWrites {
         if r.is_ready() {
             self.yielded = false;
         }
+        if let Poll::Ready(Err(e)) = &r {
+            self.fate.after_error(e);
+        }
         r
     }
 }
@@ -72,7 +85,17 @@ impl AsyncRead for BatchedWrites {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let room = buf.remaining() > 0;
+        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+        this.fate.after_read(&r, buf.filled().len() - before, room);
+        if r.is_pending() {
+            if let Poll::Ready(e) = this.fate.poll_dead(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
+        r
     }
 }
 
@@ -137,7 +160,7 @@ mod tests {
             TcpStream::connect(listener.local_addr().unwrap()),
             listener.accept()
         );
-        (BatchedWrites::new(server.unwrap().0), client.unwrap())
+        (BatchedWrites::new(server.unwrap().0, None), client.unwrap())
     }
 
     /// The rule, poll by poll: each write is first refused once with a wake-up of the task

@@ -42,6 +42,7 @@ pub mod auth;
 pub mod batched_writes;
 pub mod cli;
 pub mod config;
+pub mod conn_fate;
 pub mod coord;
 pub mod grpc_metrics;
 pub mod http;

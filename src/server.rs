@@ -158,7 +158,10 @@ pub async fn run_with(
     let mut builder = Server::builder()
         .max_concurrent_streams(cfg.limits.http2_max_concurrent_streams())
         .http2_keepalive_interval(Some(ka_interval))
-        .http2_keepalive_timeout(Some(ka_timeout))
+        // Dead clients are found by the connections' own read watch (`incoming`), which marks
+        // a connection given up before it ends it (`conn_fate`); hyper's timeout, later, only
+        // backs it up.
+        .http2_keepalive_timeout(Some(ka_timeout * 2))
         .tcp_nodelay(true)
         .layer(crate::grpc_metrics::GrpcMetricsLayer);
     if let Some(tls) = cfg.tls.clone() {
@@ -210,7 +213,7 @@ pub async fn run_with(
             LockApi::new(deps),
             interceptor,
         ))
-        .serve_with_incoming_shutdown(incoming(listener), signal);
+        .serve_with_incoming_shutdown(incoming(listener, timing.dead_client_bound()), signal);
     // After the drain every stream has ended on our side, but HTTP/2 still owes a client that
     // stopped reading the bytes its flow-control window has no room for, and graceful shutdown
     // would wait for them forever (G3c: a client that stops reading never delays a drain past
@@ -275,15 +278,18 @@ const CONNECTIONS_AFTER_DRAIN: Duration = Duration::from_secs(1);
 /// Accepted connections with `TCP_NODELAY`: the builder's `tcp_nodelay` only applies to
 /// listeners tonic binds itself, and without it small stream messages (`elected`) wait ~40 ms
 /// for delayed ACKs (measured: campaign → elected 52 ms p50 without, see README).
-/// Each is wrapped in [`BatchedWrites`], so a change many streams follow leaves in few writes.
+/// Each is wrapped in [`BatchedWrites`], so a change many streams follow leaves in few writes,
+/// and given up as dead once nothing was read from it for `dead_after` (the keepalive
+/// interval + timeout: a live client answers the pings sent every interval).
 fn incoming(
     listener: TcpListener,
+    dead_after: Duration,
 ) -> impl tokio_stream::Stream<Item = std::io::Result<BatchedWrites>> + Send + 'static {
     use tokio_stream::StreamExt;
-    TcpListenerStream::new(listener).map(|conn| {
+    TcpListenerStream::new(listener).map(move |conn| {
         let conn = conn?;
         conn.set_nodelay(true)?;
-        Ok(BatchedWrites::new(conn))
+        Ok(BatchedWrites::new(conn, Some(dead_after)))
     })
 }
 

@@ -85,6 +85,7 @@ where
     Fut: Future<Output = Result<H, CoordError>>,
 {
     let permit = admission.holder(request.remote_addr(), tenant.limited())?;
+    let conn = crate::conn_fate::ConnFate::of_request(&request);
     let mut inbound = request.into_inner();
     let first = limits::first_message(
         &mut inbound,
@@ -95,7 +96,7 @@ where
     .await?;
     let mut holder = open(first, &tenant).await?;
     let (out, responses) = Outbox::new();
-    let opened = Opened::now(&mut holder, out);
+    let opened = Opened::now(&mut holder, out, conn);
     let draining = coord.draining();
     tokio::spawn(async move {
         let _permit = permit;
@@ -112,6 +113,8 @@ where
 /// still has to do about it is kept here, with the outbox.
 struct Opened<T> {
     out: Outbox<T>,
+    /// How the stream's connection ends ([`crate::conn_fate`]), when the gateway accepted it.
+    conn: Option<Arc<crate::conn_fate::ConnFate>>,
     /// `queued` is in the outbox (else the client is gone and the task ends at once).
     queued: bool,
     /// The grant sent, with its fencing token: the task audits it and starts the heartbeat.
@@ -123,11 +126,16 @@ struct Opened<T> {
 }
 
 impl<T: Send + 'static> Opened<T> {
-    fn now<H: HolderStream<Response = T>>(holder: &mut H, out: Outbox<T>) -> Self {
+    fn now<H: HolderStream<Response = T>>(
+        holder: &mut H,
+        out: Outbox<T>,
+        conn: Option<Arc<crate::conn_fate::ConnFate>>,
+    ) -> Self {
         use futures::FutureExt;
         let mut opened = Self {
             queued: matches!(out.try_send(holder.queued()), TrySend::Sent),
             out,
+            conn,
             granted: None,
             first: None,
         };
@@ -190,8 +198,8 @@ pub(super) enum Suspension {
     LeaseExpired,
     /// A resign/release by lease, on any gateway (G3c).
     EndRequested,
-    /// A policy reload withdrew the caller's right to the name (G3c). Sent with the reason
-    /// unset: helpers read it as a loss, and the stream ends `PERMISSION_DENIED`.
+    /// A policy reload withdrew the caller's right to the name (G3c): reason RIGHT_WITHDRAWN,
+    /// and the stream ends `PERMISSION_DENIED`.
     PolicyWithdrawn,
 }
 
@@ -302,6 +310,16 @@ pub(super) mod revocation {
     pub(crate) fn due(silence_limit: Duration, delay: Duration, last_sent: Instant) -> Instant {
         last_sent + silence_limit + delay
     }
+
+    /// Whether a stream that ended under a granted holder (G3, G3b) keeps its znode until
+    /// [`due`]: only when the gateway gave the connection up as dead (`given_up`: nothing read
+    /// from it in time) and the holder had not already given the hold up (`leaving`). Such a
+    /// holder may be alive — its pings lost or late, or paused — and still hearing heartbeats
+    /// sent before the end, each one restarting its watchdog. A stream the client cancelled,
+    /// or a connection its side closed, is its own word: released at once.
+    pub(crate) fn keeps_after_loss(holds: bool, leaving: bool, given_up: bool) -> bool {
+        holds && !leaving && given_up
+    }
 }
 
 /// Drives one holder stream until it ends. The holder lives in this task: when the task ends
@@ -382,10 +400,12 @@ async fn drive_audited<H: HolderStream>(
 ) {
     let Opened {
         out,
+        conn,
         queued,
         granted,
         first,
     } = opened;
+    let given_up = || conn.as_ref().is_some_and(|c| c.given_up_as_dead());
     if !queued {
         return;
     }
@@ -405,6 +425,10 @@ async fn drive_audited<H: HolderStream>(
     // end with once the holder ended its stream or its silence bound passed.
     let mut revoking = false;
     let mut revoked: Option<CoordError> = None;
+    // The stream is gone with a connection given up as dead while the hold was granted: nothing
+    // can be sent or read any more, and the znode stays until `due` (G3b).
+    let mut cut = false;
+    let mut kept = false;
     if let Some(token) = granted {
         audit::granted(&tenant.identity, tenant.verb, name, token);
         ended.held = Some(token);
@@ -412,6 +436,17 @@ async fn drive_audited<H: HolderStream>(
     }
     let mut first = first;
     loop {
+        if cut && !kept {
+            kept = true;
+            revoking = true;
+            inbound_open = false;
+            pending = None;
+            unsent = None;
+            tracing::info!(
+                ?silence_limit,
+                "a holder's connection was given up as dead; its znode stays until its silence limit has passed since the last message sent (it may still be hearing them)"
+            );
+        }
         let due = (revoking && leaving.is_none())
             .then(|| revocation::due(silence_limit, delay_allowance, out.last_sent()));
         let step = if let Some(step) = first.take() {
@@ -446,7 +481,13 @@ async fn drive_audited<H: HolderStream>(
                     }
                 }
             },
-            _ = out.closed() => return,
+            _ = out.closed(), if !cut => {
+                if !revocation::keeps_after_loss(holder.holds(), leaving.is_some(), given_up()) {
+                    return;
+                }
+                cut = true;
+                Step::Quiet
+            }
             done = async { leaving.as_mut().expect("guarded").0.as_mut().await }, if leaving.is_some() => {
                 let (_, then) = leaving.take().expect("guarded");
                 match (done, then) {
@@ -510,7 +551,12 @@ async fn drive_audited<H: HolderStream>(
                     }
                     Step::Quiet
                 }
-                // Cancelled or broken: stream loss is release.
+                // Cancelled or broken: stream loss is release — unless the gateway gave the
+                // connection up under a holder that may still be hearing it (G3b).
+                Err(_) if revocation::keeps_after_loss(holder.holds(), leaving.is_some(), given_up()) => {
+                    cut = true;
+                    Step::Quiet
+                }
                 Err(_) => return,
             },
             _ = heartbeat.tick(), if holder.holds() && !revoking && unsent.is_none() => {
@@ -679,6 +725,37 @@ mod tests {
             ),
         ] {
             assert_eq!(revocation::due(s, d, last), due, "{last:?} {d:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_holder_whose_connection_the_gateway_gave_up_keeps_its_znode_after_the_loss() {
+        // (holds, leaving in-stream, connection given up as dead) → keeps until `due`
+        let cases = [
+            ((true, false, true), true, "a holder that may still hear us"),
+            (
+                (true, false, false),
+                false,
+                "cancelled, or its side closed: its word",
+            ),
+            (
+                (true, true, true),
+                false,
+                "it had already resigned or released",
+            ),
+            (
+                (false, false, true),
+                false,
+                "a waiter holds nothing to overlap",
+            ),
+            ((false, false, false), false, "a waiter that went away"),
+        ];
+        for ((holds, leaving, given_up), keeps, what) in cases {
+            assert_eq!(
+                revocation::keeps_after_loss(holds, leaving, given_up),
+                keeps,
+                "{what}"
+            );
         }
     }
 }

@@ -12,7 +12,8 @@
 //! | assumed tick | the stated `tickTime`, never above T/2; unstated: T/2 | the largest tick a server granting T can run with |
 //! | quorum lag | tick/2 + probe interval | how stale the quorum's view of a follower's session can be (G2) |
 //! | silence limit | 35% of min(requested, granted) | a leader hearing nothing this long must assume it lost (G3b) |
-//! | keepalive interval / timeout | T/5, 2T/5 of the requested T | dead clients are found before a silent leader could overlap |
+//! | keepalive interval / timeout | T/5, 2T/5 of the requested T | dead clients are found (nothing read for interval + timeout: `conn_fate`) after a silent leader has stopped |
+//! | a holder's znode after its connection was given up as dead | silence limit + keepalive timeout after the last message sent | it may still be hearing heartbeats (a link failed one way): G3b |
 //! | revoked holder's znode kept | silence limit + keepalive timeout after the last message sent | the holder counts its limit from when it *hears* that message: up to one client delay later (G3c) |
 
 use std::time::Duration;

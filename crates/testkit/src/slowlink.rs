@@ -2,9 +2,15 @@
 //! in both directions and in order — a client far from its gateway, or a congested path. A
 //! holder counts its silence limit and `stop_within` from when it *hears* a message, so
 //! whatever the gateway times from when it *sent* one must allow for this delay (G3c).
+//!
+//! It can also lose everything the client sends from some moment on while the gateway's side
+//! still gets through ([`SlowLink::mute_upstream`]): a link failed in one direction, where the
+//! holder keeps hearing heartbeats that its gateway no longer hears the answers to.
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -20,6 +26,8 @@ use tokio::time::Instant;
 pub struct SlowLink {
     addr: SocketAddr,
     task: JoinHandle<()>,
+    /// Client → gateway chunks are dropped (the connections stay open).
+    upstream_muted: Arc<AtomicBool>,
 }
 
 impl SlowLink {
@@ -30,6 +38,8 @@ impl SlowLink {
     pub async fn start(target: SocketAddr, delay: Duration) -> io::Result<SlowLink> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
+        let upstream_muted = Arc::new(AtomicBool::new(false));
+        let muted = upstream_muted.clone();
         let task = tokio::spawn(async move {
             while let Ok((down, _)) = listener.accept().await {
                 let Ok(up) = TcpStream::connect(target).await else {
@@ -39,11 +49,21 @@ impl SlowLink {
                 let _ = up.set_nodelay(true);
                 let (dr, dw) = down.into_split();
                 let (ur, uw) = up.into_split();
-                tokio::spawn(pump(dr, uw, delay));
-                tokio::spawn(pump(ur, dw, delay));
+                tokio::spawn(pump(dr, uw, delay, Some(muted.clone())));
+                tokio::spawn(pump(ur, dw, delay, None));
             }
         });
-        Ok(SlowLink { addr, task })
+        Ok(SlowLink {
+            addr,
+            task,
+            upstream_muted,
+        })
+    }
+
+    /// From now on, nothing the client sends reaches the gateway (no FIN, no RST: the bytes
+    /// are read and dropped), while everything the gateway sends still reaches the client.
+    pub fn mute_upstream(&self) {
+        self.upstream_muted.store(true, Ordering::SeqCst);
     }
 
     /// `http://` plus the listening address, for a gRPC client.
@@ -59,8 +79,15 @@ impl Drop for SlowLink {
 }
 
 /// Reads `from` and writes each chunk to `to` `delay` after it was read (a writer task keeps
-/// the order); a close on one side is passed on after the same delay.
-async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Duration) {
+/// the order); a close on one side is passed on after the same delay. While `muted` is set,
+/// chunks are dropped and a close is not passed on.
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    delay: Duration,
+    muted: Option<Arc<AtomicBool>>,
+) {
+    let is_muted = move || muted.as_ref().is_some_and(|m| m.load(Ordering::SeqCst));
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     tokio::spawn(async move {
         while let Some((at, chunk)) = rx.recv().await {
@@ -74,9 +101,13 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Duration) 
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) if is_muted() => std::future::pending::<usize>().await,
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        if is_muted() {
+            continue;
+        }
         if tx
             .send((Instant::now() + delay, buf[..n].to_vec()))
             .is_err()
