@@ -261,7 +261,11 @@ pub fn holds_of(log: &StreamLog, now: Instant, notes: &mut Vec<String>) -> Vec<H
                 }
                 token = Some(*tk);
                 silence = Some(*silence_limit);
-                current = Some(t);
+                // A grant that crosses the stream's own resign (sent while it waited) is no
+                // hold: the client has stopped before it could act on it.
+                if !resigning {
+                    current = Some(t);
+                }
                 resumed.set(false);
             }
             Ev::Suspended { .. } => {
@@ -909,6 +913,28 @@ mod tests {
         // Starting at +120 is fine.
         let c = log(3, vec![(0, q), (120, granted(6)), (150, end())], epoch);
         let r = check(&[a, c], |_| 1, epoch);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+    }
+
+    #[test]
+    fn a_grant_that_crosses_the_streams_own_resign_is_no_hold() {
+        let epoch = Instant::now();
+        let q = Ev::Queued { position: 1 };
+        // c1 resigned while waiting; the grant crossed it, and its stream ended OK later. c2,
+        // granted once c1's znode went, overlaps that grant's window but not a hold.
+        let a = log(
+            1,
+            vec![
+                (0, q.clone()),
+                (50, Ev::Resigning),
+                (53, granted(5)),
+                (90, end()),
+            ],
+            epoch,
+        );
+        assert!(holds_of(&a, Instant::now(), &mut Vec::new()).is_empty());
+        let b = log(2, vec![(0, q), (60, granted(6)), (150, end())], epoch);
+        let r = check(&[a, b], |_| 1, epoch);
         assert!(r.violations.is_empty(), "{:?}", r.violations);
     }
 
