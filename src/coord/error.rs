@@ -68,8 +68,9 @@ pub enum CoordError {
         what: &'static str,
         within: Duration,
     },
-    /// Worth retrying, here or on another gateway: see [`Retry`].
-    #[error("no ZooKeeper session: {0}")]
+    /// Worth retrying, here or on another gateway: see [`Retry`]. (Not "no session": the
+    /// session may well be alive and resume; what failed is this request.)
+    #[error("ZooKeeper unavailable: {0}")]
     Unavailable(Retry),
     #[error("ZooKeeper refused the request: not authorised ({0})")]
     NotAuthorised(zkc::Error),
@@ -248,7 +249,7 @@ mod tests {
         );
         assert_eq!(
             CoordError::from(Retry::VanishedAfterCreate(QueueKind::Lock)).to_string(),
-            "no ZooKeeper session: the lock request's znode vanished right after creation"
+            "ZooKeeper unavailable: the lock request's znode vanished right after creation"
         );
         assert!(CoordError::WaitExpired {
             lock: name,
