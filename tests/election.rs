@@ -672,14 +672,7 @@ async fn a_leader_that_does_not_act_on_the_notice_keeps_its_znode_for_its_silenc
     let mut c = gw.client().await;
     let mut c2 = other.client().await;
     let mut a = Campaign::join(&mut c, "deaf", "a", b"").await;
-    let limit: Duration = match a.next().await {
-        Ok(Some(Event::Elected(e))) => e
-            .silence_limit
-            .expect("a silence limit")
-            .try_into()
-            .unwrap(),
-        other => panic!("expected elected, got {other:?}"),
-    };
+    let limit = elected_silence_limit(&mut a).await;
     let lease = a.lease.clone();
     let mut a_events = record(a.stream);
     let b = Campaign::join(&mut c2, "deaf", "b", b"").await;
@@ -721,6 +714,18 @@ async fn a_leader_that_does_not_act_on_the_notice_keeps_its_znode_for_its_silenc
     );
 }
 
+/// Waits for `elected` on a fresh campaign and returns the silence limit it carries.
+async fn elected_silence_limit(a: &mut Campaign) -> Duration {
+    match a.next().await {
+        Ok(Some(Event::Elected(e))) => e
+            .silence_limit
+            .expect("a silence limit")
+            .try_into()
+            .unwrap(),
+        other => panic!("expected elected, got {other:?}"),
+    }
+}
+
 /// A leader that cannot hear (its link to its gateway blackholed: no FIN, nothing delivered)
 /// is resigned by lease through another gateway: the notice never reaches it, so its znode
 /// stays until `silence_limit` has passed since the last message its gateway sent it — its
@@ -739,14 +744,7 @@ async fn a_leader_that_cannot_hear_is_replaced_only_after_its_watchdog_fired() {
         .unwrap();
     let mut c2 = other.client().await;
     let mut a = Campaign::join(&mut c, "unheard", "a", b"").await;
-    let limit: Duration = match a.next().await {
-        Ok(Some(Event::Elected(e))) => e
-            .silence_limit
-            .expect("a silence limit")
-            .try_into()
-            .unwrap(),
-        other => panic!("expected elected, got {other:?}"),
-    };
+    let limit = elected_silence_limit(&mut a).await;
     let lease = a.lease.clone();
     let mut a_events = record(a.stream);
     let b = Campaign::join(&mut c2, "unheard", "b", b"").await;
@@ -817,14 +815,7 @@ async fn a_leader_its_gateway_no_longer_hears_is_replaced_only_after_its_watchdo
         .unwrap();
     let mut c2 = other.client().await;
     let mut a = Campaign::join(&mut c, "one-way", "a", b"").await;
-    let limit: Duration = match a.next().await {
-        Ok(Some(Event::Elected(e))) => e
-            .silence_limit
-            .expect("a silence limit")
-            .try_into()
-            .unwrap(),
-        other => panic!("expected elected, got {other:?}"),
-    };
+    let limit = elected_silence_limit(&mut a).await;
     let mut a_events = record(a.stream);
     let b = Campaign::join(&mut c2, "one-way", "b", b"").await;
     let mut b_events = record(b.stream);
