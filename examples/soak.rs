@@ -1767,7 +1767,10 @@ fn inject_client(world: &Arc<World>, kind: Fault) -> Option<Injected> {
     }
     world.say(&format!("FAULT {what}"));
     let bound = match kind {
-        Fault::BlackholeClient => keepalive + Duration::from_secs(1),
+        // The gateway gives the connection up after the keepalive bound, and a holder's znode
+        // stays until its silence limit and the delay allowance have passed since the last
+        // message sent to it: it may still be hearing heartbeats (G3b).
+        Fault::BlackholeClient => keepalive + world.revoked_within() + Duration::from_secs(1),
         // The ttl runs out, the holder is told (`suspended`) and its znode goes once its
         // silence limit and the delay allowance have passed since the last message sent to it
         // (G3c).
