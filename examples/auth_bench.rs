@@ -139,6 +139,7 @@ async fn main() {
     let mut leader = CampaignStream::open_with(
         &mut ElectionClient::new(plain(open).connect().await.unwrap()),
         [Req::Join(pb::Join {
+            ping_seq: 0,
             election: "bench.auth".into(),
             candidate: "bench".into(),
             value: vec![],

@@ -24,6 +24,7 @@ type Client = ElectionClient<tonic::transport::Channel>;
 
 async fn join(c: &mut Client, election: &str) -> CampaignStream {
     let join = Req::Join(pb::Join {
+        ping_seq: 0,
         election: election.into(),
         candidate: "bench".into(),
         value: vec![],

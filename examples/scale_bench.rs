@@ -44,6 +44,7 @@ fn rss_kib(pid: u32) -> u64 {
 
 async fn join(c: &mut ElectionClient<Channel>, election: &str, candidate: &str) -> CampaignStream {
     let join = Req::Join(pb::Join {
+        ping_seq: 0,
         election: election.into(),
         candidate: candidate.into(),
         value: Vec::new(),

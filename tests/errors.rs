@@ -143,6 +143,7 @@ async fn bad_messages_inside_a_campaign_end_it_and_release_the_znode() {
     let mut a = Campaign::join(&mut c, "inner", "a", b"").await;
     a.elected().await;
     a.send(Req::Join(pb::Join {
+        ping_seq: 0,
         election: "inner".into(),
         candidate: "again".into(),
         value: vec![],

@@ -1866,3 +1866,96 @@ async fn no_heartbeat_once_the_znode_is_known_gone() {
     s.finish(vec![a, b], &zk, Duration::from_secs(3)).await;
     drop((g1, g2));
 }
+
+/// A frozen gateway whose last answer reaches its leader late: the leader stops by the lease
+/// its own pings anchored, before ZooKeeper can expire the session and elect the successor
+/// (G1, G3b). A holder that counted its silence limit from when it *heard* a message went on
+/// holding beside its successor here: the heartbeat sent just before the freeze arrived 2.8 s
+/// later and restarted a 3 s watchdog on a 5 s session (granted of the 10 s asked), so that
+/// holder stopped 5.78 s after the freeze while the successor was elected 5.08 and 5.28 s
+/// after it — 0.70 and 0.50 s of overlap, 2 of 2 runs with the Rust helper's pings switched
+/// off. With them, the leader stopped 2.2 s after the freeze (its last answered ping's send +
+/// 3 s).
+///
+/// The link to the leader's gateway is slow one way only (gateway → leader: 1 s, then 2.8 s
+/// from just before the freeze), so the leader's pings are read at once and its lease holds
+/// on the 1 s link; the explicit silence limit (3 s, the largest the granted 5 s allows) is
+/// what lets a late heartbeat reach a hearing holder before its watchdog fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_gateways_late_answer_does_not_stretch_its_leaders_lease() {
+    let _serial = support::serial().lock().await;
+    let zk = shared_zk();
+    let asked = Duration::from_secs(10);
+    let s = Scenario::new("late-answer", asked);
+    let mut spec = GatewaySpec::binary(BIN, &zk, &s.root, asked);
+    // No HTTP/2 keepalive ping in the window: the message the freeze follows is the hold's.
+    spec.extra = ["--silence-limit", "3s", "--keepalive-interval", "30s"]
+        .map(String::from)
+        .to_vec();
+    let mut g1 = s.gateway_from("g1", spec.clone()).await;
+    let g2 = s.gateway_from("g2", spec).await;
+    let link = support::slowlink::SlowLink::start(g1.addr, Duration::ZERO)
+        .await
+        .unwrap();
+    link.set_delays(Duration::ZERO, Duration::from_secs(1));
+    let a = zkgate_client::Client::connect(zkgate_client::Endpoints::new([link.url()]).unwrap())
+        .await
+        .unwrap();
+    let lead = a.elect("late-answer", "a", b"").await.expect("a elected");
+    let limit = lead.silence_limit().expect("a silence limit");
+    assert_eq!(limit, Duration::from_secs(3), "the explicit limit fits 5 s");
+    let b = StreamClient::join(&g2.url(), "late-answer", "b", "g2")
+        .await
+        .unwrap();
+    // The leader's hold, sampled: the last moment it said it leads.
+    let last_led = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let sampler = {
+        let last_led = last_led.clone();
+        tokio::spawn(async move {
+            loop {
+                if lead.is_leader() {
+                    *last_led.lock().unwrap() = Some(Instant::now());
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    // Held a while on the slow link: its lease keeps up with a 1 s one-way delay.
+    tokio::time::sleep(limit * 2).await;
+    let held = last_led.lock().unwrap().expect("a led");
+    assert!(
+        held.elapsed() < Duration::from_millis(100),
+        "a leads on the 1 s link"
+    );
+
+    // The gateway's messages now take 2.8 s; freeze it right after the next one left.
+    link.set_delays(Duration::ZERO, Duration::from_millis(2800));
+    let sent = link.downstream_reads();
+    let waited = Instant::now();
+    while link.downstream_reads() == sent {
+        assert!(waited.elapsed() < limit, "g1 sent nothing");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // A frame may leave in more than one write: let the gateway finish it.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let t0 = s.fault("SIGSTOP g1 right after it sent a message");
+    g1.freeze();
+    let (tb, _) = b.wait_granted(asked * 2).await.expect("b elected");
+    // The leader may still be sampled as leading for a moment after b's grant only if it is
+    // wrong: wait past its longest possible lease first.
+    tokio::time::sleep_until((t0 + limit * 3).max(tb).into()).await;
+    sampler.abort();
+    let last = last_led.lock().unwrap().expect("a led");
+    s.say(&format!(
+        "a last led {:?} after the freeze, b elected {:?} after it",
+        last.saturating_duration_since(t0),
+        tb - t0
+    ));
+    assert!(last < tb, "a still led {:?} after b was elected", last - tb);
+    assert!(
+        last <= t0 + limit,
+        "a led {:?} after the freeze: longer than its lease allows",
+        last - t0
+    );
+    g1.thaw();
+}

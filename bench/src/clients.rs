@@ -154,6 +154,7 @@ impl Client {
             Client::Zkgate(ch) => match kind {
                 Kind::Election => {
                     let join = zpb::Join {
+                        ping_seq: 0,
                         election: name.into(),
                         candidate: "bench".into(),
                         value: Vec::new(),

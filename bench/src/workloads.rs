@@ -1083,6 +1083,7 @@ pub async fn streams(ctx: &mut Ctx) {
                     let mut held = Vec::new();
                     for i in (w..m).step_by(8) {
                         let join = zpb::Join {
+                            ping_seq: 0,
                             election: format!("streams-{conn}"),
                             candidate: format!("c-{i}"),
                             value: Vec::new(),

@@ -65,14 +65,38 @@ impl HolderStream for CampaignStream {
     type Response = pb::CampaignResponse;
 
     fn queued(&self) -> pb::CampaignResponse {
+        let member = self.candidacy.member();
         event(Event::Queued(pb::Queued {
-            lease: self.candidacy.member().lease().encode(&self.keys),
-            position: self.candidacy.member().position(),
+            lease: member.lease().encode(&self.keys),
+            position: member.position(),
+            answers_pings: true,
+            silence_limit: Some(convert::duration(member.silence_limit())),
         }))
     }
 
-    fn heartbeat() -> pb::CampaignResponse {
-        event(Event::Heartbeat(pb::Heartbeat {}))
+    fn heartbeat(seq: u64) -> pb::CampaignResponse {
+        event(Event::Heartbeat(pb::Heartbeat { seq }))
+    }
+
+    fn first_ping(first: &pb::CampaignRequest) -> u64 {
+        match &first.request {
+            Some(CampaignMsg::Join(j)) => j.ping_seq,
+            _ => 0,
+        }
+    }
+
+    fn ping_of(request: &pb::CampaignRequest) -> Option<u64> {
+        match &request.request {
+            Some(CampaignMsg::Ping(p)) => Some(p.seq),
+            _ => None,
+        }
+    }
+
+    fn with_ping(mut msg: pb::CampaignResponse, seq: u64) -> pb::CampaignResponse {
+        if let Some(Event::Elected(e)) = msg.event.as_mut() {
+            e.ping_seq = seq;
+        }
+        msg
     }
 
     fn suspended(stop_within: std::time::Duration, why: Suspension) -> pb::CampaignResponse {
@@ -101,6 +125,8 @@ impl HolderStream for CampaignStream {
                         silence_limit: Some(convert::duration(
                             self.candidacy.member().silence_limit(),
                         )),
+                        // Set by the stream's loop, which reads the pings.
+                        ping_seq: 0,
                     })),
                     token,
                 )
@@ -140,6 +166,8 @@ impl HolderStream for CampaignStream {
                 })),
             },
             Some(CampaignMsg::Resign(_)) => Step::Leave,
+            // Taken by the stream's loop before it gets here.
+            Some(CampaignMsg::Ping(_)) => Step::Quiet,
             Some(CampaignMsg::Join(_)) => Step::Fail(
                 InvalidInput::FirstOnly {
                     what: "join",

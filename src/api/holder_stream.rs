@@ -23,6 +23,16 @@
 //! [`revocation`], a pure core with table tests. Waiters hold nothing: on drain they end at
 //! once.
 //!
+//! # A lease on the holder's own clock (`ping`)
+//! A client helper numbers pings on its stream (the first in its join/acquire); the loop
+//! answers each with `heartbeat{seq}` only while the client holds and the session vouches for
+//! the hold ([`pings`]), and a grant carries the newest ping read before it. The holder's
+//! deadline is the moment *it sent* the newest answered ping + `silence_limit`, so neither a
+//! late answer nor a slow link can stretch it past the session (G1, G3b; a frozen gateway's
+//! session expires `silence_bound` + margin after its last vouching at the earliest, and the
+//! ping was sent before that). Such a stream gets no unsolicited heartbeats, and its revocation
+//! and dead-client bounds need no allowance for the link's delay ([`revocation::due`]).
+//!
 //! # A client that stops reading holds nothing up
 //! Every send happens inside the loop's `select!` ([`Outbox`]): while a message waits for room
 //! the loop still follows the drain, the client's cancellation, a resign in flight and a
@@ -94,9 +104,10 @@ where
         what,
     )
     .await?;
+    let first_ping = H::first_ping(&first);
     let mut holder = open(first, &tenant).await?;
     let (out, responses) = Outbox::new();
-    let opened = Opened::now(&mut holder, out, conn);
+    let opened = Opened::now(&mut holder, out, conn, first_ping);
     let draining = coord.draining();
     tokio::spawn(async move {
         let _permit = permit;
@@ -119,6 +130,8 @@ struct Opened<T> {
     queued: bool,
     /// The grant sent, with its fencing token: the task audits it and starts the heartbeat.
     granted: Option<u64>,
+    /// The pings read so far: the first message's.
+    pings: pings::Pings,
     /// The first step, when it was ready but is not a grant sent here: the task takes it first.
     /// Boxed: it lives in every waiting stream's task for the stream's whole life, where an
     /// unboxed `Step` cost ≈ 0.7 KiB per stream (the bench's 100,000 waiting streams).
@@ -130,13 +143,17 @@ impl<T: Send + 'static> Opened<T> {
         holder: &mut H,
         out: Outbox<T>,
         conn: Option<Arc<crate::conn_fate::ConnFate>>,
+        first_ping: u64,
     ) -> Self {
         use futures::FutureExt;
+        let mut pings = pings::Pings::default();
+        pings.read(first_ping);
         let mut opened = Self {
             queued: matches!(out.try_send(holder.queued()), TrySend::Sent),
             out,
             conn,
             granted: None,
+            pings,
             first: None,
         };
         if !opened.queued {
@@ -146,11 +163,13 @@ impl<T: Send + 'static> Opened<T> {
         // a step not yet ready is simply awaited by the task.
         let first = holder.next_event().now_or_never();
         match first.map(|s| vouched(s, || holder.may_heartbeat())) {
-            Some(Step::Granted(msg, token)) => match opened.out.try_send(msg) {
-                TrySend::Sent => opened.granted = Some(token),
-                TrySend::Full(msg) => opened.first = Some(Box::new(Step::Granted(msg, token))),
-                TrySend::Closed => opened.queued = false,
-            },
+            Some(Step::Granted(msg, token)) => {
+                match opened.out.try_send(H::with_ping(msg, opened.pings.vouch())) {
+                    TrySend::Sent => opened.granted = Some(token),
+                    TrySend::Full(msg) => opened.first = Some(Box::new(Step::Granted(msg, token))),
+                    TrySend::Closed => opened.queued = false,
+                }
+            }
             step => opened.first = step.map(Box::new),
         }
         opened
@@ -218,7 +237,18 @@ pub(super) trait HolderStream: Send + Sized + 'static {
     /// `queued{lease, position}`: always the first message.
     fn queued(&self) -> Self::Response;
 
-    fn heartbeat() -> Self::Response;
+    /// `heartbeat{seq}`: the answer to ping `seq`, or unsolicited (0).
+    fn heartbeat(seq: u64) -> Self::Response;
+
+    /// The ping number the first message (join, acquire) carries: 0 for none.
+    fn first_ping(first: &Self::Request) -> u64;
+
+    /// The number of an in-stream `ping{seq}`; `None` for any other request.
+    fn ping_of(request: &Self::Request) -> Option<u64>;
+
+    /// A grant made by [`HolderStream::next_event`] with `ping_seq` set: the newest ping read
+    /// before it, which the session vouched for with the grant.
+    fn with_ping(msg: Self::Response, seq: u64) -> Self::Response;
 
     /// `suspended{stop_within, reason}`.
     fn suspended(stop_within: Duration, why: Suspension) -> Self::Response;
@@ -282,6 +312,44 @@ fn vouched<T>(step: Step<T>, may_grant: impl FnOnce() -> bool) -> Step<T> {
     }
 }
 
+/// The pings a stream has read (proto `Ping`), kept pure so its table tests need no stream.
+pub(super) mod pings {
+    /// What a stream knows of its client's pings: the newest number read, and whether the
+    /// session has vouched for one (a grant or an answer carried it) — from then on the
+    /// holder's lease is anchored on its own clock, at or before the moment the gateway read
+    /// that ping.
+    #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+    pub(crate) struct Pings {
+        newest: u64,
+        vouched: bool,
+    }
+
+    impl Pings {
+        /// A ping read (0: none). A number at or below the newest moves nothing: an answer
+        /// carries the newest, which the client sent last.
+        pub(crate) fn read(&mut self, seq: u64) {
+            self.newest = self.newest.max(seq);
+        }
+
+        /// Whether the client pings: it then gets no unsolicited heartbeats.
+        pub(crate) fn pinged(&self) -> bool {
+            self.newest > 0
+        }
+
+        /// The session vouches for the hold now (a grant, or the answer to a ping): the number
+        /// the message carries, 0 when the client never pinged.
+        pub(crate) fn vouch(&mut self) -> u64 {
+            self.vouched |= self.newest > 0;
+            self.newest
+        }
+
+        /// Whether the holder's lease is anchored on its own clock (see the module docs).
+        pub(crate) fn anchored(&self) -> bool {
+            self.vouched
+        }
+    }
+}
+
 /// The arithmetic of a revoked hold (G3c), kept pure so its table tests need no stream.
 pub(super) mod revocation {
     use std::time::Duration;
@@ -305,10 +373,22 @@ pub(super) mod revocation {
     /// When a revoked holder's znode may go if it does not end its stream first:
     /// `silence_limit` after the last message the gateway actually sent it — when its own
     /// watchdog has fired even if it heard nothing since — plus `delay`, how much later than
-    /// it was sent that message may have reached it (`Timing::client_delay_allowance`): the
-    /// holder counts from when it hears.
+    /// it was sent that message may have reached it (`Timing::client_delay_allowance`): a
+    /// holder that does not ping counts from when it hears.
     pub(crate) fn due(silence_limit: Duration, delay: Duration, last_sent: Instant) -> Instant {
         last_sent + silence_limit + delay
+    }
+
+    /// The `delay` of [`due`]: none for a holder whose lease is anchored on its own clock
+    /// ([`super::pings`]). Its deadline is the moment it sent a ping the gateway read *before*
+    /// vouching for it + `silence_limit`, so no later than the last vouching message's send +
+    /// `silence_limit`, however late that message arrives.
+    pub(crate) fn delay_allowance(anchored: bool, allowance: Duration) -> Duration {
+        if anchored {
+            Duration::ZERO
+        } else {
+            allowance
+        }
     }
 
     /// Whether a stream that ended under a granted holder (G3, G3b) keeps its znode until
@@ -403,6 +483,7 @@ async fn drive_audited<H: HolderStream>(
         conn,
         queued,
         granted,
+        mut pings,
         first,
     } = opened;
     let given_up = || conn.as_ref().is_some_and(|c| c.given_up_as_dead());
@@ -412,7 +493,7 @@ async fn drive_audited<H: HolderStream>(
     let mut policy = tenant.auth.changes();
     let mut follow_policy = true;
     let silence_limit = holder.silence_limit();
-    let delay_allowance = holder.client_delay_allowance();
+    let allowance = holder.client_delay_allowance();
     let period = (silence_limit / 3).max(Duration::from_millis(50));
     let mut heartbeat = tokio::time::interval(period);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -447,6 +528,7 @@ async fn drive_audited<H: HolderStream>(
                 "a holder's connection was given up as dead; its znode stays until its silence limit has passed since the last message sent (it may still be hearing them)"
             );
         }
+        let delay_allowance = revocation::delay_allowance(pings.anchored(), allowance);
         let due = (revoking && leaving.is_none())
             .then(|| revocation::due(silence_limit, delay_allowance, out.last_sent()));
         let step = if let Some(step) = first.take() {
@@ -541,7 +623,20 @@ async fn drive_audited<H: HolderStream>(
                         Step::Quiet
                     }
                 }
-                Ok(Some(request)) => holder.on_request(request),
+                Ok(Some(request)) => match H::ping_of(&request) {
+                    // Answered only while the client holds and the session vouches now, on a
+                    // connected link (not a suspended one that heartbeats still may cover):
+                    // the answer extends the holder's lease to the ping's send + its limit.
+                    Some(seq) => {
+                        pings.read(seq);
+                        if holder.holds() && holder.link_deadline().is_none() && holder.may_heartbeat() {
+                            Step::Send(H::heartbeat(pings.vouch()))
+                        } else {
+                            Step::Quiet
+                        }
+                    }
+                    None => holder.on_request(request),
+                },
                 // Half-close (grpcurl -d does this): the hold stays — unless it is being
                 // revoked, when it is the holder's word that it has stopped.
                 Ok(None) => {
@@ -559,11 +654,11 @@ async fn drive_audited<H: HolderStream>(
                 }
                 Err(_) => return,
             },
-            _ = heartbeat.tick(), if holder.holds() && !revoking && unsent.is_none() => {
+            _ = heartbeat.tick(), if holder.holds() && !revoking && unsent.is_none() && !pings.pinged() => {
                 // No heartbeat on a stale view of the link (after a freeze the timer fires
                 // before the session supervisor has judged the link).
                 if holder.may_heartbeat() {
-                    Step::Send(H::heartbeat())
+                    Step::Send(H::heartbeat(0))
                 } else {
                     Step::Quiet
                 }
@@ -576,7 +671,7 @@ async fn drive_audited<H: HolderStream>(
                 audit::granted(&tenant.identity, tenant.verb, name, token);
                 ended.held = Some(token);
                 heartbeat.reset();
-                msg
+                H::with_ping(msg, pings.vouch())
             }
             Step::Quiet => continue,
             Step::Fail(e) => {
@@ -726,6 +821,53 @@ mod tests {
         ] {
             assert_eq!(revocation::due(s, d, last), due, "{last:?} {d:?}");
         }
+    }
+
+    #[test]
+    fn a_ping_anchors_the_lease_once_the_session_vouched_for_it() {
+        use super::pings::Pings;
+        // (pings read, what a vouching then carries, or no vouching) → (pinged, anchored)
+        type Row = (&'static [u64], Option<u64>, (bool, bool), &'static str);
+        let table: [Row; 6] = [
+            (
+                &[],
+                Some(0),
+                (false, false),
+                "a client that never pings: grpcurl",
+            ),
+            (
+                &[1],
+                None,
+                (true, false),
+                "the join's ping, not yet vouched",
+            ),
+            (&[1], Some(1), (true, true), "granted on the join's ping"),
+            (&[1, 2, 3], Some(3), (true, true), "the newest read"),
+            (
+                &[1, 5, 3],
+                Some(5),
+                (true, true),
+                "an older number moves nothing back",
+            ),
+            (&[0], Some(0), (false, false), "a join without a ping"),
+        ];
+        for (read, carried, (pinged, anchored), what) in table {
+            let mut p = Pings::default();
+            for seq in read {
+                p.read(*seq);
+            }
+            if let Some(carried) = carried {
+                assert_eq!(p.vouch(), carried, "{what}");
+            }
+            assert_eq!((p.pinged(), p.anchored()), (pinged, anchored), "{what}");
+        }
+    }
+
+    #[test]
+    fn an_anchored_holder_needs_no_allowance_for_the_links_delay() {
+        let allowance = Duration::from_millis(1600);
+        assert_eq!(revocation::delay_allowance(false, allowance), allowance);
+        assert_eq!(revocation::delay_allowance(true, allowance), Duration::ZERO);
     }
 
     #[test]

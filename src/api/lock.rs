@@ -94,14 +94,38 @@ impl HolderStream for AcquireStream {
     type Response = pb::AcquireResponse;
 
     fn queued(&self) -> pb::AcquireResponse {
+        let member = self.hold.member();
         event(Event::Queued(pb::Queued {
             lease: self.lease.clone(),
-            position: self.hold.member().position(),
+            position: member.position(),
+            answers_pings: true,
+            silence_limit: Some(convert::duration(member.silence_limit())),
         }))
     }
 
-    fn heartbeat() -> pb::AcquireResponse {
-        event(Event::Heartbeat(pb::Heartbeat {}))
+    fn heartbeat(seq: u64) -> pb::AcquireResponse {
+        event(Event::Heartbeat(pb::Heartbeat { seq }))
+    }
+
+    fn first_ping(first: &pb::AcquireRequest) -> u64 {
+        match &first.request {
+            Some(AcquireMsg::Acquire(a)) => a.ping_seq,
+            _ => 0,
+        }
+    }
+
+    fn ping_of(request: &pb::AcquireRequest) -> Option<u64> {
+        match &request.request {
+            Some(AcquireMsg::Ping(p)) => Some(p.seq),
+            _ => None,
+        }
+    }
+
+    fn with_ping(mut msg: pb::AcquireResponse, seq: u64) -> pb::AcquireResponse {
+        if let Some(Event::Acquired(a)) = msg.event.as_mut() {
+            a.ping_seq = seq;
+        }
+        msg
     }
 
     fn suspended(stop_within: std::time::Duration, why: Suspension) -> pb::AcquireResponse {
@@ -127,6 +151,8 @@ impl HolderStream for AcquireStream {
                     lease: self.lease.clone(),
                     fencing_token: a.fencing_token.0,
                     silence_limit: Some(convert::duration(self.hold.member().silence_limit())),
+                    // Set by the stream's loop, which reads the pings.
+                    ping_seq: 0,
                 })),
                 a.fencing_token.0,
             ),
@@ -160,6 +186,8 @@ impl HolderStream for AcquireStream {
                 Step::Quiet
             }
             Some(AcquireMsg::Release(_)) => Step::Leave,
+            // Taken by the stream's loop before it gets here.
+            Some(AcquireMsg::Ping(_)) => Step::Quiet,
             Some(AcquireMsg::Acquire(_)) => Step::Fail(
                 InvalidInput::FirstOnly {
                     what: "acquire",

@@ -125,14 +125,20 @@ where
 /// Sends `keep_alive{}` on the stream.
 pub(crate) type KeepAlive = (Duration, Box<dyn FnMut() + Send>);
 
+/// The stream's pings: when its first message (ping 1) was sent, and how to send `ping{seq}`
+/// (false when it could not be sent). Used only with a gateway whose `queued` said
+/// `answers_pings`; the lease is then anchored on this process's clock ([`crate::lease`]).
+pub(crate) type Pinger = (Instant, Box<dyn FnMut(u64) -> bool + Send>);
+
 #[derive(Debug, Clone, Default)]
 pub(crate) struct State {
     pub granted: Option<Grant>,
     pub lost: Option<LossReason>,
     /// How the stream ended, once it has.
     pub end: Option<(Code, String)>,
-    /// While holding: when the watchdog fires unless another message arrives (the last
-    /// message heard plus `silence_limit`). Updated without waking watchers.
+    /// While holding: when the watchdog fires — with a gateway that answers pings, the send of
+    /// the newest answered ping plus `silence_limit`; with an older one, the last message heard
+    /// plus `silence_limit`. Updated without waking watchers.
     pub heard_until: Option<Instant>,
 }
 
@@ -157,11 +163,28 @@ impl HoldCore {
         mut stream: RawStream,
         give_up: Box<dyn FnOnce() + Send + Sync>,
         keep_alive: Option<KeepAlive>,
+        pinger: Option<Pinger>,
         endpoint: Endpoint,
         keep_after_loss: bool,
     ) -> Result<HoldCore, Error> {
-        let (lease, position) = match stream.next().await {
-            Some(Ok(Update::Queued { lease, position })) => (lease, position),
+        let (lease, position, pinger) = match stream.next().await {
+            Some(Ok(Update::Queued {
+                lease,
+                position,
+                answers_pings,
+                silence_limit,
+            })) => {
+                // Waiters ping every third of the limit a grant would carry, so that the grant
+                // names a recent ping; holders every quarter of their grant's.
+                let pinger = pinger
+                    .filter(|_| answers_pings)
+                    .map(|(first_sent, send)| Pings {
+                        lease: crate::lease::Lease::new(first_sent),
+                        waiting_every: silence_limit.map(|l| l / 3),
+                        send,
+                    });
+                (lease, position, pinger)
+            }
             Some(Err(status)) => return Err(Error::Status(status)),
             None => {
                 return Err(Error::Status(Status::unknown(
@@ -188,6 +211,7 @@ impl HoldCore {
             stop: stop.clone(),
             releasing: releasing.clone(),
             keep_alive,
+            pings: pinger,
             keep_after_loss,
         }));
         Ok(HoldCore {
@@ -310,13 +334,63 @@ struct Drive {
     stop: CancellationToken,
     releasing: Arc<AtomicBool>,
     keep_alive: Option<KeepAlive>,
+    /// With a gateway that answers pings.
+    pings: Option<Pings>,
     keep_after_loss: bool,
+}
+
+/// A stream's pings and the lease they anchor.
+struct Pings {
+    lease: crate::lease::Lease,
+    /// How often a waiter pings (a third of `queued.silence_limit`).
+    waiting_every: Option<Duration>,
+    send: Box<dyn FnMut(u64) -> bool + Send>,
+}
+
+impl Pings {
+    fn send(&mut self) {
+        let seq = self.lease.ping(Instant::now());
+        // A full buffer (the gateway stopped reading): the lease simply runs out.
+        let _ = (self.send)(seq);
+    }
 }
 
 async fn sleep_until_some(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// A ping timer whose first tick is at `first`, then every `every`.
+fn ping_interval(every: Duration, first: Instant) -> tokio::time::Interval {
+    let every = every.max(Duration::from_millis(1));
+    let mut i = tokio::time::interval_at(first, every);
+    i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    i
+}
+
+/// What a grant means for the watchdog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Granted {
+    /// Held, with this silence limit, until this deadline.
+    Held(Duration, Instant),
+    /// Held, and no silence limit to watch (an old gateway that sent none).
+    NoWatchdog,
+    /// Anchored, and its lease is over already, or it names no ping this stream sent.
+    Expired,
+}
+
+/// The watchdog a grant sets at `now`: without pings, the grant's arrival + its limit; with
+/// them, the send of the ping it names + its limit ([`crate::lease`]).
+fn granted_until(pings: Option<&mut Pings>, g: &Grant, now: Instant) -> Granted {
+    match (pings, g.silence_limit) {
+        (None, Some(limit)) => Granted::Held(limit, now + limit),
+        (None, None) => Granted::NoWatchdog,
+        (Some(p), limit) => match (limit, p.lease.granted(limit, g.ping_seq)) {
+            (Some(limit), Some(until)) if until > now => Granted::Held(limit, until),
+            _ => Granted::Expired,
+        },
     }
 }
 
@@ -331,6 +405,13 @@ async fn drive(mut d: Drive) {
     let mut suspended_queued = false;
     // Such a grant, recorded together with its loss.
     let mut granted_lost: Option<Grant> = None;
+    // With a gateway that answers pings the lease is anchored on this process's clock: only
+    // the grant and answers to pings move the deadline, never the mere arrival of a message.
+    let mut pinging = d
+        .pings
+        .as_ref()
+        .and_then(|p| p.waiting_every)
+        .map(|every| ping_interval(every, Instant::now() + every));
     let mut keep_alive = d.keep_alive.take().map(|(every, send)| {
         let every = every.max(Duration::from_millis(1));
         (
@@ -374,15 +455,21 @@ async fn drive(mut d: Drive) {
                         continue;
                     }
                     if let Some((limit, at)) = watchdog.as_mut() {
-                        *at = Instant::now() + *limit;
-                        let at = *at;
-                        d.state.send_if_modified(|s| {
-                            s.heard_until = Some(at);
-                            false
-                        });
+                        let moved = match (&raw, d.pings.as_mut()) {
+                            (_, None) => Some(Instant::now() + *limit),
+                            (Update::Heartbeat { seq }, Some(p)) => p.lease.answered(*seq),
+                            (_, Some(_)) => None,
+                        };
+                        if let Some(moved) = moved.filter(|m| m > at) {
+                            *at = moved;
+                            d.state.send_if_modified(|s| {
+                                s.heard_until = Some(moved);
+                                false
+                            });
+                        }
                     }
                     match raw {
-                        Update::Heartbeat | Update::Queued { .. } => continue,
+                        Update::Heartbeat { .. } | Update::Queued { .. } => continue,
                         Update::Granted(g) if suspended_queued => {
                             holding = true;
                             granted_lost = Some(g);
@@ -390,13 +477,35 @@ async fn drive(mut d: Drive) {
                         }
                         Update::Granted(g) => {
                             holding = true;
-                            watchdog = g.silence_limit.map(|l| (l, Instant::now() + l));
-                            d.state.send_modify(|s| {
-                                s.granted = Some(g.clone());
-                                s.heard_until = watchdog.map(|(_, at)| at);
-                            });
-                            let _ = d.events.send(HoldEvent::Granted(g));
-                            continue;
+                            match granted_until(d.pings.as_mut(), &g, Instant::now()) {
+                                // A grant whose lease ran out on its way (a link slower than
+                                // the limit allows) or that names no ping: never held.
+                                Granted::Expired => {
+                                    granted_lost = Some(g);
+                                    LossReason::Silence
+                                }
+                                Granted::Held(limit, until) => {
+                                    watchdog = Some((limit, until));
+                                    // Held on a lease: ping now, then every quarter of it.
+                                    if let Some(p) = d.pings.as_mut() {
+                                        p.send();
+                                        let every = limit / 4;
+                                        pinging = Some(ping_interval(every, Instant::now() + every));
+                                    }
+                                    d.state.send_modify(|s| {
+                                        s.granted = Some(g.clone());
+                                        s.heard_until = watchdog.map(|(_, at)| at);
+                                    });
+                                    let _ = d.events.send(HoldEvent::Granted(g));
+                                    continue;
+                                }
+                                Granted::NoWatchdog => {
+                                    watchdog = None;
+                                    d.state.send_modify(|s| s.granted = Some(g.clone()));
+                                    let _ = d.events.send(HoldEvent::Granted(g));
+                                    continue;
+                                }
+                            }
                         }
                         Update::Suspended { stop_within, cause } => {
                             let _ = d.events.send(HoldEvent::Suspended { stop_within, cause });
@@ -430,6 +539,12 @@ async fn drive(mut d: Drive) {
                 }
             },
             () = sleep_until_some(deadline), if deadline.is_some() && !lost => LossReason::Silence,
+            _ = async { pinging.as_mut().expect("guarded").tick().await }, if pinging.is_some() && !lost => {
+                if let Some(p) = d.pings.as_mut() {
+                    p.send();
+                }
+                continue;
+            }
             // Kept after a loss too (`keep_after_loss`): the lease must not lapse while the
             // caller still stops its work.
             _ = async { keep_alive.as_mut().expect("guarded").0.tick().await }, if keep_alive.is_some() => {
@@ -480,7 +595,7 @@ mod tests {
         let ep = Endpoint::parse("127.0.0.1:1").unwrap();
         (
             tx,
-            HoldCore::start(stream, Box::new(|| {}), None, ep, keep_after_loss),
+            HoldCore::start(stream, Box::new(|| {}), None, None, ep, keep_after_loss),
         )
     }
 
@@ -488,6 +603,8 @@ mod tests {
         Ok(Update::Queued {
             lease: "l".into(),
             position: 0,
+            answers_pings: false,
+            silence_limit: None,
         })
     }
 
@@ -496,6 +613,7 @@ mod tests {
             fencing_token: 7,
             silence_limit: Some(Duration::from_millis(limit_ms)),
             leader: None,
+            ping_seq: 0,
         }))
     }
 
@@ -511,7 +629,7 @@ mod tests {
         // Heartbeats keep it alive…
         for _ in 0..5 {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            tx.send(Ok(Update::Heartbeat)).unwrap();
+            tx.send(Ok(Update::Heartbeat { seq: 0 })).unwrap();
         }
         assert!(h.state().lost.is_none());
         // …silence does not.
@@ -541,7 +659,7 @@ mod tests {
         let first = h.state().heard_until.expect("set at the grant");
         assert!(first <= Instant::now() + Duration::from_millis(300));
         tokio::time::sleep(Duration::from_millis(200)).await;
-        tx.send(Ok(Update::Heartbeat)).unwrap();
+        tx.send(Ok(Update::Heartbeat { seq: 0 })).unwrap();
         tokio::task::yield_now().await;
         tokio::task::yield_now().await;
         let moved = h.state().heard_until.unwrap();
@@ -562,7 +680,7 @@ mod tests {
         h.granted().await.unwrap();
         let deadline = h.state().heard_until.expect("set at the grant");
         // The heartbeat is there before the hold's task runs again, after the deadline.
-        tx.send(Ok(Update::Heartbeat)).unwrap();
+        tx.send(Ok(Update::Heartbeat { seq: 0 })).unwrap();
         tokio::time::advance(Duration::from_millis(500)).await;
         for _ in 0..3 {
             tokio::task::yield_now().await;
@@ -706,6 +824,143 @@ mod tests {
         match open.await {
             Err(Error::Status(s)) => assert_eq!(s.code(), Code::InvalidArgument),
             other => panic!("{:?}", other.map(|_| ())),
+        }
+    }
+
+    /// A stream to a gateway that answers pings: the pings it sent (seq, when).
+    type Sent = Arc<std::sync::Mutex<Vec<(u64, Instant)>>>;
+
+    fn anchored_core(
+        limit_hint_ms: u64,
+    ) -> (
+        mpsc::UnboundedSender<Result<Update, Status>>,
+        Sent,
+        impl Future<Output = Result<HoldCore, Error>>,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(Ok(Update::Queued {
+            lease: "l".into(),
+            position: 1,
+            answers_pings: true,
+            silence_limit: Some(Duration::from_millis(limit_hint_ms)),
+        }))
+        .unwrap();
+        let stream = Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx));
+        let sent: Sent = Arc::default();
+        let record = sent.clone();
+        let pinger: Pinger = (
+            Instant::now(),
+            Box::new(move |seq| {
+                record.lock().unwrap().push((seq, Instant::now()));
+                true
+            }),
+        );
+        let ep = Endpoint::parse("127.0.0.1:1").unwrap();
+        let open = HoldCore::start(stream, Box::new(|| {}), None, Some(pinger), ep, false);
+        (tx, sent, open)
+    }
+
+    fn granted_on(limit_ms: u64, ping_seq: u64) -> Result<Update, Status> {
+        Ok(Update::Granted(Grant {
+            fencing_token: 7,
+            silence_limit: Some(Duration::from_millis(limit_ms)),
+            leader: None,
+            ping_seq,
+        }))
+    }
+
+    async fn settle() {
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// With a gateway that answers pings, the deadline is the send of the newest answered
+    /// ping + the limit: a waiter pings every third of the limit `queued` announced, a holder
+    /// at once and every quarter of its own; messages that answer nothing move nothing, and an
+    /// answer arriving late gives only what its ping's send allowed (the slow-link overlap of
+    /// a frozen gateway, contract G3b).
+    #[tokio::test(start_paused = true)]
+    async fn an_anchored_lease_runs_from_the_send_of_the_newest_answered_ping() {
+        let t0 = Instant::now();
+        let (tx, sent, open) = anchored_core(900);
+        let h = open.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let waiting: Vec<u64> = sent.lock().unwrap().iter().map(|(s, _)| *s).collect();
+        assert_eq!(waiting, [2, 3, 4], "a waiter pings every 300 ms");
+        // Granted on ping 4 (sent at 900 ms), read now at 1000 ms: held until 1800 ms.
+        tx.send(granted_on(900, 4)).unwrap();
+        h.granted().await.unwrap();
+        assert_eq!(
+            h.state().heard_until,
+            Some(t0 + Duration::from_millis(1800))
+        );
+        settle().await;
+        let (seq, at) = *sent.lock().unwrap().last().unwrap();
+        assert_eq!(
+            (seq, at),
+            (5, t0 + Duration::from_millis(1000)),
+            "pinged at the grant"
+        );
+        // Unsolicited heartbeats and other messages move nothing.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.send(Ok(Update::Heartbeat { seq: 0 })).unwrap();
+        settle().await;
+        assert_eq!(
+            h.state().heard_until,
+            Some(t0 + Duration::from_millis(1800))
+        );
+        // The answer to ping 5 arrives 600 ms late: the lease runs from its send.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        tx.send(Ok(Update::Heartbeat { seq: 5 })).unwrap();
+        settle().await;
+        assert_eq!(
+            h.state().heard_until,
+            Some(t0 + Duration::from_millis(1900))
+        );
+        let holding: Vec<u64> = sent
+            .lock()
+            .unwrap()
+            .iter()
+            .skip(3)
+            .map(|(s, _)| *s)
+            .collect();
+        assert_eq!(holding, [5, 6, 7], "a holder pings every 225 ms");
+        // Nothing more answered: lost at 1900 ms, not 900 ms after the last message heard.
+        assert_eq!(h.lost().await, LossReason::Silence);
+        assert_eq!(Instant::now(), t0 + Duration::from_millis(1900));
+    }
+
+    /// A grant whose lease is over when it arrives (its ping sent longer than the limit ago:
+    /// a link slower than the limit allows), or that names no ping this stream sent, is
+    /// recorded and lost at once with reason silence.
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_whose_lease_ran_out_on_its_way_is_lost_at_once() {
+        for (ping_seq, late_ms, what) in [(1, 600, "late"), (0, 0, "no ping"), (9, 0, "unknown")] {
+            let (tx, _sent, open) = anchored_core(10_000);
+            let mut h = open.await.unwrap();
+            tokio::time::sleep(Duration::from_millis(late_ms)).await;
+            tx.send(granted_on(500, ping_seq)).unwrap();
+            assert_eq!(h.lost().await, LossReason::Silence, "{what}");
+            assert!(
+                matches!(h.granted().await, Err(Error::Lost(LossReason::Silence))),
+                "{what}"
+            );
+            assert_eq!(
+                h.state().granted.map(|g| g.fencing_token),
+                Some(7),
+                "{what}"
+            );
+            let mut seen = Vec::new();
+            while let Some(ev) = h.next_event().await {
+                seen.push(match ev {
+                    HoldEvent::Queued { .. } => "queued",
+                    HoldEvent::Granted(_) => "granted",
+                    HoldEvent::Lost(LossReason::Silence) => "lost",
+                    other => panic!("{other:?}"),
+                });
+            }
+            assert_eq!(seen, ["queued", "granted", "lost"], "{what}");
         }
     }
 

@@ -27,6 +27,7 @@
 pub mod backoff;
 pub mod endpoint;
 pub mod hold;
+mod lease;
 mod mailbox;
 pub mod observe;
 pub mod observe_many;
@@ -614,12 +615,16 @@ impl Client {
             election: election.into(),
             candidate: candidate.into(),
             value: value.to_vec(),
+            // The join is ping 1 (`crate::lease`).
+            ping_seq: 1,
         };
         let core = self
             .with_failover(self.inner.timeout, |ch, ep| {
                 let join = join.clone();
                 let auth = self.authorized(());
                 async move {
+                    // Before the join leaves: an anchor a little early only shortens the lease.
+                    let first_sent = tokio::time::Instant::now();
                     let stream = raw::CampaignStream::open_request(
                         ch,
                         [pb::campaign_request::Request::Join(join).into()],
@@ -628,6 +633,17 @@ impl Client {
                     .await
                     .map_err(Error::Status)?;
                     let (requests, responses) = stream.into_parts();
+                    let pings = requests.clone();
+                    let pinger: hold::Pinger = (
+                        first_sent,
+                        Box::new(move |seq| {
+                            pings
+                                .try_send(
+                                    pb::campaign_request::Request::Ping(pb::Ping { seq }).into(),
+                                )
+                                .is_ok()
+                        }),
+                    );
                     let give_up = Box::new(move || {
                         let _ = requests.try_send(
                             pb::campaign_request::Request::Resign(pb::ResignCandidacy {}).into(),
@@ -637,6 +653,7 @@ impl Client {
                         hold::decoded(responses),
                         give_up,
                         None,
+                        Some(pinger),
                         ep,
                         options.keep_after_loss,
                     )
@@ -676,6 +693,8 @@ impl Client {
     /// As [`Client::campaign`].
     pub async fn queue_lock(&self, options: LockOptions) -> Result<LockHold, Error> {
         let acquire = pb::AcquireLock {
+            // The acquire is ping 1 (`crate::lease`).
+            ping_seq: 1,
             name: options.name.clone(),
             owner: options.owner.clone(),
             permits: options.permits,
@@ -690,6 +709,8 @@ impl Client {
                 let acquire = acquire.clone();
                 let auth = self.authorized(());
                 async move {
+                    // Before the acquire leaves: an anchor a little early only shortens the lease.
+                    let first_sent = tokio::time::Instant::now();
                     let stream = raw::AcquireStream::open_request(
                         ch,
                         [pb::acquire_request::Request::Acquire(acquire).into()],
@@ -707,6 +728,17 @@ impl Client {
                         });
                         (ttl / 3, send)
                     });
+                    let pings = requests.clone();
+                    let pinger: hold::Pinger = (
+                        first_sent,
+                        Box::new(move |seq| {
+                            pings
+                                .try_send(
+                                    pb::acquire_request::Request::Ping(pb::Ping { seq }).into(),
+                                )
+                                .is_ok()
+                        }),
+                    );
                     let give_up = Box::new(move || {
                         let _ = requests.try_send(
                             pb::acquire_request::Request::Release(pb::ReleaseLock {}).into(),
@@ -716,6 +748,7 @@ impl Client {
                         hold::decoded(responses),
                         give_up,
                         keep_alive,
+                        Some(pinger),
                         ep,
                         keep_after_loss,
                     )

@@ -188,6 +188,12 @@ impl CampaignStream {
         let value = value.to_vec();
         self.try_send(campaign_request::Request::Proclaim(pb::ProclaimValue { value }).into())
     }
+
+    /// Sends `ping{seq}` without waiting (only to a gateway whose `queued` said
+    /// `answers_pings`); false if it could not be sent.
+    pub fn ping(&self, seq: u64) -> bool {
+        self.try_send(campaign_request::Request::Ping(pb::Ping { seq }).into())
+    }
 }
 
 impl AcquireStream {
@@ -274,6 +280,12 @@ impl AcquireStream {
     pub fn keep_alive(&self) -> bool {
         self.try_send(acquire_request::Request::KeepAlive(pb::KeepAlive {}).into())
     }
+
+    /// Sends `ping{seq}` without waiting (only to a gateway whose `queued` said
+    /// `answers_pings`); false if it could not be sent.
+    pub fn ping(&self, seq: u64) -> bool {
+        self.try_send(acquire_request::Request::Ping(pb::Ping { seq }).into())
+    }
 }
 
 /// The hold was granted: `elected` or `acquired`.
@@ -284,6 +296,9 @@ pub struct Grant {
     pub silence_limit: Option<Duration>,
     /// For leadership: the leader as elected, then as proclaimed.
     pub leader: Option<Leader>,
+    /// The newest ping the gateway had read when it granted (0: none, or a gateway that does
+    /// not answer pings): the holder's lease runs from that ping's send + `silence_limit`.
+    pub ping_seq: u64,
 }
 
 /// Why the gateway sent `suspended` (its `reason`): what the holder is told to expect next.
@@ -342,6 +357,10 @@ pub enum Update {
     Queued {
         lease: String,
         position: u32,
+        /// The gateway answers `ping{seq}` (`queued.answers_pings`).
+        answers_pings: bool,
+        /// The silence limit a grant would carry now (a waiter pings every third of it).
+        silence_limit: Option<Duration>,
     },
     /// `elected` / `acquired`.
     Granted(Grant),
@@ -353,7 +372,10 @@ pub enum Update {
     Resumed,
     /// The leader's value changed (Campaign only).
     Proclaimed(Leader),
-    Heartbeat,
+    /// `seq`: the ping it answers; 0 for an unsolicited heartbeat.
+    Heartbeat {
+        seq: u64,
+    },
 }
 
 impl From<campaign_response::Event> for Update {
@@ -363,6 +385,8 @@ impl From<campaign_response::Event> for Update {
             Event::Queued(q) => Update::Queued {
                 lease: q.lease,
                 position: q.position,
+                answers_pings: q.answers_pings,
+                silence_limit: duration(q.silence_limit),
             },
             Event::Elected(e) => {
                 let leader = e.leader.unwrap_or_default();
@@ -370,6 +394,7 @@ impl From<campaign_response::Event> for Update {
                     fencing_token: leader.fencing_token,
                     silence_limit: duration(e.silence_limit),
                     leader: Some(leader),
+                    ping_seq: e.ping_seq,
                 })
             }
             Event::Suspended(s) => Update::Suspended {
@@ -378,7 +403,7 @@ impl From<campaign_response::Event> for Update {
             },
             Event::Resumed(_) => Update::Resumed,
             Event::Proclaimed(p) => Update::Proclaimed(p.leader.unwrap_or_default()),
-            Event::Heartbeat(_) => Update::Heartbeat,
+            Event::Heartbeat(h) => Update::Heartbeat { seq: h.seq },
         }
     }
 }
@@ -390,18 +415,21 @@ impl From<acquire_response::Event> for Update {
             Event::Queued(q) => Update::Queued {
                 lease: q.lease,
                 position: q.position,
+                answers_pings: q.answers_pings,
+                silence_limit: duration(q.silence_limit),
             },
             Event::Acquired(a) => Update::Granted(Grant {
                 fencing_token: a.fencing_token,
                 silence_limit: duration(a.silence_limit),
                 leader: None,
+                ping_seq: a.ping_seq,
             }),
             Event::Suspended(s) => Update::Suspended {
                 cause: SuspendCause::of(s.reason),
                 stop_within: duration(s.stop_within),
             },
             Event::Resumed(_) => Update::Resumed,
-            Event::Heartbeat(_) => Update::Heartbeat,
+            Event::Heartbeat(h) => Update::Heartbeat { seq: h.seq },
         }
     }
 }
@@ -456,6 +484,7 @@ mod tests {
     #[test]
     fn updates_decode_durations_and_tokens() {
         let e = campaign_response::Event::Elected(pb::Elected {
+            ping_seq: Default::default(),
             leader: Some(Leader {
                 fencing_token: 42,
                 ..Default::default()

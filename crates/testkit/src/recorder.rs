@@ -101,7 +101,7 @@ fn event(u: Update) -> Ev {
         Update::Proclaimed(leader) => Ev::Proclaimed {
             token: leader.fencing_token,
         },
-        Update::Heartbeat => Ev::Heartbeat,
+        Update::Heartbeat { .. } => Ev::Heartbeat,
     }
 }
 
@@ -121,7 +121,9 @@ where
         .await
         .map_err(|_| format!("no queued from {url} in time"))?;
     let lease = match first {
-        Some(Ok(Update::Queued { lease, position })) => {
+        Some(Ok(Update::Queued {
+            lease, position, ..
+        })) => {
             log.send_modify(|l| l.events.push((Instant::now(), Ev::Queued { position })));
             lease
         }
@@ -231,6 +233,7 @@ impl StreamClient {
         let open = CampaignStream::join(
             channel.clone(),
             pb::Join {
+                ping_seq: 0,
                 election: election.into(),
                 candidate: name.into(),
                 value: name.as_bytes().to_vec(),

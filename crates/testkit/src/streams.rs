@@ -143,6 +143,7 @@ pub async fn small_window_channel(url: &str) -> Channel {
 
 pub fn join_msg(election: &str, candidate: &str, value: &[u8]) -> pb::CampaignRequest {
     Req::Join(pb::Join {
+        ping_seq: 0,
         election: election.into(),
         candidate: candidate.into(),
         value: value.to_vec(),
