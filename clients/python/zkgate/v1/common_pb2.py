@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16zkgate/v1/common.proto\x12\tzkgate.v1\x1a\x1egoogle/protobuf/duration.proto\")\n\x06Queued\x12\r\n\x05lease\x18\x01 \x01(\t\x12\x10\n\x08position\x18\x02 \x01(\r\"e\n\tSuspended\x12.\n\x0bstop_within\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x06reason\x18\x02 \x01(\x0e\x32\x18.zkgate.v1.SuspendReason\"\t\n\x07Resumed\"\x0b\n\tHeartbeat*\xd0\x01\n\rSuspendReason\x12\x1e\n\x1aSUSPEND_REASON_UNSPECIFIED\x10\x00\x12\x1d\n\x19SUSPEND_REASON_CONNECTION\x10\x01\x12\x18\n\x14SUSPEND_REASON_DRAIN\x10\x02\x12 \n\x1cSUSPEND_REASON_LEASE_EXPIRED\x10\x03\x12 \n\x1cSUSPEND_REASON_END_REQUESTED\x10\x04\x12\"\n\x1eSUSPEND_REASON_RIGHT_WITHDRAWN\x10\x05\x42.\n\x0cio.zkgate.v1P\x01Z\x1czkgate/gen/zkgatev1;zkgatev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16zkgate/v1/common.proto\x12\tzkgate.v1\x1a\x1egoogle/protobuf/duration.proto\"r\n\x06Queued\x12\r\n\x05lease\x18\x01 \x01(\t\x12\x10\n\x08position\x18\x02 \x01(\r\x12\x15\n\ranswers_pings\x18\x03 \x01(\x08\x12\x30\n\rsilence_limit\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"e\n\tSuspended\x12.\n\x0bstop_within\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x06reason\x18\x02 \x01(\x0e\x32\x18.zkgate.v1.SuspendReason\"\t\n\x07Resumed\"\x18\n\tHeartbeat\x12\x0b\n\x03seq\x18\x01 \x01(\x04\"\x13\n\x04Ping\x12\x0b\n\x03seq\x18\x01 \x01(\x04*\xd0\x01\n\rSuspendReason\x12\x1e\n\x1aSUSPEND_REASON_UNSPECIFIED\x10\x00\x12\x1d\n\x19SUSPEND_REASON_CONNECTION\x10\x01\x12\x18\n\x14SUSPEND_REASON_DRAIN\x10\x02\x12 \n\x1cSUSPEND_REASON_LEASE_EXPIRED\x10\x03\x12 \n\x1cSUSPEND_REASON_END_REQUESTED\x10\x04\x12\"\n\x1eSUSPEND_REASON_RIGHT_WITHDRAWN\x10\x05\x42.\n\x0cio.zkgate.v1P\x01Z\x1czkgate/gen/zkgatev1;zkgatev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,14 +33,16 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'zkgate.v1.common_pb2', _glo
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\014io.zkgate.v1P\001Z\034zkgate/gen/zkgatev1;zkgatev1'
-  _globals['_SUSPENDREASON']._serialized_start=240
-  _globals['_SUSPENDREASON']._serialized_end=448
+  _globals['_SUSPENDREASON']._serialized_start=347
+  _globals['_SUSPENDREASON']._serialized_end=555
   _globals['_QUEUED']._serialized_start=69
-  _globals['_QUEUED']._serialized_end=110
-  _globals['_SUSPENDED']._serialized_start=112
-  _globals['_SUSPENDED']._serialized_end=213
-  _globals['_RESUMED']._serialized_start=215
-  _globals['_RESUMED']._serialized_end=224
-  _globals['_HEARTBEAT']._serialized_start=226
-  _globals['_HEARTBEAT']._serialized_end=237
+  _globals['_QUEUED']._serialized_end=183
+  _globals['_SUSPENDED']._serialized_start=185
+  _globals['_SUSPENDED']._serialized_end=286
+  _globals['_RESUMED']._serialized_start=288
+  _globals['_RESUMED']._serialized_end=297
+  _globals['_HEARTBEAT']._serialized_start=299
+  _globals['_HEARTBEAT']._serialized_end=323
+  _globals['_PING']._serialized_start=325
+  _globals['_PING']._serialized_end=344
 # @@protoc_insertion_point(module_scope)

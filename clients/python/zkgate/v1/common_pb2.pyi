@@ -25,12 +25,16 @@ SUSPEND_REASON_END_REQUESTED: SuspendReason
 SUSPEND_REASON_RIGHT_WITHDRAWN: SuspendReason
 
 class Queued(_message.Message):
-    __slots__ = ("lease", "position")
+    __slots__ = ("lease", "position", "answers_pings", "silence_limit")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_PINGS_FIELD_NUMBER: _ClassVar[int]
+    SILENCE_LIMIT_FIELD_NUMBER: _ClassVar[int]
     lease: str
     position: int
-    def __init__(self, lease: _Optional[str] = ..., position: _Optional[int] = ...) -> None: ...
+    answers_pings: bool
+    silence_limit: _duration_pb2.Duration
+    def __init__(self, lease: _Optional[str] = ..., position: _Optional[int] = ..., answers_pings: _Optional[bool] = ..., silence_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Suspended(_message.Message):
     __slots__ = ("stop_within", "reason")
@@ -45,5 +49,13 @@ class Resumed(_message.Message):
     def __init__(self) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("seq",)
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    def __init__(self, seq: _Optional[int] = ...) -> None: ...
+
+class Ping(_message.Message):
+    __slots__ = ("seq",)
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    def __init__(self, seq: _Optional[int] = ...) -> None: ...

@@ -26,14 +26,16 @@ class Leader(_message.Message):
     def __init__(self, election: _Optional[str] = ..., candidate: _Optional[str] = ..., value: _Optional[bytes] = ..., fencing_token: _Optional[int] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Join(_message.Message):
-    __slots__ = ("election", "candidate", "value")
+    __slots__ = ("election", "candidate", "value", "ping_seq")
     ELECTION_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
+    PING_SEQ_FIELD_NUMBER: _ClassVar[int]
     election: str
     candidate: str
     value: bytes
-    def __init__(self, election: _Optional[str] = ..., candidate: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    ping_seq: int
+    def __init__(self, election: _Optional[str] = ..., candidate: _Optional[str] = ..., value: _Optional[bytes] = ..., ping_seq: _Optional[int] = ...) -> None: ...
 
 class ProclaimValue(_message.Message):
     __slots__ = ("value",)
@@ -46,22 +48,26 @@ class ResignCandidacy(_message.Message):
     def __init__(self) -> None: ...
 
 class CampaignRequest(_message.Message):
-    __slots__ = ("join", "proclaim", "resign")
+    __slots__ = ("join", "proclaim", "resign", "ping")
     JOIN_FIELD_NUMBER: _ClassVar[int]
     PROCLAIM_FIELD_NUMBER: _ClassVar[int]
     RESIGN_FIELD_NUMBER: _ClassVar[int]
+    PING_FIELD_NUMBER: _ClassVar[int]
     join: Join
     proclaim: ProclaimValue
     resign: ResignCandidacy
-    def __init__(self, join: _Optional[_Union[Join, _Mapping]] = ..., proclaim: _Optional[_Union[ProclaimValue, _Mapping]] = ..., resign: _Optional[_Union[ResignCandidacy, _Mapping]] = ...) -> None: ...
+    ping: _common_pb2.Ping
+    def __init__(self, join: _Optional[_Union[Join, _Mapping]] = ..., proclaim: _Optional[_Union[ProclaimValue, _Mapping]] = ..., resign: _Optional[_Union[ResignCandidacy, _Mapping]] = ..., ping: _Optional[_Union[_common_pb2.Ping, _Mapping]] = ...) -> None: ...
 
 class Elected(_message.Message):
-    __slots__ = ("leader", "silence_limit")
+    __slots__ = ("leader", "silence_limit", "ping_seq")
     LEADER_FIELD_NUMBER: _ClassVar[int]
     SILENCE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PING_SEQ_FIELD_NUMBER: _ClassVar[int]
     leader: Leader
     silence_limit: _duration_pb2.Duration
-    def __init__(self, leader: _Optional[_Union[Leader, _Mapping]] = ..., silence_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    ping_seq: int
+    def __init__(self, leader: _Optional[_Union[Leader, _Mapping]] = ..., silence_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ping_seq: _Optional[int] = ...) -> None: ...
 
 class Proclaimed(_message.Message):
     __slots__ = ("leader",)

@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from zkgate.v1 import common_pb2 as zkgate_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14zkgate/v1/lock.proto\x12\tzkgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16zkgate/v1/common.proto\"\xb7\x01\n\x0b\x41\x63quireLock\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x0f\n\x07permits\x18\x03 \x01(\r\x12!\n\x04mode\x18\x04 \x01(\x0e\x32\x13.zkgate.v1.LockMode\x12/\n\x0cwait_timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12&\n\x03ttl\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x0b\n\tKeepAlive\"\r\n\x0bReleaseLock\"\x9d\x01\n\x0e\x41\x63quireRequest\x12)\n\x07\x61\x63quire\x18\x01 \x01(\x0b\x32\x16.zkgate.v1.AcquireLockH\x00\x12*\n\nkeep_alive\x18\x02 \x01(\x0b\x32\x14.zkgate.v1.KeepAliveH\x00\x12)\n\x07release\x18\x03 \x01(\x0b\x32\x16.zkgate.v1.ReleaseLockH\x00\x42\t\n\x07request\"b\n\x08\x41\x63quired\x12\r\n\x05lease\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12\x30\n\rsilence_limit\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xe5\x01\n\x0f\x41\x63quireResponse\x12#\n\x06queued\x18\x01 \x01(\x0b\x32\x11.zkgate.v1.QueuedH\x00\x12\'\n\x08\x61\x63quired\x18\x02 \x01(\x0b\x32\x13.zkgate.v1.AcquiredH\x00\x12)\n\tsuspended\x18\x03 \x01(\x0b\x32\x14.zkgate.v1.SuspendedH\x00\x12%\n\x07resumed\x18\x04 \x01(\x0b\x32\x12.zkgate.v1.ResumedH\x00\x12)\n\theartbeat\x18\x05 \x01(\x0b\x32\x14.zkgate.v1.HeartbeatH\x00\x42\x07\n\x05\x65vent\"\x1f\n\x0eReleaseRequest\x12\r\n\x05lease\x18\x01 \x01(\t\"\x11\n\x0fReleaseResponse\"E\n\x0eHoldersRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"|\n\x06Holder\x12\r\n\x05owner\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12)\n\x05since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12!\n\x04mode\x18\x04 \x01(\x0e\x32\x13.zkgate.v1.LockMode\"n\n\x0fHoldersResponse\x12\"\n\x07holders\x18\x01 \x03(\x0b\x32\x11.zkgate.v1.Holder\x12\x0f\n\x07waiting\x18\x02 \x01(\r\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\x12\r\n\x05total\x18\x04 \x01(\r\":\n\x13LockValidateRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\"\'\n\x14LockValidateResponse\x12\x0f\n\x07\x63urrent\x18\x01 \x01(\x08*3\n\x08LockMode\x12\x13\n\x0fLOCK_MODE_WRITE\x10\x00\x12\x12\n\x0eLOCK_MODE_READ\x10\x01\x32\x9d\x02\n\x04Lock\x12\x44\n\x07\x41\x63quire\x12\x19.zkgate.v1.AcquireRequest\x1a\x1a.zkgate.v1.AcquireResponse(\x01\x30\x01\x12@\n\x07Release\x12\x19.zkgate.v1.ReleaseRequest\x1a\x1a.zkgate.v1.ReleaseResponse\x12@\n\x07Holders\x12\x19.zkgate.v1.HoldersRequest\x1a\x1a.zkgate.v1.HoldersResponse\x12K\n\x08Validate\x12\x1e.zkgate.v1.LockValidateRequest\x1a\x1f.zkgate.v1.LockValidateResponseB.\n\x0cio.zkgate.v1P\x01Z\x1czkgate/gen/zkgatev1;zkgatev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14zkgate/v1/lock.proto\x12\tzkgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16zkgate/v1/common.proto\"\xc9\x01\n\x0b\x41\x63quireLock\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x0f\n\x07permits\x18\x03 \x01(\r\x12!\n\x04mode\x18\x04 \x01(\x0e\x32\x13.zkgate.v1.LockMode\x12/\n\x0cwait_timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12&\n\x03ttl\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08ping_seq\x18\x07 \x01(\x04\"\x0b\n\tKeepAlive\"\r\n\x0bReleaseLock\"\xbe\x01\n\x0e\x41\x63quireRequest\x12)\n\x07\x61\x63quire\x18\x01 \x01(\x0b\x32\x16.zkgate.v1.AcquireLockH\x00\x12*\n\nkeep_alive\x18\x02 \x01(\x0b\x32\x14.zkgate.v1.KeepAliveH\x00\x12)\n\x07release\x18\x03 \x01(\x0b\x32\x16.zkgate.v1.ReleaseLockH\x00\x12\x1f\n\x04ping\x18\x04 \x01(\x0b\x32\x0f.zkgate.v1.PingH\x00\x42\t\n\x07request\"t\n\x08\x41\x63quired\x12\r\n\x05lease\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12\x30\n\rsilence_limit\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08ping_seq\x18\x04 \x01(\x04\"\xe5\x01\n\x0f\x41\x63quireResponse\x12#\n\x06queued\x18\x01 \x01(\x0b\x32\x11.zkgate.v1.QueuedH\x00\x12\'\n\x08\x61\x63quired\x18\x02 \x01(\x0b\x32\x13.zkgate.v1.AcquiredH\x00\x12)\n\tsuspended\x18\x03 \x01(\x0b\x32\x14.zkgate.v1.SuspendedH\x00\x12%\n\x07resumed\x18\x04 \x01(\x0b\x32\x12.zkgate.v1.ResumedH\x00\x12)\n\theartbeat\x18\x05 \x01(\x0b\x32\x14.zkgate.v1.HeartbeatH\x00\x42\x07\n\x05\x65vent\"\x1f\n\x0eReleaseRequest\x12\r\n\x05lease\x18\x01 \x01(\t\"\x11\n\x0fReleaseResponse\"E\n\x0eHoldersRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"|\n\x06Holder\x12\r\n\x05owner\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\x12)\n\x05since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12!\n\x04mode\x18\x04 \x01(\x0e\x32\x13.zkgate.v1.LockMode\"n\n\x0fHoldersResponse\x12\"\n\x07holders\x18\x01 \x03(\x0b\x32\x11.zkgate.v1.Holder\x12\x0f\n\x07waiting\x18\x02 \x01(\r\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\x12\r\n\x05total\x18\x04 \x01(\r\":\n\x13LockValidateRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x04\"\'\n\x14LockValidateResponse\x12\x0f\n\x07\x63urrent\x18\x01 \x01(\x08*3\n\x08LockMode\x12\x13\n\x0fLOCK_MODE_WRITE\x10\x00\x12\x12\n\x0eLOCK_MODE_READ\x10\x01\x32\x9d\x02\n\x04Lock\x12\x44\n\x07\x41\x63quire\x12\x19.zkgate.v1.AcquireRequest\x1a\x1a.zkgate.v1.AcquireResponse(\x01\x30\x01\x12@\n\x07Release\x12\x19.zkgate.v1.ReleaseRequest\x1a\x1a.zkgate.v1.ReleaseResponse\x12@\n\x07Holders\x12\x19.zkgate.v1.HoldersRequest\x1a\x1a.zkgate.v1.HoldersResponse\x12K\n\x08Validate\x12\x1e.zkgate.v1.LockValidateRequest\x1a\x1f.zkgate.v1.LockValidateResponseB.\n\x0cio.zkgate.v1P\x01Z\x1czkgate/gen/zkgatev1;zkgatev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,34 +35,34 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'zkgate.v1.lock_pb2', _globa
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\014io.zkgate.v1P\001Z\034zkgate/gen/zkgatev1;zkgatev1'
-  _globals['_LOCKMODE']._serialized_start=1292
-  _globals['_LOCKMODE']._serialized_end=1343
+  _globals['_LOCKMODE']._serialized_start=1361
+  _globals['_LOCKMODE']._serialized_end=1412
   _globals['_ACQUIRELOCK']._serialized_start=125
-  _globals['_ACQUIRELOCK']._serialized_end=308
-  _globals['_KEEPALIVE']._serialized_start=310
-  _globals['_KEEPALIVE']._serialized_end=321
-  _globals['_RELEASELOCK']._serialized_start=323
-  _globals['_RELEASELOCK']._serialized_end=336
-  _globals['_ACQUIREREQUEST']._serialized_start=339
-  _globals['_ACQUIREREQUEST']._serialized_end=496
-  _globals['_ACQUIRED']._serialized_start=498
-  _globals['_ACQUIRED']._serialized_end=596
-  _globals['_ACQUIRERESPONSE']._serialized_start=599
-  _globals['_ACQUIRERESPONSE']._serialized_end=828
-  _globals['_RELEASEREQUEST']._serialized_start=830
-  _globals['_RELEASEREQUEST']._serialized_end=861
-  _globals['_RELEASERESPONSE']._serialized_start=863
-  _globals['_RELEASERESPONSE']._serialized_end=880
-  _globals['_HOLDERSREQUEST']._serialized_start=882
-  _globals['_HOLDERSREQUEST']._serialized_end=951
-  _globals['_HOLDER']._serialized_start=953
-  _globals['_HOLDER']._serialized_end=1077
-  _globals['_HOLDERSRESPONSE']._serialized_start=1079
-  _globals['_HOLDERSRESPONSE']._serialized_end=1189
-  _globals['_LOCKVALIDATEREQUEST']._serialized_start=1191
-  _globals['_LOCKVALIDATEREQUEST']._serialized_end=1249
-  _globals['_LOCKVALIDATERESPONSE']._serialized_start=1251
-  _globals['_LOCKVALIDATERESPONSE']._serialized_end=1290
-  _globals['_LOCK']._serialized_start=1346
-  _globals['_LOCK']._serialized_end=1631
+  _globals['_ACQUIRELOCK']._serialized_end=326
+  _globals['_KEEPALIVE']._serialized_start=328
+  _globals['_KEEPALIVE']._serialized_end=339
+  _globals['_RELEASELOCK']._serialized_start=341
+  _globals['_RELEASELOCK']._serialized_end=354
+  _globals['_ACQUIREREQUEST']._serialized_start=357
+  _globals['_ACQUIREREQUEST']._serialized_end=547
+  _globals['_ACQUIRED']._serialized_start=549
+  _globals['_ACQUIRED']._serialized_end=665
+  _globals['_ACQUIRERESPONSE']._serialized_start=668
+  _globals['_ACQUIRERESPONSE']._serialized_end=897
+  _globals['_RELEASEREQUEST']._serialized_start=899
+  _globals['_RELEASEREQUEST']._serialized_end=930
+  _globals['_RELEASERESPONSE']._serialized_start=932
+  _globals['_RELEASERESPONSE']._serialized_end=949
+  _globals['_HOLDERSREQUEST']._serialized_start=951
+  _globals['_HOLDERSREQUEST']._serialized_end=1020
+  _globals['_HOLDER']._serialized_start=1022
+  _globals['_HOLDER']._serialized_end=1146
+  _globals['_HOLDERSRESPONSE']._serialized_start=1148
+  _globals['_HOLDERSRESPONSE']._serialized_end=1258
+  _globals['_LOCKVALIDATEREQUEST']._serialized_start=1260
+  _globals['_LOCKVALIDATEREQUEST']._serialized_end=1318
+  _globals['_LOCKVALIDATERESPONSE']._serialized_start=1320
+  _globals['_LOCKVALIDATERESPONSE']._serialized_end=1359
+  _globals['_LOCK']._serialized_start=1415
+  _globals['_LOCK']._serialized_end=1700
 # @@protoc_insertion_point(module_scope)

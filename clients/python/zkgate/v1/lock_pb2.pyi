@@ -20,20 +20,22 @@ LOCK_MODE_WRITE: LockMode
 LOCK_MODE_READ: LockMode
 
 class AcquireLock(_message.Message):
-    __slots__ = ("name", "owner", "permits", "mode", "wait_timeout", "ttl")
+    __slots__ = ("name", "owner", "permits", "mode", "wait_timeout", "ttl", "ping_seq")
     NAME_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     PERMITS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     WAIT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
+    PING_SEQ_FIELD_NUMBER: _ClassVar[int]
     name: str
     owner: str
     permits: int
     mode: LockMode
     wait_timeout: _duration_pb2.Duration
     ttl: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., permits: _Optional[int] = ..., mode: _Optional[_Union[LockMode, str]] = ..., wait_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    ping_seq: int
+    def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., permits: _Optional[int] = ..., mode: _Optional[_Union[LockMode, str]] = ..., wait_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ping_seq: _Optional[int] = ...) -> None: ...
 
 class KeepAlive(_message.Message):
     __slots__ = ()
@@ -44,24 +46,28 @@ class ReleaseLock(_message.Message):
     def __init__(self) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("acquire", "keep_alive", "release")
+    __slots__ = ("acquire", "keep_alive", "release", "ping")
     ACQUIRE_FIELD_NUMBER: _ClassVar[int]
     KEEP_ALIVE_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
+    PING_FIELD_NUMBER: _ClassVar[int]
     acquire: AcquireLock
     keep_alive: KeepAlive
     release: ReleaseLock
-    def __init__(self, acquire: _Optional[_Union[AcquireLock, _Mapping]] = ..., keep_alive: _Optional[_Union[KeepAlive, _Mapping]] = ..., release: _Optional[_Union[ReleaseLock, _Mapping]] = ...) -> None: ...
+    ping: _common_pb2.Ping
+    def __init__(self, acquire: _Optional[_Union[AcquireLock, _Mapping]] = ..., keep_alive: _Optional[_Union[KeepAlive, _Mapping]] = ..., release: _Optional[_Union[ReleaseLock, _Mapping]] = ..., ping: _Optional[_Union[_common_pb2.Ping, _Mapping]] = ...) -> None: ...
 
 class Acquired(_message.Message):
-    __slots__ = ("lease", "fencing_token", "silence_limit")
+    __slots__ = ("lease", "fencing_token", "silence_limit", "ping_seq")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SILENCE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PING_SEQ_FIELD_NUMBER: _ClassVar[int]
     lease: str
     fencing_token: int
     silence_limit: _duration_pb2.Duration
-    def __init__(self, lease: _Optional[str] = ..., fencing_token: _Optional[int] = ..., silence_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    ping_seq: int
+    def __init__(self, lease: _Optional[str] = ..., fencing_token: _Optional[int] = ..., silence_limit: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., ping_seq: _Optional[int] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("queued", "acquired", "suspended", "resumed", "heartbeat")

@@ -233,6 +233,21 @@ private static final long serialVersionUID = 0L;
     return ttl_ == null ? com.google.protobuf.Duration.getDefaultInstance() : ttl_;
   }
 
+  public static final int PING_SEQ_FIELD_NUMBER = 7;
+  private long pingSeq_ = 0L;
+  /**
+   * <pre>
+   * This first message is also ping number `ping_seq` (see `Ping`; an addition): 0 for none.
+   * </pre>
+   *
+   * <code>uint64 ping_seq = 7;</code>
+   * @return The pingSeq.
+   */
+  @java.lang.Override
+  public long getPingSeq() {
+    return pingSeq_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -265,6 +280,9 @@ private static final long serialVersionUID = 0L;
     if (ttl_ != null) {
       output.writeMessage(6, getTtl());
     }
+    if (pingSeq_ != 0L) {
+      output.writeUInt64(7, pingSeq_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -295,6 +313,10 @@ private static final long serialVersionUID = 0L;
     if (ttl_ != null) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(6, getTtl());
+    }
+    if (pingSeq_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeUInt64Size(7, pingSeq_);
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -328,6 +350,8 @@ private static final long serialVersionUID = 0L;
       if (!getTtl()
           .equals(other.getTtl())) return false;
     }
+    if (getPingSeq()
+        != other.getPingSeq()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -355,6 +379,9 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + TTL_FIELD_NUMBER;
       hash = (53 * hash) + getTtl().hashCode();
     }
+    hash = (37 * hash) + PING_SEQ_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getPingSeq());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -498,6 +525,7 @@ private static final long serialVersionUID = 0L;
         ttlBuilder_.dispose();
         ttlBuilder_ = null;
       }
+      pingSeq_ = 0L;
       return this;
     }
 
@@ -552,6 +580,9 @@ private static final long serialVersionUID = 0L;
         result.ttl_ = ttlBuilder_ == null
             ? ttl_
             : ttlBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00000040) != 0)) {
+        result.pingSeq_ = pingSeq_;
       }
     }
 
@@ -621,6 +652,9 @@ private static final long serialVersionUID = 0L;
       if (other.hasTtl()) {
         mergeTtl(other.getTtl());
       }
+      if (other.getPingSeq() != 0L) {
+        setPingSeq(other.getPingSeq());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -681,6 +715,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000020;
               break;
             } // case 50
+            case 56: {
+              pingSeq_ = input.readUInt64();
+              bitField0_ |= 0x00000040;
+              break;
+            } // case 56
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1247,6 +1286,50 @@ private static final long serialVersionUID = 0L;
         ttl_ = null;
       }
       return ttlBuilder_;
+    }
+
+    private long pingSeq_ ;
+    /**
+     * <pre>
+     * This first message is also ping number `ping_seq` (see `Ping`; an addition): 0 for none.
+     * </pre>
+     *
+     * <code>uint64 ping_seq = 7;</code>
+     * @return The pingSeq.
+     */
+    @java.lang.Override
+    public long getPingSeq() {
+      return pingSeq_;
+    }
+    /**
+     * <pre>
+     * This first message is also ping number `ping_seq` (see `Ping`; an addition): 0 for none.
+     * </pre>
+     *
+     * <code>uint64 ping_seq = 7;</code>
+     * @param value The pingSeq to set.
+     * @return This builder for chaining.
+     */
+    public Builder setPingSeq(long value) {
+      
+      pingSeq_ = value;
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * This first message is also ping number `ping_seq` (see `Ping`; an addition): 0 for none.
+     * </pre>
+     *
+     * <code>uint64 ping_seq = 7;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearPingSeq() {
+      bitField0_ = (bitField0_ & ~0x00000040);
+      pingSeq_ = 0L;
+      onChanged();
+      return this;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

@@ -105,4 +105,14 @@ public interface AcquireLockOrBuilder extends
    * <code>.google.protobuf.Duration ttl = 6;</code>
    */
   com.google.protobuf.DurationOrBuilder getTtlOrBuilder();
+
+  /**
+   * <pre>
+   * This first message is also ping number `ping_seq` (see `Ping`; an addition): 0 for none.
+   * </pre>
+   *
+   * <code>uint64 ping_seq = 7;</code>
+   * @return The pingSeq.
+   */
+  long getPingSeq();
 }

@@ -51,6 +51,7 @@ private static final long serialVersionUID = 0L;
     ACQUIRE(1),
     KEEP_ALIVE(2),
     RELEASE(3),
+    PING(4),
     REQUEST_NOT_SET(0);
     private final int value;
     private RequestCase(int value) {
@@ -71,6 +72,7 @@ private static final long serialVersionUID = 0L;
         case 1: return ACQUIRE;
         case 2: return KEEP_ALIVE;
         case 3: return RELEASE;
+        case 4: return PING;
         case 0: return REQUEST_NOT_SET;
         default: return null;
       }
@@ -179,6 +181,37 @@ private static final long serialVersionUID = 0L;
     return io.zkgate.v1.ReleaseLock.getDefaultInstance();
   }
 
+  public static final int PING_FIELD_NUMBER = 4;
+  /**
+   * <code>.zkgate.v1.Ping ping = 4;</code>
+   * @return Whether the ping field is set.
+   */
+  @java.lang.Override
+  public boolean hasPing() {
+    return requestCase_ == 4;
+  }
+  /**
+   * <code>.zkgate.v1.Ping ping = 4;</code>
+   * @return The ping.
+   */
+  @java.lang.Override
+  public io.zkgate.v1.Ping getPing() {
+    if (requestCase_ == 4) {
+       return (io.zkgate.v1.Ping) request_;
+    }
+    return io.zkgate.v1.Ping.getDefaultInstance();
+  }
+  /**
+   * <code>.zkgate.v1.Ping ping = 4;</code>
+   */
+  @java.lang.Override
+  public io.zkgate.v1.PingOrBuilder getPingOrBuilder() {
+    if (requestCase_ == 4) {
+       return (io.zkgate.v1.Ping) request_;
+    }
+    return io.zkgate.v1.Ping.getDefaultInstance();
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -202,6 +235,9 @@ private static final long serialVersionUID = 0L;
     if (requestCase_ == 3) {
       output.writeMessage(3, (io.zkgate.v1.ReleaseLock) request_);
     }
+    if (requestCase_ == 4) {
+      output.writeMessage(4, (io.zkgate.v1.Ping) request_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -222,6 +258,10 @@ private static final long serialVersionUID = 0L;
     if (requestCase_ == 3) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(3, (io.zkgate.v1.ReleaseLock) request_);
+    }
+    if (requestCase_ == 4) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(4, (io.zkgate.v1.Ping) request_);
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -252,6 +292,10 @@ private static final long serialVersionUID = 0L;
         if (!getRelease()
             .equals(other.getRelease())) return false;
         break;
+      case 4:
+        if (!getPing()
+            .equals(other.getPing())) return false;
+        break;
       case 0:
       default:
     }
@@ -278,6 +322,10 @@ private static final long serialVersionUID = 0L;
       case 3:
         hash = (37 * hash) + RELEASE_FIELD_NUMBER;
         hash = (53 * hash) + getRelease().hashCode();
+        break;
+      case 4:
+        hash = (37 * hash) + PING_FIELD_NUMBER;
+        hash = (53 * hash) + getPing().hashCode();
         break;
       case 0:
       default:
@@ -420,6 +468,9 @@ private static final long serialVersionUID = 0L;
       if (releaseBuilder_ != null) {
         releaseBuilder_.clear();
       }
+      if (pingBuilder_ != null) {
+        pingBuilder_.clear();
+      }
       requestCase_ = 0;
       request_ = null;
       return this;
@@ -472,6 +523,10 @@ private static final long serialVersionUID = 0L;
       if (requestCase_ == 3 &&
           releaseBuilder_ != null) {
         result.request_ = releaseBuilder_.build();
+      }
+      if (requestCase_ == 4 &&
+          pingBuilder_ != null) {
+        result.request_ = pingBuilder_.build();
       }
     }
 
@@ -532,6 +587,10 @@ private static final long serialVersionUID = 0L;
           mergeRelease(other.getRelease());
           break;
         }
+        case PING: {
+          mergePing(other.getPing());
+          break;
+        }
         case REQUEST_NOT_SET: {
           break;
         }
@@ -583,6 +642,13 @@ private static final long serialVersionUID = 0L;
               requestCase_ = 3;
               break;
             } // case 26
+            case 34: {
+              input.readMessage(
+                  getPingFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              requestCase_ = 4;
+              break;
+            } // case 34
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1039,6 +1105,148 @@ private static final long serialVersionUID = 0L;
       requestCase_ = 3;
       onChanged();
       return releaseBuilder_;
+    }
+
+    private com.google.protobuf.SingleFieldBuilderV3<
+        io.zkgate.v1.Ping, io.zkgate.v1.Ping.Builder, io.zkgate.v1.PingOrBuilder> pingBuilder_;
+    /**
+     * <code>.zkgate.v1.Ping ping = 4;</code>
+     * @return Whether the ping field is set.
+     */
+    @java.lang.Override
+    public boolean hasPing() {
+      return requestCase_ == 4;
+    }
+    /**
+     * <code>.zkgate.v1.Ping ping = 4;</code>
+     * @return The ping.
+     */
+    @java.lang.Override
+    public io.zkgate.v1.Ping getPing() {
+      if (pingBuilder_ == null) {
+        if (requestCase_ == 4) {
+          return (io.zkgate.v1.Ping) request_;
+        }
+        return io.zkgate.v1.Ping.getDefaultInstance();
+      } else {
+        if (requestCase_ == 4) {
+          return pingBuilder_.getMessage();
+        }
+        return io.zkgate.v1.Ping.getDefaultInstance();
+      }
+    }
+    /**
+     * <code>.zkgate.v1.Ping ping = 4;</code>
+     */
+    public Builder setPing(io.zkgate.v1.Ping value) {
+      if (pingBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        request_ = value;
+        onChanged();
+      } else {
+        pingBuilder_.setMessage(value);
+      }
+      requestCase_ = 4;
+      return this;
+    }
+    /**
+     * <code>.zkgate.v1.Ping ping = 4;</code>
+     */
+    public Builder setPing(
+        io.zkgate.v1.Ping.Builder builderForValue) {
+      if (pingBuilder_ == null) {
+        request_ = builderForValue.build();
+        onChanged();
+      } else {
+        pingBuilder_.setMessage(builderForValue.build());
+      }
+      requestCase_ = 4;
+      return this;
+    }
+    /**
+     * <code>.zkgate.v1.Ping ping = 4;</code>
+     */
+    public Builder mergePing(io.zkgate.v1.Ping value) {
+      if (pingBuilder_ == null) {
+        if (requestCase_ == 4 &&
+            request_ != io.zkgate.v1.Ping.getDefaultInstance()) {
+          request_ = io.zkgate.v1.Ping.newBuilder((io.zkgate.v1.Ping) request_)
+              .mergeFrom(value).buildPartial();
+        } else {
+          request_ = value;
+        }
+        onChanged();
+      } else {
+        if (requestCase_ == 4) {
+          pingBuilder_.mergeFrom(value);
+        } else {
+          pingBuilder_.setMessage(value);
+        }
+      }
+      requestCase_ = 4;
+      return this;
+    }
+    /**
+     * <code>.zkgate.v1.Ping ping = 4;</code>
+     */
+    public Builder clearPing() {
+      if (pingBuilder_ == null) {
+        if (requestCase_ == 4) {
+          requestCase_ = 0;
+          request_ = null;
+          onChanged();
+        }
+      } else {
+        if (requestCase_ == 4) {
+          requestCase_ = 0;
+          request_ = null;
+        }
+        pingBuilder_.clear();
+      }
+      return this;
+    }
+    /**
+     * <code>.zkgate.v1.Ping ping = 4;</code>
+     */
+    public io.zkgate.v1.Ping.Builder getPingBuilder() {
+      return getPingFieldBuilder().getBuilder();
+    }
+    /**
+     * <code>.zkgate.v1.Ping ping = 4;</code>
+     */
+    @java.lang.Override
+    public io.zkgate.v1.PingOrBuilder getPingOrBuilder() {
+      if ((requestCase_ == 4) && (pingBuilder_ != null)) {
+        return pingBuilder_.getMessageOrBuilder();
+      } else {
+        if (requestCase_ == 4) {
+          return (io.zkgate.v1.Ping) request_;
+        }
+        return io.zkgate.v1.Ping.getDefaultInstance();
+      }
+    }
+    /**
+     * <code>.zkgate.v1.Ping ping = 4;</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        io.zkgate.v1.Ping, io.zkgate.v1.Ping.Builder, io.zkgate.v1.PingOrBuilder> 
+        getPingFieldBuilder() {
+      if (pingBuilder_ == null) {
+        if (!(requestCase_ == 4)) {
+          request_ = io.zkgate.v1.Ping.getDefaultInstance();
+        }
+        pingBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            io.zkgate.v1.Ping, io.zkgate.v1.Ping.Builder, io.zkgate.v1.PingOrBuilder>(
+                (io.zkgate.v1.Ping) request_,
+                getParentForChildren(),
+                isClean());
+        request_ = null;
+      }
+      requestCase_ = 4;
+      onChanged();
+      return pingBuilder_;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

@@ -120,6 +120,22 @@ private static final long serialVersionUID = 0L;
     return silenceLimit_ == null ? com.google.protobuf.Duration.getDefaultInstance() : silenceLimit_;
   }
 
+  public static final int PING_SEQ_FIELD_NUMBER = 4;
+  private long pingSeq_ = 0L;
+  /**
+   * <pre>
+   * The newest ping the gateway had read when it granted (an addition; 0: none), as in
+   * `Elected.ping_seq`.
+   * </pre>
+   *
+   * <code>uint64 ping_seq = 4;</code>
+   * @return The pingSeq.
+   */
+  @java.lang.Override
+  public long getPingSeq() {
+    return pingSeq_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -143,6 +159,9 @@ private static final long serialVersionUID = 0L;
     if (silenceLimit_ != null) {
       output.writeMessage(3, getSilenceLimit());
     }
+    if (pingSeq_ != 0L) {
+      output.writeUInt64(4, pingSeq_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -162,6 +181,10 @@ private static final long serialVersionUID = 0L;
     if (silenceLimit_ != null) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(3, getSilenceLimit());
+    }
+    if (pingSeq_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeUInt64Size(4, pingSeq_);
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -187,6 +210,8 @@ private static final long serialVersionUID = 0L;
       if (!getSilenceLimit()
           .equals(other.getSilenceLimit())) return false;
     }
+    if (getPingSeq()
+        != other.getPingSeq()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -207,6 +232,9 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + SILENCE_LIMIT_FIELD_NUMBER;
       hash = (53 * hash) + getSilenceLimit().hashCode();
     }
+    hash = (37 * hash) + PING_SEQ_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getPingSeq());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -343,6 +371,7 @@ private static final long serialVersionUID = 0L;
         silenceLimitBuilder_.dispose();
         silenceLimitBuilder_ = null;
       }
+      pingSeq_ = 0L;
       return this;
     }
 
@@ -386,6 +415,9 @@ private static final long serialVersionUID = 0L;
         result.silenceLimit_ = silenceLimitBuilder_ == null
             ? silenceLimit_
             : silenceLimitBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00000008) != 0)) {
+        result.pingSeq_ = pingSeq_;
       }
     }
 
@@ -444,6 +476,9 @@ private static final long serialVersionUID = 0L;
       if (other.hasSilenceLimit()) {
         mergeSilenceLimit(other.getSilenceLimit());
       }
+      if (other.getPingSeq() != 0L) {
+        setPingSeq(other.getPingSeq());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -487,6 +522,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000004;
               break;
             } // case 26
+            case 32: {
+              pingSeq_ = input.readUInt64();
+              bitField0_ |= 0x00000008;
+              break;
+            } // case 32
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -725,6 +765,53 @@ private static final long serialVersionUID = 0L;
         silenceLimit_ = null;
       }
       return silenceLimitBuilder_;
+    }
+
+    private long pingSeq_ ;
+    /**
+     * <pre>
+     * The newest ping the gateway had read when it granted (an addition; 0: none), as in
+     * `Elected.ping_seq`.
+     * </pre>
+     *
+     * <code>uint64 ping_seq = 4;</code>
+     * @return The pingSeq.
+     */
+    @java.lang.Override
+    public long getPingSeq() {
+      return pingSeq_;
+    }
+    /**
+     * <pre>
+     * The newest ping the gateway had read when it granted (an addition; 0: none), as in
+     * `Elected.ping_seq`.
+     * </pre>
+     *
+     * <code>uint64 ping_seq = 4;</code>
+     * @param value The pingSeq to set.
+     * @return This builder for chaining.
+     */
+    public Builder setPingSeq(long value) {
+      
+      pingSeq_ = value;
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The newest ping the gateway had read when it granted (an addition; 0: none), as in
+     * `Elected.ping_seq`.
+     * </pre>
+     *
+     * <code>uint64 ping_seq = 4;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearPingSeq() {
+      bitField0_ = (bitField0_ & ~0x00000008);
+      pingSeq_ = 0L;
+      onChanged();
+      return this;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

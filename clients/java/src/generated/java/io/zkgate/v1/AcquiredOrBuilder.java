@@ -39,4 +39,15 @@ public interface AcquiredOrBuilder extends
    * <code>.google.protobuf.Duration silence_limit = 3;</code>
    */
   com.google.protobuf.DurationOrBuilder getSilenceLimitOrBuilder();
+
+  /**
+   * <pre>
+   * The newest ping the gateway had read when it granted (an addition; 0: none), as in
+   * `Elected.ping_seq`.
+   * </pre>
+   *
+   * <code>uint64 ping_seq = 4;</code>
+   * @return The pingSeq.
+   */
+  long getPingSeq();
 }

@@ -52,5 +52,20 @@ public interface CampaignRequestOrBuilder extends
    */
   io.zkgate.v1.ResignCandidacyOrBuilder getResignOrBuilder();
 
+  /**
+   * <code>.zkgate.v1.Ping ping = 4;</code>
+   * @return Whether the ping field is set.
+   */
+  boolean hasPing();
+  /**
+   * <code>.zkgate.v1.Ping ping = 4;</code>
+   * @return The ping.
+   */
+  io.zkgate.v1.Ping getPing();
+  /**
+   * <code>.zkgate.v1.Ping ping = 4;</code>
+   */
+  io.zkgate.v1.PingOrBuilder getPingOrBuilder();
+
   public io.zkgate.v1.CampaignRequest.RequestCase getRequestCase();
 }

@@ -34,6 +34,11 @@ public final class Common {
   static final 
     com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
       internal_static_zkgate_v1_Heartbeat_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_zkgate_v1_Ping_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessageV3.FieldAccessorTable
+      internal_static_zkgate_v1_Ping_fieldAccessorTable;
 
   public static com.google.protobuf.Descriptors.FileDescriptor
       getDescriptor() {
@@ -44,18 +49,21 @@ public final class Common {
   static {
     java.lang.String[] descriptorData = {
       "\n\026zkgate/v1/common.proto\022\tzkgate.v1\032\036goo" +
-      "gle/protobuf/duration.proto\")\n\006Queued\022\r\n" +
-      "\005lease\030\001 \001(\t\022\020\n\010position\030\002 \001(\r\"e\n\tSuspen" +
-      "ded\022.\n\013stop_within\030\001 \001(\0132\031.google.protob" +
-      "uf.Duration\022(\n\006reason\030\002 \001(\0162\030.zkgate.v1." +
-      "SuspendReason\"\t\n\007Resumed\"\013\n\tHeartbeat*\320\001" +
-      "\n\rSuspendReason\022\036\n\032SUSPEND_REASON_UNSPEC" +
-      "IFIED\020\000\022\035\n\031SUSPEND_REASON_CONNECTION\020\001\022\030" +
-      "\n\024SUSPEND_REASON_DRAIN\020\002\022 \n\034SUSPEND_REAS" +
-      "ON_LEASE_EXPIRED\020\003\022 \n\034SUSPEND_REASON_END" +
-      "_REQUESTED\020\004\022\"\n\036SUSPEND_REASON_RIGHT_WIT" +
-      "HDRAWN\020\005B.\n\014io.zkgate.v1P\001Z\034zkgate/gen/z" +
-      "kgatev1;zkgatev1b\006proto3"
+      "gle/protobuf/duration.proto\"r\n\006Queued\022\r\n" +
+      "\005lease\030\001 \001(\t\022\020\n\010position\030\002 \001(\r\022\025\n\ranswer" +
+      "s_pings\030\003 \001(\010\0220\n\rsilence_limit\030\004 \001(\0132\031.g" +
+      "oogle.protobuf.Duration\"e\n\tSuspended\022.\n\013" +
+      "stop_within\030\001 \001(\0132\031.google.protobuf.Dura" +
+      "tion\022(\n\006reason\030\002 \001(\0162\030.zkgate.v1.Suspend" +
+      "Reason\"\t\n\007Resumed\"\030\n\tHeartbeat\022\013\n\003seq\030\001 " +
+      "\001(\004\"\023\n\004Ping\022\013\n\003seq\030\001 \001(\004*\320\001\n\rSuspendReas" +
+      "on\022\036\n\032SUSPEND_REASON_UNSPECIFIED\020\000\022\035\n\031SU" +
+      "SPEND_REASON_CONNECTION\020\001\022\030\n\024SUSPEND_REA" +
+      "SON_DRAIN\020\002\022 \n\034SUSPEND_REASON_LEASE_EXPI" +
+      "RED\020\003\022 \n\034SUSPEND_REASON_END_REQUESTED\020\004\022" +
+      "\"\n\036SUSPEND_REASON_RIGHT_WITHDRAWN\020\005B.\n\014i" +
+      "o.zkgate.v1P\001Z\034zkgate/gen/zkgatev1;zkgat" +
+      "ev1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -67,7 +75,7 @@ public final class Common {
     internal_static_zkgate_v1_Queued_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_zkgate_v1_Queued_descriptor,
-        new java.lang.String[] { "Lease", "Position", });
+        new java.lang.String[] { "Lease", "Position", "AnswersPings", "SilenceLimit", });
     internal_static_zkgate_v1_Suspended_descriptor =
       getDescriptor().getMessageTypes().get(1);
     internal_static_zkgate_v1_Suspended_fieldAccessorTable = new
@@ -85,7 +93,13 @@ public final class Common {
     internal_static_zkgate_v1_Heartbeat_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_zkgate_v1_Heartbeat_descriptor,
-        new java.lang.String[] { });
+        new java.lang.String[] { "Seq", });
+    internal_static_zkgate_v1_Ping_descriptor =
+      getDescriptor().getMessageTypes().get(4);
+    internal_static_zkgate_v1_Ping_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
+        internal_static_zkgate_v1_Ping_descriptor,
+        new java.lang.String[] { "Seq", });
     com.google.protobuf.DurationProto.getDescriptor();
   }
 

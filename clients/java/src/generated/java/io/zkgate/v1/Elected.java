@@ -107,6 +107,23 @@ private static final long serialVersionUID = 0L;
     return silenceLimit_ == null ? com.google.protobuf.Duration.getDefaultInstance() : silenceLimit_;
   }
 
+  public static final int PING_SEQ_FIELD_NUMBER = 3;
+  private long pingSeq_ = 0L;
+  /**
+   * <pre>
+   * The newest ping the gateway had read when it granted (an addition; 0: none): a leader that
+   * pings holds until the moment it sent that ping + `silence_limit`, unless a later answer
+   * moves that on.
+   * </pre>
+   *
+   * <code>uint64 ping_seq = 3;</code>
+   * @return The pingSeq.
+   */
+  @java.lang.Override
+  public long getPingSeq() {
+    return pingSeq_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -127,6 +144,9 @@ private static final long serialVersionUID = 0L;
     if (silenceLimit_ != null) {
       output.writeMessage(2, getSilenceLimit());
     }
+    if (pingSeq_ != 0L) {
+      output.writeUInt64(3, pingSeq_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -143,6 +163,10 @@ private static final long serialVersionUID = 0L;
     if (silenceLimit_ != null) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(2, getSilenceLimit());
+    }
+    if (pingSeq_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeUInt64Size(3, pingSeq_);
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -169,6 +193,8 @@ private static final long serialVersionUID = 0L;
       if (!getSilenceLimit()
           .equals(other.getSilenceLimit())) return false;
     }
+    if (getPingSeq()
+        != other.getPingSeq()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -188,6 +214,9 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + SILENCE_LIMIT_FIELD_NUMBER;
       hash = (53 * hash) + getSilenceLimit().hashCode();
     }
+    hash = (37 * hash) + PING_SEQ_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getPingSeq());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -327,6 +356,7 @@ private static final long serialVersionUID = 0L;
         silenceLimitBuilder_.dispose();
         silenceLimitBuilder_ = null;
       }
+      pingSeq_ = 0L;
       return this;
     }
 
@@ -369,6 +399,9 @@ private static final long serialVersionUID = 0L;
         result.silenceLimit_ = silenceLimitBuilder_ == null
             ? silenceLimit_
             : silenceLimitBuilder_.build();
+      }
+      if (((from_bitField0_ & 0x00000004) != 0)) {
+        result.pingSeq_ = pingSeq_;
       }
     }
 
@@ -422,6 +455,9 @@ private static final long serialVersionUID = 0L;
       if (other.hasSilenceLimit()) {
         mergeSilenceLimit(other.getSilenceLimit());
       }
+      if (other.getPingSeq() != 0L) {
+        setPingSeq(other.getPingSeq());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -462,6 +498,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000002;
               break;
             } // case 18
+            case 24: {
+              pingSeq_ = input.readUInt64();
+              bitField0_ |= 0x00000004;
+              break;
+            } // case 24
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -751,6 +792,56 @@ private static final long serialVersionUID = 0L;
         silenceLimit_ = null;
       }
       return silenceLimitBuilder_;
+    }
+
+    private long pingSeq_ ;
+    /**
+     * <pre>
+     * The newest ping the gateway had read when it granted (an addition; 0: none): a leader that
+     * pings holds until the moment it sent that ping + `silence_limit`, unless a later answer
+     * moves that on.
+     * </pre>
+     *
+     * <code>uint64 ping_seq = 3;</code>
+     * @return The pingSeq.
+     */
+    @java.lang.Override
+    public long getPingSeq() {
+      return pingSeq_;
+    }
+    /**
+     * <pre>
+     * The newest ping the gateway had read when it granted (an addition; 0: none): a leader that
+     * pings holds until the moment it sent that ping + `silence_limit`, unless a later answer
+     * moves that on.
+     * </pre>
+     *
+     * <code>uint64 ping_seq = 3;</code>
+     * @param value The pingSeq to set.
+     * @return This builder for chaining.
+     */
+    public Builder setPingSeq(long value) {
+      
+      pingSeq_ = value;
+      bitField0_ |= 0x00000004;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The newest ping the gateway had read when it granted (an addition; 0: none): a leader that
+     * pings holds until the moment it sent that ping + `silence_limit`, unless a later answer
+     * moves that on.
+     * </pre>
+     *
+     * <code>uint64 ping_seq = 3;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearPingSeq() {
+      bitField0_ = (bitField0_ & ~0x00000004);
+      pingSeq_ = 0L;
+      onChanged();
+      return this;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

@@ -48,4 +48,16 @@ public interface ElectedOrBuilder extends
    * <code>.google.protobuf.Duration silence_limit = 2;</code>
    */
   com.google.protobuf.DurationOrBuilder getSilenceLimitOrBuilder();
+
+  /**
+   * <pre>
+   * The newest ping the gateway had read when it granted (an addition; 0: none): a leader that
+   * pings holds until the moment it sent that ping + `silence_limit`, unless a later answer
+   * moves that on.
+   * </pre>
+   *
+   * <code>uint64 ping_seq = 3;</code>
+   * @return The pingSeq.
+   */
+  long getPingSeq();
 }

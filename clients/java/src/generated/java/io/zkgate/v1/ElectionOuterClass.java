@@ -154,67 +154,69 @@ public final class ElectionOuterClass {
       ".proto\"~\n\006Leader\022\020\n\010election\030\001 \001(\t\022\021\n\tca" +
       "ndidate\030\002 \001(\t\022\r\n\005value\030\003 \001(\014\022\025\n\rfencing_" +
       "token\030\004 \001(\004\022)\n\005since\030\005 \001(\0132\032.google.prot" +
-      "obuf.Timestamp\":\n\004Join\022\020\n\010election\030\001 \001(\t" +
-      "\022\021\n\tcandidate\030\002 \001(\t\022\r\n\005value\030\003 \001(\014\"\036\n\rPr" +
-      "oclaimValue\022\r\n\005value\030\001 \001(\014\"\021\n\017ResignCand" +
-      "idacy\"\231\001\n\017CampaignRequest\022\037\n\004join\030\001 \001(\0132" +
-      "\017.zkgate.v1.JoinH\000\022,\n\010proclaim\030\002 \001(\0132\030.z" +
-      "kgate.v1.ProclaimValueH\000\022,\n\006resign\030\003 \001(\013" +
-      "2\032.zkgate.v1.ResignCandidacyH\000B\t\n\007reques" +
-      "t\"^\n\007Elected\022!\n\006leader\030\001 \001(\0132\021.zkgate.v1" +
-      ".Leader\0220\n\rsilence_limit\030\002 \001(\0132\031.google." +
-      "protobuf.Duration\"/\n\nProclaimed\022!\n\006leade" +
-      "r\030\001 \001(\0132\021.zkgate.v1.Leader\"\221\002\n\020CampaignR" +
-      "esponse\022#\n\006queued\030\001 \001(\0132\021.zkgate.v1.Queu" +
-      "edH\000\022%\n\007elected\030\002 \001(\0132\022.zkgate.v1.Electe" +
-      "dH\000\022)\n\tsuspended\030\003 \001(\0132\024.zkgate.v1.Suspe" +
-      "ndedH\000\022%\n\007resumed\030\004 \001(\0132\022.zkgate.v1.Resu" +
-      "medH\000\022+\n\nproclaimed\030\005 \001(\0132\025.zkgate.v1.Pr" +
-      "oclaimedH\000\022)\n\theartbeat\030\006 \001(\0132\024.zkgate.v" +
-      "1.HeartbeatH\000B\007\n\005event\"/\n\017ProclaimReques" +
-      "t\022\r\n\005lease\030\001 \001(\t\022\r\n\005value\030\002 \001(\014\"5\n\020Procl" +
-      "aimResponse\022!\n\006leader\030\001 \001(\0132\021.zkgate.v1." +
-      "Leader\"\036\n\rResignRequest\022\r\n\005lease\030\001 \001(\t\"\020" +
-      "\n\016ResignResponse\"!\n\rLeaderRequest\022\020\n\010ele" +
-      "ction\030\001 \001(\t\"3\n\016LeaderResponse\022!\n\006leader\030" +
-      "\001 \001(\0132\021.zkgate.v1.Leader\"\"\n\016ObserveReque" +
-      "st\022\020\n\010election\030\001 \001(\t\"4\n\017ObserveResponse\022" +
-      "!\n\006leader\030\001 \001(\0132\021.zkgate.v1.Leader\"L\n\021Ca" +
-      "ndidatesRequest\022\020\n\010election\030\001 \001(\t\022\021\n\tpag" +
-      "e_size\030\002 \001(\r\022\022\n\npage_token\030\003 \001(\t\"\222\001\n\tCan" +
-      "didate\022\021\n\tcandidate\030\001 \001(\t\022\r\n\005value\030\002 \001(\014" +
-      "\022\020\n\010position\030\003 \001(\r\022\025\n\rfencing_token\030\004 \001(" +
-      "\004\022*\n\006joined\030\005 \001(\0132\032.google.protobuf.Time" +
-      "stamp\022\016\n\006leader\030\006 \001(\010\"f\n\022CandidatesRespo" +
-      "nse\022(\n\ncandidates\030\001 \003(\0132\024.zkgate.v1.Cand" +
-      "idate\022\027\n\017next_page_token\030\002 \001(\t\022\r\n\005total\030" +
-      "\003 \001(\r\"B\n\027ElectionValidateRequest\022\020\n\010elec" +
-      "tion\030\001 \001(\t\022\025\n\rfencing_token\030\002 \001(\004\"N\n\030Ele" +
-      "ctionValidateResponse\022\017\n\007current\030\001 \001(\010\022!" +
-      "\n\006leader\030\002 \001(\0132\021.zkgate.v1.Leader\"7\n\022Obs" +
-      "erveManyRequest\022\016\n\006prefix\030\001 \001(\t\022\021\n\telect" +
-      "ions\030\002 \003(\t\"D\n\rElectionState\022\020\n\010election\030" +
-      "\001 \001(\t\022!\n\006leader\030\002 \001(\0132\021.zkgate.v1.Leader" +
-      "\"\022\n\020SnapshotComplete\"\203\001\n\023ObserveManyResp" +
-      "onse\022)\n\005state\030\001 \001(\0132\030.zkgate.v1.Election" +
-      "StateH\000\0228\n\021snapshot_complete\030\002 \001(\0132\033.zkg" +
-      "ate.v1.SnapshotCompleteH\000B\007\n\005event2\312\004\n\010E" +
-      "lection\022G\n\010Campaign\022\032.zkgate.v1.Campaign" +
-      "Request\032\033.zkgate.v1.CampaignResponse(\0010\001" +
-      "\022C\n\010Proclaim\022\032.zkgate.v1.ProclaimRequest" +
-      "\032\033.zkgate.v1.ProclaimResponse\022=\n\006Resign\022" +
-      "\030.zkgate.v1.ResignRequest\032\031.zkgate.v1.Re" +
-      "signResponse\022=\n\006Leader\022\030.zkgate.v1.Leade" +
-      "rRequest\032\031.zkgate.v1.LeaderResponse\022B\n\007O" +
-      "bserve\022\031.zkgate.v1.ObserveRequest\032\032.zkga" +
-      "te.v1.ObserveResponse0\001\022I\n\nCandidates\022\034." +
-      "zkgate.v1.CandidatesRequest\032\035.zkgate.v1." +
-      "CandidatesResponse\022S\n\010Validate\022\".zkgate." +
-      "v1.ElectionValidateRequest\032#.zkgate.v1.E" +
-      "lectionValidateResponse\022N\n\013ObserveMany\022\035" +
-      ".zkgate.v1.ObserveManyRequest\032\036.zkgate.v" +
-      "1.ObserveManyResponse0\001B.\n\014io.zkgate.v1P" +
-      "\001Z\034zkgate/gen/zkgatev1;zkgatev1b\006proto3"
+      "obuf.Timestamp\"L\n\004Join\022\020\n\010election\030\001 \001(\t" +
+      "\022\021\n\tcandidate\030\002 \001(\t\022\r\n\005value\030\003 \001(\014\022\020\n\010pi" +
+      "ng_seq\030\004 \001(\004\"\036\n\rProclaimValue\022\r\n\005value\030\001" +
+      " \001(\014\"\021\n\017ResignCandidacy\"\272\001\n\017CampaignRequ" +
+      "est\022\037\n\004join\030\001 \001(\0132\017.zkgate.v1.JoinH\000\022,\n\010" +
+      "proclaim\030\002 \001(\0132\030.zkgate.v1.ProclaimValue" +
+      "H\000\022,\n\006resign\030\003 \001(\0132\032.zkgate.v1.ResignCan" +
+      "didacyH\000\022\037\n\004ping\030\004 \001(\0132\017.zkgate.v1.PingH" +
+      "\000B\t\n\007request\"p\n\007Elected\022!\n\006leader\030\001 \001(\0132" +
+      "\021.zkgate.v1.Leader\0220\n\rsilence_limit\030\002 \001(" +
+      "\0132\031.google.protobuf.Duration\022\020\n\010ping_seq" +
+      "\030\003 \001(\004\"/\n\nProclaimed\022!\n\006leader\030\001 \001(\0132\021.z" +
+      "kgate.v1.Leader\"\221\002\n\020CampaignResponse\022#\n\006" +
+      "queued\030\001 \001(\0132\021.zkgate.v1.QueuedH\000\022%\n\007ele" +
+      "cted\030\002 \001(\0132\022.zkgate.v1.ElectedH\000\022)\n\tsusp" +
+      "ended\030\003 \001(\0132\024.zkgate.v1.SuspendedH\000\022%\n\007r" +
+      "esumed\030\004 \001(\0132\022.zkgate.v1.ResumedH\000\022+\n\npr" +
+      "oclaimed\030\005 \001(\0132\025.zkgate.v1.ProclaimedH\000\022" +
+      ")\n\theartbeat\030\006 \001(\0132\024.zkgate.v1.Heartbeat" +
+      "H\000B\007\n\005event\"/\n\017ProclaimRequest\022\r\n\005lease\030" +
+      "\001 \001(\t\022\r\n\005value\030\002 \001(\014\"5\n\020ProclaimResponse" +
+      "\022!\n\006leader\030\001 \001(\0132\021.zkgate.v1.Leader\"\036\n\rR" +
+      "esignRequest\022\r\n\005lease\030\001 \001(\t\"\020\n\016ResignRes" +
+      "ponse\"!\n\rLeaderRequest\022\020\n\010election\030\001 \001(\t" +
+      "\"3\n\016LeaderResponse\022!\n\006leader\030\001 \001(\0132\021.zkg" +
+      "ate.v1.Leader\"\"\n\016ObserveRequest\022\020\n\010elect" +
+      "ion\030\001 \001(\t\"4\n\017ObserveResponse\022!\n\006leader\030\001" +
+      " \001(\0132\021.zkgate.v1.Leader\"L\n\021CandidatesReq" +
+      "uest\022\020\n\010election\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(" +
+      "\r\022\022\n\npage_token\030\003 \001(\t\"\222\001\n\tCandidate\022\021\n\tc" +
+      "andidate\030\001 \001(\t\022\r\n\005value\030\002 \001(\014\022\020\n\010positio" +
+      "n\030\003 \001(\r\022\025\n\rfencing_token\030\004 \001(\004\022*\n\006joined" +
+      "\030\005 \001(\0132\032.google.protobuf.Timestamp\022\016\n\006le" +
+      "ader\030\006 \001(\010\"f\n\022CandidatesResponse\022(\n\ncand" +
+      "idates\030\001 \003(\0132\024.zkgate.v1.Candidate\022\027\n\017ne" +
+      "xt_page_token\030\002 \001(\t\022\r\n\005total\030\003 \001(\r\"B\n\027El" +
+      "ectionValidateRequest\022\020\n\010election\030\001 \001(\t\022" +
+      "\025\n\rfencing_token\030\002 \001(\004\"N\n\030ElectionValida" +
+      "teResponse\022\017\n\007current\030\001 \001(\010\022!\n\006leader\030\002 " +
+      "\001(\0132\021.zkgate.v1.Leader\"7\n\022ObserveManyReq" +
+      "uest\022\016\n\006prefix\030\001 \001(\t\022\021\n\telections\030\002 \003(\t\"" +
+      "D\n\rElectionState\022\020\n\010election\030\001 \001(\t\022!\n\006le" +
+      "ader\030\002 \001(\0132\021.zkgate.v1.Leader\"\022\n\020Snapsho" +
+      "tComplete\"\203\001\n\023ObserveManyResponse\022)\n\005sta" +
+      "te\030\001 \001(\0132\030.zkgate.v1.ElectionStateH\000\0228\n\021" +
+      "snapshot_complete\030\002 \001(\0132\033.zkgate.v1.Snap" +
+      "shotCompleteH\000B\007\n\005event2\312\004\n\010Election\022G\n\010" +
+      "Campaign\022\032.zkgate.v1.CampaignRequest\032\033.z" +
+      "kgate.v1.CampaignResponse(\0010\001\022C\n\010Proclai" +
+      "m\022\032.zkgate.v1.ProclaimRequest\032\033.zkgate.v" +
+      "1.ProclaimResponse\022=\n\006Resign\022\030.zkgate.v1" +
+      ".ResignRequest\032\031.zkgate.v1.ResignRespons" +
+      "e\022=\n\006Leader\022\030.zkgate.v1.LeaderRequest\032\031." +
+      "zkgate.v1.LeaderResponse\022B\n\007Observe\022\031.zk" +
+      "gate.v1.ObserveRequest\032\032.zkgate.v1.Obser" +
+      "veResponse0\001\022I\n\nCandidates\022\034.zkgate.v1.C" +
+      "andidatesRequest\032\035.zkgate.v1.CandidatesR" +
+      "esponse\022S\n\010Validate\022\".zkgate.v1.Election" +
+      "ValidateRequest\032#.zkgate.v1.ElectionVali" +
+      "dateResponse\022N\n\013ObserveMany\022\035.zkgate.v1." +
+      "ObserveManyRequest\032\036.zkgate.v1.ObserveMa" +
+      "nyResponse0\001B.\n\014io.zkgate.v1P\001Z\034zkgate/g" +
+      "en/zkgatev1;zkgatev1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -234,7 +236,7 @@ public final class ElectionOuterClass {
     internal_static_zkgate_v1_Join_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_zkgate_v1_Join_descriptor,
-        new java.lang.String[] { "Election", "Candidate", "Value", });
+        new java.lang.String[] { "Election", "Candidate", "Value", "PingSeq", });
     internal_static_zkgate_v1_ProclaimValue_descriptor =
       getDescriptor().getMessageTypes().get(2);
     internal_static_zkgate_v1_ProclaimValue_fieldAccessorTable = new
@@ -252,13 +254,13 @@ public final class ElectionOuterClass {
     internal_static_zkgate_v1_CampaignRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_zkgate_v1_CampaignRequest_descriptor,
-        new java.lang.String[] { "Join", "Proclaim", "Resign", "Request", });
+        new java.lang.String[] { "Join", "Proclaim", "Resign", "Ping", "Request", });
     internal_static_zkgate_v1_Elected_descriptor =
       getDescriptor().getMessageTypes().get(5);
     internal_static_zkgate_v1_Elected_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_zkgate_v1_Elected_descriptor,
-        new java.lang.String[] { "Leader", "SilenceLimit", });
+        new java.lang.String[] { "Leader", "SilenceLimit", "PingSeq", });
     internal_static_zkgate_v1_Proclaimed_descriptor =
       getDescriptor().getMessageTypes().get(6);
     internal_static_zkgate_v1_Proclaimed_fieldAccessorTable = new

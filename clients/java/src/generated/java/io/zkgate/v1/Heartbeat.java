@@ -5,7 +5,9 @@ package io.zkgate.v1;
 
 /**
  * <pre>
- * Sent to a leader or holder at least every silence_limit / 3.
+ * Sent to a leader or holder at least every silence_limit / 3 while it holds, to a stream that
+ * never pinged; and in answer to each `ping` read while the gateway holds and its ZooKeeper
+ * session vouches for the hold.
  * </pre>
  *
  * Protobuf type {@code zkgate.v1.Heartbeat}
@@ -47,6 +49,21 @@ private static final long serialVersionUID = 0L;
             io.zkgate.v1.Heartbeat.class, io.zkgate.v1.Heartbeat.Builder.class);
   }
 
+  public static final int SEQ_FIELD_NUMBER = 1;
+  private long seq_ = 0L;
+  /**
+   * <pre>
+   * The ping this heartbeat answers (an addition); 0 for an unsolicited heartbeat.
+   * </pre>
+   *
+   * <code>uint64 seq = 1;</code>
+   * @return The seq.
+   */
+  @java.lang.Override
+  public long getSeq() {
+    return seq_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -61,6 +78,9 @@ private static final long serialVersionUID = 0L;
   @java.lang.Override
   public void writeTo(com.google.protobuf.CodedOutputStream output)
                       throws java.io.IOException {
+    if (seq_ != 0L) {
+      output.writeUInt64(1, seq_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -70,6 +90,10 @@ private static final long serialVersionUID = 0L;
     if (size != -1) return size;
 
     size = 0;
+    if (seq_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeUInt64Size(1, seq_);
+    }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -85,6 +109,8 @@ private static final long serialVersionUID = 0L;
     }
     io.zkgate.v1.Heartbeat other = (io.zkgate.v1.Heartbeat) obj;
 
+    if (getSeq()
+        != other.getSeq()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -96,6 +122,9 @@ private static final long serialVersionUID = 0L;
     }
     int hash = 41;
     hash = (19 * hash) + getDescriptor().hashCode();
+    hash = (37 * hash) + SEQ_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getSeq());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -193,7 +222,9 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Sent to a leader or holder at least every silence_limit / 3.
+   * Sent to a leader or holder at least every silence_limit / 3 while it holds, to a stream that
+   * never pinged; and in answer to each `ping` read while the gateway holds and its ZooKeeper
+   * session vouches for the hold.
    * </pre>
    *
    * Protobuf type {@code zkgate.v1.Heartbeat}
@@ -228,6 +259,8 @@ private static final long serialVersionUID = 0L;
     @java.lang.Override
     public Builder clear() {
       super.clear();
+      bitField0_ = 0;
+      seq_ = 0L;
       return this;
     }
 
@@ -254,8 +287,16 @@ private static final long serialVersionUID = 0L;
     @java.lang.Override
     public io.zkgate.v1.Heartbeat buildPartial() {
       io.zkgate.v1.Heartbeat result = new io.zkgate.v1.Heartbeat(this);
+      if (bitField0_ != 0) { buildPartial0(result); }
       onBuilt();
       return result;
+    }
+
+    private void buildPartial0(io.zkgate.v1.Heartbeat result) {
+      int from_bitField0_ = bitField0_;
+      if (((from_bitField0_ & 0x00000001) != 0)) {
+        result.seq_ = seq_;
+      }
     }
 
     @java.lang.Override
@@ -302,6 +343,9 @@ private static final long serialVersionUID = 0L;
 
     public Builder mergeFrom(io.zkgate.v1.Heartbeat other) {
       if (other == io.zkgate.v1.Heartbeat.getDefaultInstance()) return this;
+      if (other.getSeq() != 0L) {
+        setSeq(other.getSeq());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -328,6 +372,11 @@ private static final long serialVersionUID = 0L;
             case 0:
               done = true;
               break;
+            case 8: {
+              seq_ = input.readUInt64();
+              bitField0_ |= 0x00000001;
+              break;
+            } // case 8
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -341,6 +390,51 @@ private static final long serialVersionUID = 0L;
       } finally {
         onChanged();
       } // finally
+      return this;
+    }
+    private int bitField0_;
+
+    private long seq_ ;
+    /**
+     * <pre>
+     * The ping this heartbeat answers (an addition); 0 for an unsolicited heartbeat.
+     * </pre>
+     *
+     * <code>uint64 seq = 1;</code>
+     * @return The seq.
+     */
+    @java.lang.Override
+    public long getSeq() {
+      return seq_;
+    }
+    /**
+     * <pre>
+     * The ping this heartbeat answers (an addition); 0 for an unsolicited heartbeat.
+     * </pre>
+     *
+     * <code>uint64 seq = 1;</code>
+     * @param value The seq to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSeq(long value) {
+      
+      seq_ = value;
+      bitField0_ |= 0x00000001;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The ping this heartbeat answers (an addition); 0 for an unsolicited heartbeat.
+     * </pre>
+     *
+     * <code>uint64 seq = 1;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSeq() {
+      bitField0_ = (bitField0_ & ~0x00000001);
+      seq_ = 0L;
+      onChanged();
       return this;
     }
     @java.lang.Override

@@ -6,4 +6,14 @@ package io.zkgate.v1;
 public interface HeartbeatOrBuilder extends
     // @@protoc_insertion_point(interface_extends:zkgate.v1.Heartbeat)
     com.google.protobuf.MessageOrBuilder {
+
+  /**
+   * <pre>
+   * The ping this heartbeat answers (an addition); 0 for an unsolicited heartbeat.
+   * </pre>
+   *
+   * <code>uint64 seq = 1;</code>
+   * @return The seq.
+   */
+  long getSeq();
 }

@@ -135,6 +135,22 @@ private static final long serialVersionUID = 0L;
     return value_;
   }
 
+  public static final int PING_SEQ_FIELD_NUMBER = 4;
+  private long pingSeq_ = 0L;
+  /**
+   * <pre>
+   * This first message is also ping number `ping_seq` (see `Ping`; an addition, ignored by older
+   * gateways): 0 for none.
+   * </pre>
+   *
+   * <code>uint64 ping_seq = 4;</code>
+   * @return The pingSeq.
+   */
+  @java.lang.Override
+  public long getPingSeq() {
+    return pingSeq_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -158,6 +174,9 @@ private static final long serialVersionUID = 0L;
     if (!value_.isEmpty()) {
       output.writeBytes(3, value_);
     }
+    if (pingSeq_ != 0L) {
+      output.writeUInt64(4, pingSeq_);
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -176,6 +195,10 @@ private static final long serialVersionUID = 0L;
     if (!value_.isEmpty()) {
       size += com.google.protobuf.CodedOutputStream
         .computeBytesSize(3, value_);
+    }
+    if (pingSeq_ != 0L) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeUInt64Size(4, pingSeq_);
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -198,6 +221,8 @@ private static final long serialVersionUID = 0L;
         .equals(other.getCandidate())) return false;
     if (!getValue()
         .equals(other.getValue())) return false;
+    if (getPingSeq()
+        != other.getPingSeq()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -215,6 +240,9 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getCandidate().hashCode();
     hash = (37 * hash) + VALUE_FIELD_NUMBER;
     hash = (53 * hash) + getValue().hashCode();
+    hash = (37 * hash) + PING_SEQ_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+        getPingSeq());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -347,6 +375,7 @@ private static final long serialVersionUID = 0L;
       election_ = "";
       candidate_ = "";
       value_ = com.google.protobuf.ByteString.EMPTY;
+      pingSeq_ = 0L;
       return this;
     }
 
@@ -388,6 +417,9 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000004) != 0)) {
         result.value_ = value_;
+      }
+      if (((from_bitField0_ & 0x00000008) != 0)) {
+        result.pingSeq_ = pingSeq_;
       }
     }
 
@@ -448,6 +480,9 @@ private static final long serialVersionUID = 0L;
       if (other.getValue() != com.google.protobuf.ByteString.EMPTY) {
         setValue(other.getValue());
       }
+      if (other.getPingSeq() != 0L) {
+        setPingSeq(other.getPingSeq());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -489,6 +524,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000004;
               break;
             } // case 26
+            case 32: {
+              pingSeq_ = input.readUInt64();
+              bitField0_ |= 0x00000008;
+              break;
+            } // case 32
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -678,6 +718,53 @@ private static final long serialVersionUID = 0L;
     public Builder clearValue() {
       bitField0_ = (bitField0_ & ~0x00000004);
       value_ = getDefaultInstance().getValue();
+      onChanged();
+      return this;
+    }
+
+    private long pingSeq_ ;
+    /**
+     * <pre>
+     * This first message is also ping number `ping_seq` (see `Ping`; an addition, ignored by older
+     * gateways): 0 for none.
+     * </pre>
+     *
+     * <code>uint64 ping_seq = 4;</code>
+     * @return The pingSeq.
+     */
+    @java.lang.Override
+    public long getPingSeq() {
+      return pingSeq_;
+    }
+    /**
+     * <pre>
+     * This first message is also ping number `ping_seq` (see `Ping`; an addition, ignored by older
+     * gateways): 0 for none.
+     * </pre>
+     *
+     * <code>uint64 ping_seq = 4;</code>
+     * @param value The pingSeq to set.
+     * @return This builder for chaining.
+     */
+    public Builder setPingSeq(long value) {
+      
+      pingSeq_ = value;
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * This first message is also ping number `ping_seq` (see `Ping`; an addition, ignored by older
+     * gateways): 0 for none.
+     * </pre>
+     *
+     * <code>uint64 ping_seq = 4;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearPingSeq() {
+      bitField0_ = (bitField0_ & ~0x00000008);
+      pingSeq_ = 0L;
       onChanged();
       return this;
     }

@@ -36,4 +36,15 @@ public interface JoinOrBuilder extends
    * @return The value.
    */
   com.google.protobuf.ByteString getValue();
+
+  /**
+   * <pre>
+   * This first message is also ping number `ping_seq` (see `Ping`; an addition, ignored by older
+   * gateways): 0 for none.
+   * </pre>
+   *
+   * <code>uint64 ping_seq = 4;</code>
+   * @return The pingSeq.
+   */
+  long getPingSeq();
 }

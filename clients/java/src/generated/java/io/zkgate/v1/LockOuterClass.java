@@ -91,46 +91,47 @@ public final class LockOuterClass {
       "\n\024zkgate/v1/lock.proto\022\tzkgate.v1\032\036googl" +
       "e/protobuf/duration.proto\032\037google/protob" +
       "uf/timestamp.proto\032\026zkgate/v1/common.pro" +
-      "to\"\267\001\n\013AcquireLock\022\014\n\004name\030\001 \001(\t\022\r\n\005owne" +
+      "to\"\311\001\n\013AcquireLock\022\014\n\004name\030\001 \001(\t\022\r\n\005owne" +
       "r\030\002 \001(\t\022\017\n\007permits\030\003 \001(\r\022!\n\004mode\030\004 \001(\0162\023" +
       ".zkgate.v1.LockMode\022/\n\014wait_timeout\030\005 \001(" +
       "\0132\031.google.protobuf.Duration\022&\n\003ttl\030\006 \001(" +
-      "\0132\031.google.protobuf.Duration\"\013\n\tKeepAliv" +
-      "e\"\r\n\013ReleaseLock\"\235\001\n\016AcquireRequest\022)\n\007a" +
-      "cquire\030\001 \001(\0132\026.zkgate.v1.AcquireLockH\000\022*" +
-      "\n\nkeep_alive\030\002 \001(\0132\024.zkgate.v1.KeepAlive" +
-      "H\000\022)\n\007release\030\003 \001(\0132\026.zkgate.v1.ReleaseL" +
-      "ockH\000B\t\n\007request\"b\n\010Acquired\022\r\n\005lease\030\001 " +
-      "\001(\t\022\025\n\rfencing_token\030\002 \001(\004\0220\n\rsilence_li" +
-      "mit\030\003 \001(\0132\031.google.protobuf.Duration\"\345\001\n" +
-      "\017AcquireResponse\022#\n\006queued\030\001 \001(\0132\021.zkgat" +
-      "e.v1.QueuedH\000\022\'\n\010acquired\030\002 \001(\0132\023.zkgate" +
-      ".v1.AcquiredH\000\022)\n\tsuspended\030\003 \001(\0132\024.zkga" +
-      "te.v1.SuspendedH\000\022%\n\007resumed\030\004 \001(\0132\022.zkg" +
-      "ate.v1.ResumedH\000\022)\n\theartbeat\030\005 \001(\0132\024.zk" +
-      "gate.v1.HeartbeatH\000B\007\n\005event\"\037\n\016ReleaseR" +
-      "equest\022\r\n\005lease\030\001 \001(\t\"\021\n\017ReleaseResponse" +
-      "\"E\n\016HoldersRequest\022\014\n\004name\030\001 \001(\t\022\021\n\tpage" +
-      "_size\030\002 \001(\r\022\022\n\npage_token\030\003 \001(\t\"|\n\006Holde" +
-      "r\022\r\n\005owner\030\001 \001(\t\022\025\n\rfencing_token\030\002 \001(\004\022" +
-      ")\n\005since\030\003 \001(\0132\032.google.protobuf.Timesta" +
-      "mp\022!\n\004mode\030\004 \001(\0162\023.zkgate.v1.LockMode\"n\n" +
-      "\017HoldersResponse\022\"\n\007holders\030\001 \003(\0132\021.zkga" +
-      "te.v1.Holder\022\017\n\007waiting\030\002 \001(\r\022\027\n\017next_pa" +
-      "ge_token\030\003 \001(\t\022\r\n\005total\030\004 \001(\r\":\n\023LockVal" +
-      "idateRequest\022\014\n\004name\030\001 \001(\t\022\025\n\rfencing_to" +
-      "ken\030\002 \001(\004\"\'\n\024LockValidateResponse\022\017\n\007cur" +
-      "rent\030\001 \001(\010*3\n\010LockMode\022\023\n\017LOCK_MODE_WRIT" +
-      "E\020\000\022\022\n\016LOCK_MODE_READ\020\0012\235\002\n\004Lock\022D\n\007Acqu" +
-      "ire\022\031.zkgate.v1.AcquireRequest\032\032.zkgate." +
-      "v1.AcquireResponse(\0010\001\022@\n\007Release\022\031.zkga" +
-      "te.v1.ReleaseRequest\032\032.zkgate.v1.Release" +
-      "Response\022@\n\007Holders\022\031.zkgate.v1.HoldersR" +
-      "equest\032\032.zkgate.v1.HoldersResponse\022K\n\010Va" +
-      "lidate\022\036.zkgate.v1.LockValidateRequest\032\037" +
-      ".zkgate.v1.LockValidateResponseB.\n\014io.zk" +
-      "gate.v1P\001Z\034zkgate/gen/zkgatev1;zkgatev1b" +
-      "\006proto3"
+      "\0132\031.google.protobuf.Duration\022\020\n\010ping_seq" +
+      "\030\007 \001(\004\"\013\n\tKeepAlive\"\r\n\013ReleaseLock\"\276\001\n\016A" +
+      "cquireRequest\022)\n\007acquire\030\001 \001(\0132\026.zkgate." +
+      "v1.AcquireLockH\000\022*\n\nkeep_alive\030\002 \001(\0132\024.z" +
+      "kgate.v1.KeepAliveH\000\022)\n\007release\030\003 \001(\0132\026." +
+      "zkgate.v1.ReleaseLockH\000\022\037\n\004ping\030\004 \001(\0132\017." +
+      "zkgate.v1.PingH\000B\t\n\007request\"t\n\010Acquired\022" +
+      "\r\n\005lease\030\001 \001(\t\022\025\n\rfencing_token\030\002 \001(\004\0220\n" +
+      "\rsilence_limit\030\003 \001(\0132\031.google.protobuf.D" +
+      "uration\022\020\n\010ping_seq\030\004 \001(\004\"\345\001\n\017AcquireRes" +
+      "ponse\022#\n\006queued\030\001 \001(\0132\021.zkgate.v1.Queued" +
+      "H\000\022\'\n\010acquired\030\002 \001(\0132\023.zkgate.v1.Acquire" +
+      "dH\000\022)\n\tsuspended\030\003 \001(\0132\024.zkgate.v1.Suspe" +
+      "ndedH\000\022%\n\007resumed\030\004 \001(\0132\022.zkgate.v1.Resu" +
+      "medH\000\022)\n\theartbeat\030\005 \001(\0132\024.zkgate.v1.Hea" +
+      "rtbeatH\000B\007\n\005event\"\037\n\016ReleaseRequest\022\r\n\005l" +
+      "ease\030\001 \001(\t\"\021\n\017ReleaseResponse\"E\n\016Holders" +
+      "Request\022\014\n\004name\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r" +
+      "\022\022\n\npage_token\030\003 \001(\t\"|\n\006Holder\022\r\n\005owner\030" +
+      "\001 \001(\t\022\025\n\rfencing_token\030\002 \001(\004\022)\n\005since\030\003 " +
+      "\001(\0132\032.google.protobuf.Timestamp\022!\n\004mode\030" +
+      "\004 \001(\0162\023.zkgate.v1.LockMode\"n\n\017HoldersRes" +
+      "ponse\022\"\n\007holders\030\001 \003(\0132\021.zkgate.v1.Holde" +
+      "r\022\017\n\007waiting\030\002 \001(\r\022\027\n\017next_page_token\030\003 " +
+      "\001(\t\022\r\n\005total\030\004 \001(\r\":\n\023LockValidateReques" +
+      "t\022\014\n\004name\030\001 \001(\t\022\025\n\rfencing_token\030\002 \001(\004\"\'" +
+      "\n\024LockValidateResponse\022\017\n\007current\030\001 \001(\010*" +
+      "3\n\010LockMode\022\023\n\017LOCK_MODE_WRITE\020\000\022\022\n\016LOCK" +
+      "_MODE_READ\020\0012\235\002\n\004Lock\022D\n\007Acquire\022\031.zkgat" +
+      "e.v1.AcquireRequest\032\032.zkgate.v1.AcquireR" +
+      "esponse(\0010\001\022@\n\007Release\022\031.zkgate.v1.Relea" +
+      "seRequest\032\032.zkgate.v1.ReleaseResponse\022@\n" +
+      "\007Holders\022\031.zkgate.v1.HoldersRequest\032\032.zk" +
+      "gate.v1.HoldersResponse\022K\n\010Validate\022\036.zk" +
+      "gate.v1.LockValidateRequest\032\037.zkgate.v1." +
+      "LockValidateResponseB.\n\014io.zkgate.v1P\001Z\034" +
+      "zkgate/gen/zkgatev1;zkgatev1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -144,7 +145,7 @@ public final class LockOuterClass {
     internal_static_zkgate_v1_AcquireLock_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_zkgate_v1_AcquireLock_descriptor,
-        new java.lang.String[] { "Name", "Owner", "Permits", "Mode", "WaitTimeout", "Ttl", });
+        new java.lang.String[] { "Name", "Owner", "Permits", "Mode", "WaitTimeout", "Ttl", "PingSeq", });
     internal_static_zkgate_v1_KeepAlive_descriptor =
       getDescriptor().getMessageTypes().get(1);
     internal_static_zkgate_v1_KeepAlive_fieldAccessorTable = new
@@ -162,13 +163,13 @@ public final class LockOuterClass {
     internal_static_zkgate_v1_AcquireRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_zkgate_v1_AcquireRequest_descriptor,
-        new java.lang.String[] { "Acquire", "KeepAlive", "Release", "Request", });
+        new java.lang.String[] { "Acquire", "KeepAlive", "Release", "Ping", "Request", });
     internal_static_zkgate_v1_Acquired_descriptor =
       getDescriptor().getMessageTypes().get(4);
     internal_static_zkgate_v1_Acquired_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessageV3.FieldAccessorTable(
         internal_static_zkgate_v1_Acquired_descriptor,
-        new java.lang.String[] { "Lease", "FencingToken", "SilenceLimit", });
+        new java.lang.String[] { "Lease", "FencingToken", "SilenceLimit", "PingSeq", });
     internal_static_zkgate_v1_AcquireResponse_descriptor =
       getDescriptor().getMessageTypes().get(5);
     internal_static_zkgate_v1_AcquireResponse_fieldAccessorTable = new

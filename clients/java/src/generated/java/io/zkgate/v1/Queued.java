@@ -113,6 +113,63 @@ private static final long serialVersionUID = 0L;
     return position_;
   }
 
+  public static final int ANSWERS_PINGS_FIELD_NUMBER = 3;
+  private boolean answersPings_ = false;
+  /**
+   * <pre>
+   * The gateway answers `ping{seq}` with `heartbeat{seq}` (an addition: gateways before it leave
+   * it false and must not be sent `ping`). See `Ping`.
+   * </pre>
+   *
+   * <code>bool answers_pings = 3;</code>
+   * @return The answersPings.
+   */
+  @java.lang.Override
+  public boolean getAnswersPings() {
+    return answersPings_;
+  }
+
+  public static final int SILENCE_LIMIT_FIELD_NUMBER = 4;
+  private com.google.protobuf.Duration silenceLimit_;
+  /**
+   * <pre>
+   * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+   * third of it, so that its grant finds a recent answered ping.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration silence_limit = 4;</code>
+   * @return Whether the silenceLimit field is set.
+   */
+  @java.lang.Override
+  public boolean hasSilenceLimit() {
+    return silenceLimit_ != null;
+  }
+  /**
+   * <pre>
+   * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+   * third of it, so that its grant finds a recent answered ping.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration silence_limit = 4;</code>
+   * @return The silenceLimit.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Duration getSilenceLimit() {
+    return silenceLimit_ == null ? com.google.protobuf.Duration.getDefaultInstance() : silenceLimit_;
+  }
+  /**
+   * <pre>
+   * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+   * third of it, so that its grant finds a recent answered ping.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration silence_limit = 4;</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.DurationOrBuilder getSilenceLimitOrBuilder() {
+    return silenceLimit_ == null ? com.google.protobuf.Duration.getDefaultInstance() : silenceLimit_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -133,6 +190,12 @@ private static final long serialVersionUID = 0L;
     if (position_ != 0) {
       output.writeUInt32(2, position_);
     }
+    if (answersPings_ != false) {
+      output.writeBool(3, answersPings_);
+    }
+    if (silenceLimit_ != null) {
+      output.writeMessage(4, getSilenceLimit());
+    }
     getUnknownFields().writeTo(output);
   }
 
@@ -148,6 +211,14 @@ private static final long serialVersionUID = 0L;
     if (position_ != 0) {
       size += com.google.protobuf.CodedOutputStream
         .computeUInt32Size(2, position_);
+    }
+    if (answersPings_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(3, answersPings_);
+    }
+    if (silenceLimit_ != null) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(4, getSilenceLimit());
     }
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
@@ -168,6 +239,13 @@ private static final long serialVersionUID = 0L;
         .equals(other.getLease())) return false;
     if (getPosition()
         != other.getPosition()) return false;
+    if (getAnswersPings()
+        != other.getAnswersPings()) return false;
+    if (hasSilenceLimit() != other.hasSilenceLimit()) return false;
+    if (hasSilenceLimit()) {
+      if (!getSilenceLimit()
+          .equals(other.getSilenceLimit())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -183,6 +261,13 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getLease().hashCode();
     hash = (37 * hash) + POSITION_FIELD_NUMBER;
     hash = (53 * hash) + getPosition();
+    hash = (37 * hash) + ANSWERS_PINGS_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getAnswersPings());
+    if (hasSilenceLimit()) {
+      hash = (37 * hash) + SILENCE_LIMIT_FIELD_NUMBER;
+      hash = (53 * hash) + getSilenceLimit().hashCode();
+    }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -319,6 +404,12 @@ private static final long serialVersionUID = 0L;
       bitField0_ = 0;
       lease_ = "";
       position_ = 0;
+      answersPings_ = false;
+      silenceLimit_ = null;
+      if (silenceLimitBuilder_ != null) {
+        silenceLimitBuilder_.dispose();
+        silenceLimitBuilder_ = null;
+      }
       return this;
     }
 
@@ -357,6 +448,14 @@ private static final long serialVersionUID = 0L;
       }
       if (((from_bitField0_ & 0x00000002) != 0)) {
         result.position_ = position_;
+      }
+      if (((from_bitField0_ & 0x00000004) != 0)) {
+        result.answersPings_ = answersPings_;
+      }
+      if (((from_bitField0_ & 0x00000008) != 0)) {
+        result.silenceLimit_ = silenceLimitBuilder_ == null
+            ? silenceLimit_
+            : silenceLimitBuilder_.build();
       }
     }
 
@@ -412,6 +511,12 @@ private static final long serialVersionUID = 0L;
       if (other.getPosition() != 0) {
         setPosition(other.getPosition());
       }
+      if (other.getAnswersPings() != false) {
+        setAnswersPings(other.getAnswersPings());
+      }
+      if (other.hasSilenceLimit()) {
+        mergeSilenceLimit(other.getSilenceLimit());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -448,6 +553,18 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000002;
               break;
             } // case 16
+            case 24: {
+              answersPings_ = input.readBool();
+              bitField0_ |= 0x00000004;
+              break;
+            } // case 24
+            case 34: {
+              input.readMessage(
+                  getSilenceLimitFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00000008;
+              break;
+            } // case 34
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -604,6 +721,217 @@ private static final long serialVersionUID = 0L;
       position_ = 0;
       onChanged();
       return this;
+    }
+
+    private boolean answersPings_ ;
+    /**
+     * <pre>
+     * The gateway answers `ping{seq}` with `heartbeat{seq}` (an addition: gateways before it leave
+     * it false and must not be sent `ping`). See `Ping`.
+     * </pre>
+     *
+     * <code>bool answers_pings = 3;</code>
+     * @return The answersPings.
+     */
+    @java.lang.Override
+    public boolean getAnswersPings() {
+      return answersPings_;
+    }
+    /**
+     * <pre>
+     * The gateway answers `ping{seq}` with `heartbeat{seq}` (an addition: gateways before it leave
+     * it false and must not be sent `ping`). See `Ping`.
+     * </pre>
+     *
+     * <code>bool answers_pings = 3;</code>
+     * @param value The answersPings to set.
+     * @return This builder for chaining.
+     */
+    public Builder setAnswersPings(boolean value) {
+      
+      answersPings_ = value;
+      bitField0_ |= 0x00000004;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The gateway answers `ping{seq}` with `heartbeat{seq}` (an addition: gateways before it leave
+     * it false and must not be sent `ping`). See `Ping`.
+     * </pre>
+     *
+     * <code>bool answers_pings = 3;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearAnswersPings() {
+      bitField0_ = (bitField0_ & ~0x00000004);
+      answersPings_ = false;
+      onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.Duration silenceLimit_;
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> silenceLimitBuilder_;
+    /**
+     * <pre>
+     * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+     * third of it, so that its grant finds a recent answered ping.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration silence_limit = 4;</code>
+     * @return Whether the silenceLimit field is set.
+     */
+    public boolean hasSilenceLimit() {
+      return ((bitField0_ & 0x00000008) != 0);
+    }
+    /**
+     * <pre>
+     * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+     * third of it, so that its grant finds a recent answered ping.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration silence_limit = 4;</code>
+     * @return The silenceLimit.
+     */
+    public com.google.protobuf.Duration getSilenceLimit() {
+      if (silenceLimitBuilder_ == null) {
+        return silenceLimit_ == null ? com.google.protobuf.Duration.getDefaultInstance() : silenceLimit_;
+      } else {
+        return silenceLimitBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+     * third of it, so that its grant finds a recent answered ping.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration silence_limit = 4;</code>
+     */
+    public Builder setSilenceLimit(com.google.protobuf.Duration value) {
+      if (silenceLimitBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        silenceLimit_ = value;
+      } else {
+        silenceLimitBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+     * third of it, so that its grant finds a recent answered ping.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration silence_limit = 4;</code>
+     */
+    public Builder setSilenceLimit(
+        com.google.protobuf.Duration.Builder builderForValue) {
+      if (silenceLimitBuilder_ == null) {
+        silenceLimit_ = builderForValue.build();
+      } else {
+        silenceLimitBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+     * third of it, so that its grant finds a recent answered ping.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration silence_limit = 4;</code>
+     */
+    public Builder mergeSilenceLimit(com.google.protobuf.Duration value) {
+      if (silenceLimitBuilder_ == null) {
+        if (((bitField0_ & 0x00000008) != 0) &&
+          silenceLimit_ != null &&
+          silenceLimit_ != com.google.protobuf.Duration.getDefaultInstance()) {
+          getSilenceLimitBuilder().mergeFrom(value);
+        } else {
+          silenceLimit_ = value;
+        }
+      } else {
+        silenceLimitBuilder_.mergeFrom(value);
+      }
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+     * third of it, so that its grant finds a recent answered ping.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration silence_limit = 4;</code>
+     */
+    public Builder clearSilenceLimit() {
+      bitField0_ = (bitField0_ & ~0x00000008);
+      silenceLimit_ = null;
+      if (silenceLimitBuilder_ != null) {
+        silenceLimitBuilder_.dispose();
+        silenceLimitBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+     * third of it, so that its grant finds a recent answered ping.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration silence_limit = 4;</code>
+     */
+    public com.google.protobuf.Duration.Builder getSilenceLimitBuilder() {
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return getSilenceLimitFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+     * third of it, so that its grant finds a recent answered ping.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration silence_limit = 4;</code>
+     */
+    public com.google.protobuf.DurationOrBuilder getSilenceLimitOrBuilder() {
+      if (silenceLimitBuilder_ != null) {
+        return silenceLimitBuilder_.getMessageOrBuilder();
+      } else {
+        return silenceLimit_ == null ?
+            com.google.protobuf.Duration.getDefaultInstance() : silenceLimit_;
+      }
+    }
+    /**
+     * <pre>
+     * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+     * third of it, so that its grant finds a recent answered ping.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration silence_limit = 4;</code>
+     */
+    private com.google.protobuf.SingleFieldBuilderV3<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> 
+        getSilenceLimitFieldBuilder() {
+      if (silenceLimitBuilder_ == null) {
+        silenceLimitBuilder_ = new com.google.protobuf.SingleFieldBuilderV3<
+            com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder>(
+                getSilenceLimit(),
+                getParentForChildren(),
+                isClean());
+        silenceLimit_ = null;
+      }
+      return silenceLimitBuilder_;
     }
     @java.lang.Override
     public final Builder setUnknownFields(

@@ -38,4 +38,45 @@ public interface QueuedOrBuilder extends
    * @return The position.
    */
   int getPosition();
+
+  /**
+   * <pre>
+   * The gateway answers `ping{seq}` with `heartbeat{seq}` (an addition: gateways before it leave
+   * it false and must not be sent `ping`). See `Ping`.
+   * </pre>
+   *
+   * <code>bool answers_pings = 3;</code>
+   * @return The answersPings.
+   */
+  boolean getAnswersPings();
+
+  /**
+   * <pre>
+   * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+   * third of it, so that its grant finds a recent answered ping.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration silence_limit = 4;</code>
+   * @return Whether the silenceLimit field is set.
+   */
+  boolean hasSilenceLimit();
+  /**
+   * <pre>
+   * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+   * third of it, so that its grant finds a recent answered ping.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration silence_limit = 4;</code>
+   * @return The silenceLimit.
+   */
+  com.google.protobuf.Duration getSilenceLimit();
+  /**
+   * <pre>
+   * The silence limit a grant would carry now (an addition): a waiter that pings does so every
+   * third of it, so that its grant finds a recent answered ping.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration silence_limit = 4;</code>
+   */
+  com.google.protobuf.DurationOrBuilder getSilenceLimitOrBuilder();
 }
