@@ -66,6 +66,7 @@ pub const GRPC_STREAMS_ACTIVE: &str = "zkgate_grpc_streams_active";
 pub const LIMIT_REJECTIONS: &str = "zkgate_limit_rejections_total";
 pub const AUTH_POLICY_RELOADS: &str = "zkgate_auth_policy_reloads_total";
 pub const IDENTITY_LIMIT_REJECTIONS: &str = "zkgate_identity_limit_rejections_total";
+pub const HOLDER_PINGS: &str = "zkgate_holder_pings_total";
 
 /// Label value used for names beyond the cardinality cap.
 pub const OTHER: &str = "other";
@@ -168,6 +169,10 @@ fn describe() {
         "ZooKeeper sessions lost (expired, or presumed expired by the gateway's own clock)."
     );
     describe_counter!(ZK_REQUESTS, "ZooKeeper requests by operation and result.");
+    describe_counter!(
+        HOLDER_PINGS,
+        "Pings read on Campaign and Acquire streams, by result: answered (the lease renewed), waiting (recorded for the grant), unvouched (the session could not vouch: the holder's lease runs out)."
+    );
     describe_histogram!(
         ZK_REQUEST_DURATION,
         Unit::Seconds,
@@ -318,6 +323,11 @@ pub fn identity_label(identity: &str) -> String {
 /// A SIGHUP reload of `--auth-policy`: `ok`, or `error` (the old policy stays).
 pub fn auth_policy_reload(result: &'static str) {
     counter!(AUTH_POLICY_RELOADS, "result" => result).increment(1);
+}
+
+/// A ping read on a holder stream: `answered`, `waiting` or `unvouched`.
+pub fn holder_ping(result: &'static str) {
+    counter!(HOLDER_PINGS, "result" => result).increment(1);
 }
 
 pub fn zk_session_lost() {

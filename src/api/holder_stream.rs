@@ -629,9 +629,14 @@ async fn drive_audited<H: HolderStream>(
                     // the answer extends the holder's lease to the ping's send + its limit.
                     Some(seq) => {
                         pings.read(seq);
-                        if holder.holds() && holder.link_deadline().is_none() && holder.may_heartbeat() {
+                        if !holder.holds() {
+                            crate::metrics::holder_ping("waiting");
+                            Step::Quiet
+                        } else if holder.link_deadline().is_none() && holder.may_heartbeat() {
+                            crate::metrics::holder_ping("answered");
                             Step::Send(H::heartbeat(pings.vouch()))
                         } else {
+                            crate::metrics::holder_ping("unvouched");
                             Step::Quiet
                         }
                     }
