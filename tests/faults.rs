@@ -378,6 +378,69 @@ async fn blackholed_client_stops_before_keepalive_releases_it() {
     s.finish(vec![a, b], &zk, Duration::from_secs(2)).await;
 }
 
+/// G3b with the lease on the holder's own clock: a leader that pings (the Rust helper) and
+/// whose link is then blackholed is replaced as soon as its gateway gives the connection up as
+/// dead — the keepalive bound, with no keep after it: the znode may go `silence_limit` after
+/// the last message sent, with no allowance for the link's delay (the holder's lease ran from
+/// the send of a ping the gateway had read before answering it), and that moment has passed by
+/// the time the connection is given up. A hearing holder's znode stays the allowance longer
+/// (the test above). Here the keepalive interval is short (200 ms) so that the two differ by
+/// more than a moment: given up 1.4 s after the last read, where the keep would last until
+/// `silence_limit` + the keepalive timeout = 2.25 s after the last message sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blackholed_pinging_leader_is_replaced_at_the_keepalive_bound() {
+    let _serial = support::serial().lock().await;
+    let zk = shared_zk();
+    let s = Scenario::new("pinging-blackhole", T);
+    let mut spec = GatewaySpec::binary(BIN, &zk, &s.root, T);
+    spec.extra = ["--keepalive-interval", "200ms"].map(String::from).to_vec();
+    let g1 = s.gateway_from("g1", spec.clone()).await;
+    let g2 = s.gateway_from("g2", spec).await;
+    let mut cfg = CoordConfig::new("unused");
+    cfg.session_timeout = T;
+    cfg.keepalive_interval = Some(Duration::from_millis(200));
+    let timing = Timing::requested(&cfg);
+    let cut_a = LinkCutter::start(g1.addr).await.unwrap();
+    let a = zkgate_client::Client::connect(zkgate_client::Endpoints::new([cut_a.url()]).unwrap())
+        .await
+        .unwrap();
+    let e = "silent-pinging";
+    let lead = a.elect(e, "a", b"").await.expect("a elected");
+    let b = StreamClient::join(&g2.url(), e, "b", "g2").await.unwrap();
+    // Led a while: its lease keeps up through the pings alone (no unsolicited heartbeats).
+    tokio::time::sleep(timing.silence_limit * 2).await;
+    assert!(lead.is_leader(), "a leads on its pings");
+
+    let t = s.fault("blackhole a's link");
+    cut_a.blackhole();
+    let lease_end = lead.heard_until().expect("a's deadline");
+    let (tb, _) = b
+        .wait_granted(T * 2)
+        .await
+        .expect("b elected after the keepalive bound");
+    s.say(&format!(
+        "a's lease ran out {:?} after the cut; b elected {:?} after it; keepalive bound {:?}, a hearing holder's keep {:?}",
+        lease_end.saturating_duration_since(t.into()),
+        tb - t,
+        timing.dead_client_bound(),
+        timing.silence_limit + timing.client_delay_allowance()
+    ));
+    assert!(
+        tokio::time::Instant::from_std(tb) >= lease_end,
+        "b elected before a's lease ran out"
+    );
+    assert!(!lead.is_leader(), "a no longer leads");
+    let within = timing.dead_client_bound() + Duration::from_millis(400);
+    assert!(
+        tb - t <= within,
+        "b elected {:?} after the cut: the znode was kept past the keepalive bound ({within:?})",
+        tb - t
+    );
+    drop(lead);
+    b.resign().await;
+    b.wait_end(STEP).await.expect("b ended");
+}
+
 /// G3c, drain: a leader whose link is blackholed, then its gateway drained (SIGTERM, as in a
 /// rolling restart). The leader cannot hear `suspended` (nor the `UNAVAILABLE` end), so its
 /// znode stays until `silence_limit` has passed since the last message the gateway sent it:

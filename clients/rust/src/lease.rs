@@ -96,7 +96,13 @@ mod tests {
         let t0 = Instant::now();
         let limit = Some(ms(1000));
         // (pings sent at these offsets, grant's ping_seq, answers in order, deadline offset)
-        type Row = (&'static [u64], u64, &'static [u64], Option<u64>, &'static str);
+        type Row = (
+            &'static [u64],
+            u64,
+            &'static [u64],
+            Option<u64>,
+            &'static str,
+        );
         let table: [Row; 7] = [
             (&[], 1, &[], Some(1000), "granted at once on the join"),
             (&[300, 600], 3, &[], Some(1600), "a waiter's newest ping"),
