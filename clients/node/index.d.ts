@@ -100,7 +100,9 @@ export interface HolderEvent {
 /** What a Campaign and a LockHold share: one holder stream with the silence watchdog. */
 export declare class HolderStream extends EventEmitter implements AsyncIterable<HolderEvent> {
   /** The monotonic clock (ms) the silence watchdog's deadline is judged by, on every message as
-   *  well as by its timer: a message heard after the deadline does not revive the hold. */
+   *  well as by its timer: a message heard after the deadline does not revive the hold. With a
+   *  gateway that answers pings, the pings' send times (which anchor the deadline) are read on
+   *  it too. */
   static clock: () => number;
   /** The capability to resign/release from any gateway (secret: do not log). */
   lease: string | null;

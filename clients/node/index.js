@@ -8,9 +8,14 @@
 // * the stream ends, for any reason (resigned, session lost, gateway draining, connection lost);
 // * the gateway sends `suspended` while we lead (it lost its ZooKeeper connection, so leadership
 //   is uncertain and a successor may be elected after `stop_within`);
-// * nothing at all arrives for `silence_limit` after `elected` (the gateway sends a heartbeat at
-//   least every `silence_limit / 3`, so silence means a frozen or unreachable gateway, which may
-//   already have lost the znode).
+// * the lease runs out (`silence`). With a gateway that answers pings (`queued.answers_pings`)
+//   the lease is anchored on this process's clock: the join is ping 1, the helper sends numbered
+//   pings (waiters every third of `queued.silence_limit`, a leader at once when elected and then
+//   every quarter of its `silence_limit`), and the deadline is the moment it *sent* the newest
+//   ping the gateway answered (or the grant named) + `silence_limit` — a late answer cannot
+//   stretch it (PingLease). With an older gateway: nothing at all arrives for `silence_limit`
+//   after `elected` (it sends a heartbeat at least every `silence_limit / 3`, so silence means a
+//   frozen or unreachable gateway, which may already have lost the znode).
 //
 // In each case the campaign's `signal` is aborted and the stream is cancelled, which releases the
 // znode so that the next candidate can be elected: like Curator's LeaderSelector (and the Python
@@ -297,6 +302,78 @@ function settle(item) {
   return item.error ? Promise.reject(item.error) : Promise.resolve({ value: item.value, done: item.done });
 }
 
+/** Pings remembered while unanswered. Waiters' pings are never answered (only the grant names
+ *  one), so the oldest are forgotten: one that old could only anchor a lease already over. */
+const REMEMBERED_PINGS = 64;
+
+/**
+ * A holder's lease on its own clock (contract G3b, the proto's `Ping`; clients/CONFORMANCE.md
+ * "The lease on the holder's own clock"): the pure rule a HolderStream follows with a gateway
+ * that answers pings. The holder numbers its pings and remembers when it sent each (on
+ * `HolderStream.clock`, ms); the gateway answers one only while its ZooKeeper session vouches
+ * for the hold at least `silence_limit` past the moment it read it, and a grant carries the
+ * newest ping it had read. So the deadline is the *send* time of the newest answered ping +
+ * `silence_limit`: however late an answer arrives, it cannot move the deadline past what the
+ * real one allowed (a watchdog restarted by every message heard can be stretched by a slow
+ * link beside a successor). Not part of the typed API; exported for the tests.
+ */
+export class PingLease {
+  /** A stream whose first message (the join or acquire, `ping_seq: 1`) was sent at `firstSent`. */
+  constructor(firstSent) {
+    /** [seq, when sent], oldest first. */
+    this._sent = [[1, firstSent]];
+    this._lastSeq = 1;
+    /** The grant's silence limit (ms), once granted. */
+    this.limitMs = null;
+    /** The deadline (ms on the same clock), once granted and anchored; null otherwise. */
+    this.until = null;
+  }
+
+  /** The number of the next ping, sent at `now`. */
+  ping(now) {
+    this._lastSeq += 1;
+    if (this._sent.length >= REMEMBERED_PINGS) this._sent.shift();
+    this._sent.push([this._lastSeq, now]);
+    return this._lastSeq;
+  }
+
+  /** When ping `seq` was sent (undefined if unknown or forgotten), forgetting it and every older
+   *  one (answers come in order). */
+  _take(seq) {
+    const found = this._sent.find(([s]) => s === seq);
+    while (this._sent.length > 0 && this._sent[0][0] <= seq) this._sent.shift();
+    return found?.[1];
+  }
+
+  /** The grant: `pingSeq` was the newest ping the gateway had read, `limitMs` its silence limit.
+   *  The deadline it gives; null when the grant names no ping this stream sent (0, unknown,
+   *  forgotten) or carries no limit: nothing anchors the hold, which is then lost at once. */
+  granted(limitMs, pingSeq) {
+    this.limitMs = limitMs ?? null;
+    const at = this._take(pingSeq);
+    this.until = at != null && this.limitMs != null ? at + this.limitMs : null;
+    return this.until;
+  }
+
+  /** `heartbeat{seq}`: the deadline, moved on if the answer is to a ping sent later than the one
+   *  that set it. Unsolicited (0), unknown or older answers move nothing. */
+  answered(seq) {
+    if (seq > 0) {
+      const at = this._take(seq);
+      if (at != null && this.limitMs != null) {
+        this.until = this.until == null ? at + this.limitMs : Math.max(this.until, at + this.limitMs);
+      }
+    }
+    return this.until;
+  }
+}
+
+/** A uint64 field as loaded (a decimal string, `longs: String`; undefined when unset) as a
+ *  Number: ping numbers stay far below 2^53. */
+function seqOf(v) {
+  return v == null ? 0 : Number(v);
+}
+
 /**
  * What a Campaign and a LockHold share: one holder stream (`queued` first, then a grant —
  * `elected` / `acquired` — carrying `silence_limit`, then `suspended`/`resumed`/`heartbeat`
@@ -305,7 +382,8 @@ function settle(item) {
  * (`_onMessage`) and which message gives the hold up (`_leaveMessage`).
  */
 export class HolderStream extends EventEmitter {
-  /** The monotonic clock (ms) the silence watchdog's deadline is judged by; tests move it. */
+  /** The monotonic clock (ms) the silence watchdog's deadline is judged by and pings' send times
+   *  are read on; tests move it. */
   static clock = () => performance.now();
 
   constructor(client, openCall, firstRequest, { onLost, lostError, okReason, start, lossHook, grantHook }) {
@@ -341,8 +419,16 @@ export class HolderStream extends EventEmitter {
     this._status = null;
     this._readEnded = false;
     this._watchdog = null;
-    /** When silence becomes loss (`HolderStream.clock`), while the watchdog runs. */
+    /** When silence becomes loss (`HolderStream.clock`), while the watchdog runs: with a gateway
+     *  that answers pings, the send of the newest answered ping + `silence_limit`; with an older
+     *  one, the last message heard + `silence_limit`. */
     this._silenceDeadline = null;
+    /** When this stream's first message (ping 1) was sent, on `HolderStream.clock`. */
+    this._firstSent = null;
+    /** With a gateway whose `queued` said `answers_pings`: the PingLease; else null. */
+    this._pings = null;
+    /** The ping timer (setInterval), while pinging. */
+    this._pinger = null;
     this._iterators = new Set();
     this._abort = new AbortController();
     this._doneWaiters = [];
@@ -361,6 +447,9 @@ export class HolderStream extends EventEmitter {
    *  connection, a draining gateway) opens it again on the next endpoint after a backoff, once
    *  per endpoint; after `queued` the stream stays where it is and its loss is final. */
   _startCall() {
+    // Ping 1 is the first message: its send time is read before the stream opens (earlier is
+    // safe, it only shortens the lease).
+    this._firstSent = HolderStream.clock();
     const call = this._openCall(this.endpointIndex);
     this._call = call;
     const mine = () => this._call === call;
@@ -551,6 +640,13 @@ export class HolderStream extends EventEmitter {
         this.position = Number(response.queued.position ?? 0);
         this.queued = true;
         this._client.current = this.endpointIndex;
+        if (response.queued.answersPings && !this._pings) {
+          // The lease is anchored on this process's clock (CONFORMANCE.md): a waiter pings every
+          // third of the limit a grant would carry, so that its grant names a recent ping.
+          this._pings = new PingLease(this._firstSent);
+          const limit = durationMs(response.queued.silenceLimit);
+          if (limit > 0) this._pingEvery(limit / 3);
+        }
         this._emitEvent('queued', { lease: this.lease, position: this.position });
         break;
       case 'suspended': {
@@ -580,16 +676,29 @@ export class HolderStream extends EventEmitter {
         this._suspendedQueued = false;
         this._emitEvent('resumed', {});
         break;
-      case 'heartbeat':
-        this._emitEvent('heartbeat', {});
+      case 'heartbeat': {
+        const seq = seqOf(response.heartbeat.seq);
+        // With pings only an answer moves the deadline (`_heard` moved it for an older gateway).
+        if (this._pings && this._watchdog) {
+          const until = this._pings.answered(seq);
+          if (until != null && until > this._silenceDeadline) this._watchUntil(until);
+        }
+        this._emitEvent('heartbeat', { seq });
         break;
+      }
       default: {
-        // The subclass's messages; an event nobody knows still counts as hearing from the gateway.
+        // The subclass's messages; an event nobody knows still counts as hearing from the gateway
+        // (for an older gateway's watchdog, in `_heard`).
         const grant = this._onMessage(response.event, response);
         if (grant) {
           this.silenceLimitMs = durationMs(grant.silenceLimit) ?? null;
           this._granted = true;
-          this._armWatchdog();
+          // With pings: the deadline is the send of the ping the grant names + its limit. A grant
+          // that names no ping this stream sent, or whose lease ran out on its way (a link slower
+          // than the limit allows), is recorded and lost at once (below).
+          let expired = null;
+          if (!this._pings) this._armWatchdog();
+          else if (!this._suspendedQueued) expired = this._anchor(seqOf(grant.pingSeq));
           // Synchronously, so that it comes before any loss this stream reports.
           if (this._grantHook) userCode(() => this._grantHook(this));
           this._emitEvent(response.event, { ...grant.fields, silenceLimitMs: this.silenceLimitMs });
@@ -601,6 +710,8 @@ export class HolderStream extends EventEmitter {
               'suspended: the gateway granted the hold while its ZooKeeper connection was suspended (no resumed since)',
               { cancel: true, loss: Loss.SUSPENDED },
             );
+          } else if (expired) {
+            this._lose(expired, { cancel: true, loss: Loss.SILENCE });
           }
         }
         break;
@@ -613,8 +724,9 @@ export class HolderStream extends EventEmitter {
     for (const check of [...this._stateWatchers]) check();
   }
 
-  /** Anything at all from the gateway restarts the silence clock — unless it ran out first.
-   *  A process frozen (SIGSTOP, a stalled VM) or blocked past its deadline finds, when it runs
+  /** With a gateway that does not answer pings, anything at all from it restarts the silence
+   *  clock — unless it ran out first (with pings, only `_anchor` and answers move it, but the
+   *  rule on a late message is the same). A process frozen (SIGSTOP, a stalled VM) or blocked past its deadline finds, when it runs
    *  again, both its timer due and messages that waited in its socket meanwhile (heartbeats sent
    *  before its gateway froze too, say), and the event loop may read them first. Heard late they
    *  say nothing about now: the silence came first and is final (G3b; found by a probe that froze
@@ -628,9 +740,72 @@ export class HolderStream extends EventEmitter {
       this._silenced(this.silenceLimitMs);
       return false;
     }
-    this._watchdog.refresh();
-    this._silenceDeadline = now + this.silenceLimitMs;
+    if (!this._pings) {
+      this._watchdog.refresh();
+      this._silenceDeadline = now + this.silenceLimitMs;
+    }
     return true;
+  }
+
+  /** The grant, with pings: arms the watchdog at the send of ping `pingSeq` + the limit, then
+   *  pings at once and every quarter of the limit. Returns null, or the loss reason when nothing
+   *  anchors the hold (no such ping, no limit) or its deadline has already passed. */
+  _anchor(pingSeq) {
+    this._stopPinging();
+    const limit = this.silenceLimitMs;
+    const until = this._pings.granted(limit, pingSeq);
+    const now = HolderStream.clock();
+    if (until == null) {
+      return (
+        `nothing anchors the lease: the grant names ping ${pingSeq}, which this stream did not ` +
+        'send (or forgot), or carries no silence limit'
+      );
+    }
+    if (until <= now) {
+      return (
+        `the grant arrived after its lease ran out: ping ${pingSeq} was sent ` +
+        `${((now - until + limit) / 1000).toFixed(3)} s ago, longer than the silence limit ` +
+        `(${(limit / 1000).toFixed(3)} s)`
+      );
+    }
+    this._watchUntil(until);
+    this._ping();
+    this._pingEvery(limit / 4);
+    return null;
+  }
+
+  /** Sends the next ping, recording its send time. A full send buffer (the gateway stopped
+   *  reading) skips it: the lease then runs out by itself. */
+  _ping() {
+    if (!this._pings || this.lost || this._done) return;
+    const seq = this._pings.ping(HolderStream.clock());
+    const call = this._call;
+    if (call.writableEnded || call.writableNeedDrain) return;
+    call.write({ ping: { seq: String(seq) } });
+  }
+
+  _pingEvery(ms) {
+    this._stopPinging();
+    this._pinger = setInterval(() => this._ping(), Math.max(1, ms));
+  }
+
+  _stopPinging() {
+    if (this._pinger) clearInterval(this._pinger);
+    this._pinger = null;
+  }
+
+  /** (Re)arms the watchdog to fire at `until` (on `HolderStream.clock`). */
+  _watchUntil(until) {
+    this._disarmWatchdog();
+    const limit = this.silenceLimitMs;
+    this._silenceDeadline = until;
+    this._watchdog = setTimeout(
+      () => {
+        this._watchdog = null;
+        this._silenced(limit);
+      },
+      Math.max(0, until - HolderStream.clock()),
+    );
   }
 
   _armWatchdog() {
@@ -645,11 +820,11 @@ export class HolderStream extends EventEmitter {
 
   _silenced(limit) {
     if (!this._held) return;
-    this._lose(
-      `no message from the gateway for the silence limit (${(limit / 1000).toFixed(3)} s): ` +
-        'it may be frozen or cut off',
-      { cancel: true, loss: Loss.SILENCE },
-    );
+    const what = this._pings ? 'no ping answered by the gateway within' : 'no message from the gateway for';
+    this._lose(`${what} the silence limit (${(limit / 1000).toFixed(3)} s): it may be frozen or cut off`, {
+      cancel: true,
+      loss: Loss.SILENCE,
+    });
   }
 
   _disarmWatchdog() {
@@ -663,6 +838,7 @@ export class HolderStream extends EventEmitter {
   _lose(reason, { cancel = false, announce, loss = Loss.ENDED } = {}) {
     if (this.lost) return;
     this._disarmWatchdog();
+    this._stopPinging();
     const wasHolding = this._granted;
     const requested = this._closing;
     this.lost = true;
@@ -688,6 +864,7 @@ export class HolderStream extends EventEmitter {
       loss: lossForStatus(code),
     });
     this._done = true;
+    this._stopPinging();
     if (!this._call.writableEnded) this._call.end();
     this._emitEvent('end', { code, details: this.endDetails });
     for (const q of this._iterators) q.end();
@@ -719,7 +896,8 @@ if (Symbol.asyncDispose) {
  *
  * Events (EventEmitter): `queued` {lease, position}, `elected` {leader, fencingToken,
  * silenceLimitMs}, `suspended` {stopWithinMs}, `resumed` {}, `proclaimed` {leader},
- * `heartbeat` {}, `lost` {reason, wasLeader, requested}, `end` {code, details}.
+ * `heartbeat` {seq} (the ping it answers; 0: unsolicited), `lost` {reason, wasLeader, requested},
+ * `end` {code, details}.
  * The same events, each as `{type, ...}`, come out of `for await (const ev of campaign)`: `lost`
  * once, and `end` last, after which the iteration finishes. An iterator sees the events from its
  * creation on (iterate right after `campaign()` to see them all).
@@ -733,7 +911,8 @@ export class Campaign extends HolderStream {
     super(
       client,
       (index) => client._stubs(index).election.Campaign(),
-      { join: { election, candidate, value: toBytes(value) } },
+      // The join is ping 1 (PingLease).
+      { join: { election, candidate, value: toBytes(value), pingSeq: '1' } },
       { onLost, lostError: LeadershipLost, okReason: 'resigned', start, lossHook, grantHook },
     );
     this.election = election;
@@ -789,7 +968,11 @@ export class Campaign extends HolderStream {
     if (kind === 'elected') {
       const e = response.elected;
       this.leader = toLeader(e.leader);
-      return { silenceLimit: e.silenceLimit, fields: { leader: this.leader, fencingToken: this.leader.fencingToken } };
+      return {
+        silenceLimit: e.silenceLimit,
+        pingSeq: e.pingSeq,
+        fields: { leader: this.leader, fencingToken: this.leader.fencingToken },
+      };
     }
     if (kind === 'proclaimed') {
       this.leader = toLeader(response.proclaimed.leader);
@@ -853,6 +1036,8 @@ export class LockHold extends HolderStream {
           mode: LOCK_MODES[mode],
           waitTimeout: durationOf(waitTimeoutMs),
           ttl: durationOf(ttlMs),
+          // The acquire is ping 1 (PingLease).
+          pingSeq: '1',
         },
       },
       { onLost, lostError: LockLost, okReason: 'released', start, lossHook, grantHook },
@@ -902,7 +1087,11 @@ export class LockHold extends HolderStream {
   _onMessage(kind, response) {
     if (kind !== 'acquired') return null;
     this.fencingToken = BigInt(response.acquired.fencingToken ?? 0);
-    return { silenceLimit: response.acquired.silenceLimit, fields: { fencingToken: this.fencingToken } };
+    return {
+      silenceLimit: response.acquired.silenceLimit,
+      pingSeq: response.acquired.pingSeq,
+      fields: { fencingToken: this.fencingToken },
+    };
   }
 }
 

@@ -206,18 +206,24 @@ test('for await over a campaign yields its events and ends with the stream', opt
   const election = electionName();
   const c = gw.campaign(election, 'iter');
   const types = [];
+  let answered;
   const run = (async () => {
     for await (const ev of c) {
       types.push(ev.type);
       if (ev.type === 'elected') {
         assert.ok(ev.silenceLimitMs > 0 && ev.fencingToken > 0n);
       }
-      if (ev.type === 'heartbeat') c.resign(); // a leader hears one at least every limit / 3
+      if (ev.type === 'heartbeat' && answered === undefined) {
+        // A leader pings at once when elected, then every limit / 4; the gateway answers each.
+        answered = ev.seq;
+        c.resign();
+      }
     }
   })();
   await within(STEP * 2, run, 'the iteration');
   assert.deepEqual(types.slice(0, 2), ['queued', 'elected']);
   assert.ok(types.includes('heartbeat'));
+  assert.ok(answered > 1, `the gateway answers the helper's pings (heartbeat seq ${answered})`);
   assert.deepEqual(types.slice(-2), ['lost', 'end']);
   assert.equal(c.endCode, Status.OK);
   // An iterator made after the end finishes at once.
