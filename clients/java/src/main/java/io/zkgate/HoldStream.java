@@ -3,6 +3,7 @@ package io.zkgate;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import java.time.Duration;
+import java.util.OptionalLong;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
@@ -17,8 +18,13 @@ import java.util.function.LongSupplier;
  */
 final class HoldStream {
     private static final System.Logger LOG = System.getLogger("io.zkgate");
-    /** The monotonic clock (ns) the silence watchdog is judged by; tests move it. */
+    /** The monotonic clock (ns) the silence watchdog and the pings are judged by; tests move it. */
     static volatile LongSupplier clock = System::nanoTime;
+    /**
+     * The longest the monitor waits (ns) before it reads {@link #clock} again. Tests that move
+     * the clock shorten it, so that timers come due as the clock moves, without a message.
+     */
+    static volatile long pollCap = Long.MAX_VALUE;
 
     /** Told on the monitor thread, in order: granted at most once, then lost at most once. */
     interface Observer {
@@ -45,8 +51,16 @@ final class HoldStream {
     private volatile boolean queued;
     private volatile String lease;
     private volatile Leadership hold;
-    /** When the monitor last heard a message ({@link #clock}): see {@link #silentFor}. */
-    private volatile long lastHeard = clock.getAsLong();
+    /** With a gateway that answers pings: the pings sent and the lease they anchor (monitor thread only). */
+    private AnchoredLease pings;
+    /** Whether the watchdog runs (granted, with a silence limit), and its {@link #deadline}. */
+    private volatile boolean watching;
+    /**
+     * When the watchdog fires ({@link #clock}): with a gateway that answers pings, the send of
+     * the newest answered ping + silence_limit; with an older one, the last message heard +
+     * silence_limit.
+     */
+    private volatile long deadline;
 
     HoldStream(ZkgateClient client, int endpoint, HoldSpec spec, Duration waitTimeout, Observer observer) {
         this.client = client;
@@ -81,18 +95,27 @@ final class HoldStream {
         // Without a ttl there is nothing to keep alive: a day is "never" and cannot overflow.
         long keepAliveEvery = ttl == null ? TimeUnit.DAYS.toNanos(1) : Math.max(1, ttl.toNanos() / 3);
         long nextKeepAlive = clock.getAsLong() + keepAliveEvery;
-        long lastMessage = clock.getAsLong();
+        // The ping timer, with a gateway that answers pings (0: off): a waiter pings every third
+        // of queued.silence_limit, a holder at once when granted and then every quarter of its
+        // grant's silence_limit (CONFORMANCE.md, "The lease on the holder's own clock").
+        long pingEvery = 0;
+        long nextPing = 0;
+        // With an older gateway: the grant's silence limit, restarted by every message heard.
+        long hearingLimit = 0;
         try {
             while (true) {
                 long now = clock.getAsLong();
                 long wait = nextKeepAlive - now;
-                Leadership h = hold;
-                if (h != null) {
-                    wait = Math.min(wait, lastMessage + h.silenceLimit().toNanos() - now);
+                if (watching) {
+                    wait = Math.min(wait, deadline - now);
                 }
+                if (pingEvery > 0) {
+                    wait = Math.min(wait, nextPing - now);
+                }
+                wait = Math.min(wait, pollCap);
                 HoldSpec.Event ev = wait <= 0 ? events.poll() : events.poll(wait, TimeUnit.NANOSECONDS);
                 now = clock.getAsLong();
-                if (h != null && now - lastMessage >= h.silenceLimit().toNanos() && !releasing) {
+                if (watching && now - deadline >= 0 && !releasing) {
                     // Timed out, or an event heard after the deadline: a process frozen
                     // (SIGSTOP, a stalled VM) or starved past it finds, when it runs again,
                     // messages that waited in its socket meanwhile, and the queue hands them
@@ -101,19 +124,45 @@ final class HoldStream {
                     lose(LossReason.SILENCE);
                     return;
                 }
+                if (ttl != null && now - nextKeepAlive >= 0) {
+                    sender.keepAlive();
+                    nextKeepAlive = now + keepAliveEvery;
+                }
+                if (pingEvery > 0 && now - nextPing >= 0 && !releasing) {
+                    ping(now);
+                    nextPing = now + pingEvery;
+                }
                 if (ev == null) {
-                    if (ttl != null && now - nextKeepAlive >= 0) {
-                        sender.keepAlive();
-                        nextKeepAlive = now + keepAliveEvery;
-                    }
                     continue;
                 }
-                lastMessage = now;
-                lastHeard = now;
+                if (pings == null && watching) {
+                    // An older gateway: every message heard restarts the watchdog.
+                    deadline = now + hearingLimit;
+                }
                 switch (ev.kind()) {
                     case QUEUED -> {
                         lease = ev.lease();
                         queued = true;
+                        if (ev.answersPings()) {
+                            // The join/acquire was ping 1 (see HoldSpec.Sender#firstSent): from
+                            // now on only the grant and answers to pings move the deadline.
+                            pings = new AnchoredLease(sender.firstSent());
+                            Duration limit = ev.silenceLimit();
+                            if (limit != null && limit.toNanos() > 0) {
+                                pingEvery = Math.max(1, limit.toNanos() / 3);
+                                nextPing = now + pingEvery;
+                            }
+                        }
+                    }
+                    case HEARTBEAT -> {
+                        if (pings != null && watching) {
+                            // heartbeat{seq} answers ping seq; 0 (unsolicited), unknown or
+                            // older answers move nothing.
+                            OptionalLong moved = pings.answered(ev.seq());
+                            if (moved.isPresent() && moved.getAsLong() - deadline > 0) {
+                                deadline = moved.getAsLong();
+                            }
+                        }
                     }
                     case GRANTED -> {
                         Leadership granted = new Leadership(spec, client.endpoints().get(endpoint), ev, this);
@@ -122,15 +171,33 @@ final class HoldStream {
                             // Granted while the gateway's link is still suspended (no resumed
                             // since the suspended heard while queued): uncertain from its
                             // first moment, so it is lost as it is granted (CONFORMANCE.md).
-                            granted.markLost(LossReason.SUSPENDED);
-                            try {
-                                observer.granted(granted);
-                            } catch (RuntimeException e) {
-                                LOG.log(System.Logger.Level.WARNING, "zkgate: a granted callback failed", e);
-                            }
-                            this.granted.complete(granted);
-                            lose(LossReason.SUSPENDED);
+                            loseAtGrant(granted, LossReason.SUSPENDED);
                             return;
+                        }
+                        Duration limit = ev.silenceLimit();
+                        if (pings != null) {
+                            // The deadline is the send of the ping the grant names + its limit.
+                            OptionalLong until = pings.granted(limit, ev.seq());
+                            if (until.isEmpty() || until.getAsLong() - now <= 0) {
+                                if (!releasing) {
+                                    // It names no ping this stream sent, or its lease ran out
+                                    // on its way (a link slower than the limit allows): never
+                                    // held, lost as it is granted.
+                                    loseAtGrant(granted, LossReason.SILENCE);
+                                    return;
+                                }
+                            } else {
+                                deadline = until.getAsLong();
+                                watching = true;
+                                // Held on a lease: ping now, then every quarter of it.
+                                ping(now);
+                                pingEvery = Math.max(1, limit.toNanos() / 4);
+                                nextPing = now + pingEvery;
+                            }
+                        } else if (limit != null && limit.toNanos() > 0) {
+                            hearingLimit = limit.toNanos();
+                            deadline = now + hearingLimit;
+                            watching = true;
                         }
                         try {
                             observer.granted(granted);
@@ -177,6 +244,25 @@ final class HoldStream {
         }
     }
 
+    /** Sends the next ping, its send time recorded as {@code now} (read before the send: earlier is safe). */
+    private void ping(long now) {
+        long seq = pings.ping(now);
+        // A full send buffer (the gateway stopped reading): skipped, the lease simply runs out.
+        sender.ping(seq);
+    }
+
+    /** A grant that is lost as it is granted: recorded (granted, then lost), then the loss. */
+    private void loseAtGrant(Leadership granted, LossReason reason) {
+        granted.markLost(reason);
+        try {
+            observer.granted(granted);
+        } catch (RuntimeException e) {
+            LOG.log(System.Logger.Level.WARNING, "zkgate: a granted callback failed", e);
+        }
+        this.granted.complete(granted);
+        lose(reason);
+    }
+
     private void lose(LossReason reason) {
         Leadership h = hold;
         h.markLost(reason);
@@ -192,12 +278,17 @@ final class HoldStream {
     }
 
     /**
-     * Whether nothing was heard for {@code limit}: the watchdog's deadline has passed. Asked by
-     * {@link Leadership#isHeld} too, so that it answers right even before the monitor thread
-     * has run again (a process just thawed); the monitor then decides the loss, by silence.
+     * Whether the watchdog's deadline has passed. Asked by {@link Leadership#isHeld} too, so
+     * that it answers right even before the monitor thread has run again (a process just
+     * thawed); the monitor then decides the loss, by silence.
      */
-    boolean silentFor(Duration limit) {
-        return clock.getAsLong() - lastHeard >= limit.toNanos();
+    boolean pastDeadline() {
+        return watching && clock.getAsLong() - deadline >= 0;
+    }
+
+    /** The watchdog's deadline on {@link #clock} (see {@link #deadline}), once it runs. */
+    OptionalLong deadline() {
+        return watching ? OptionalLong.of(deadline) : OptionalLong.empty();
     }
 
     /** The lease from {@code queued} (the capability for Resign/Release by lease). */
@@ -205,9 +296,15 @@ final class HoldStream {
         return lease;
     }
 
-    /** Sends an in-stream proclaim (elections). */
-    void proclaim(byte[] value) {
-        sender.proclaim(value);
+    /**
+     * Replaces the leader's value: the unary {@code Proclaim} by lease on this stream's gateway
+     * (as every zkgate helper does), not an in-stream {@code proclaim}. The gateway reads a
+     * stream's messages in order and awaits each in-stream proclaim's ZooKeeper write before the
+     * next, so proclaims sent faster than it writes would hold the pings behind them unread and
+     * let the lease run out.
+     */
+    LeaderInfo proclaim(byte[] value) {
+        return client.proclaim(endpoint, lease, value);
     }
 
     /**

@@ -54,28 +54,33 @@ public final class Leadership {
         return endpoint;
     }
 
-    /** How long silence on the stream may last before the hold counts as lost. */
+    /**
+     * The lease's length: from the send of the newest answered ping with a gateway that
+     * answers pings, from the last message heard with an older one (see {@link #isHeld}).
+     */
     public Duration silenceLimit() {
         return silenceLimit;
     }
 
     /**
-     * Whether it is still held: no loss decided, not given up, and something heard within the
-     * silence limit (past it the hold is lost by silence, even before the loss is reported).
+     * Whether it is still held: no loss decided, not given up, and the lease's deadline not
+     * passed (past it the hold is lost by silence, even before the loss is reported). With a
+     * gateway that answers pings the deadline is the send of the newest answered ping +
+     * {@link #silenceLimit()}, on this process's clock; with an older one, the last message
+     * heard + {@link #silenceLimit()}.
      */
     public boolean isHeld() {
         return lossReason().isEmpty() && !stream.over.isDone();
     }
 
     /**
-     * Why it was lost, once it was: {@link LossReason#SILENCE} as soon as the silence limit has
-     * passed since the last message, even before the monitor thread has run again to report it
+     * Why it was lost, once it was: {@link LossReason#SILENCE} as soon as the lease's deadline
+     * (see {@link #isHeld}) has passed, even before the monitor thread has run again to report it
      * (a process just thawed), so that whoever sees {@link #isHeld} false also finds a reason.
      */
     public Optional<LossReason> lossReason() {
         LossReason r = lost;
-        if (r == null && silenceLimit != null && !silenceLimit.isZero() && !stream.over.isDone()
-                && stream.silentFor(silenceLimit)) {
+        if (r == null && !stream.over.isDone() && stream.pastDeadline()) {
             r = LossReason.SILENCE;
         }
         return Optional.ofNullable(r);
@@ -89,9 +94,18 @@ public final class Leadership {
         return stream.lease();
     }
 
-    /** Replaces the leader's value without a new election (in-stream {@code proclaim}). */
-    public void proclaim(byte[] value) {
-        stream.proclaim(value);
+    /**
+     * Replaces the leader's value without a new election (the unary {@code Proclaim} by lease,
+     * on the gateway that granted it; blocks until the gateway has written it). Throws
+     * {@link io.grpc.StatusRuntimeException} ({@code FAILED_PRECONDITION} when no longer leader).
+     */
+    public LeaderInfo proclaim(byte[] value) {
+        return stream.proclaim(value);
+    }
+
+    /** The watchdog's deadline on {@link HoldStream#clock} (ns), once it runs. */
+    java.util.OptionalLong deadline() {
+        return stream.deadline();
     }
 
     void markLost(LossReason reason) {

@@ -19,6 +19,7 @@ import io.zkgate.v1.HoldersResponse;
 import io.zkgate.v1.LeaderRequest;
 import io.zkgate.v1.LockGrpc;
 import io.zkgate.v1.LockValidateRequest;
+import io.zkgate.v1.ProclaimRequest;
 import io.zkgate.v1.ReleaseRequest;
 import io.zkgate.v1.ResignRequest;
 import java.io.File;
@@ -382,6 +383,12 @@ public final class ZkgateClient implements AutoCloseable {
     public boolean validateLeader(String election, long fencingToken) {
         return unary(ch -> election(ch).validate(ElectionValidateRequest.newBuilder().setElection(election)
                 .setFencingToken(fencingToken).build())).getCurrent();
+    }
+
+    /** The unary Proclaim by lease on endpoint {@code ep} (a leadership's own gateway). */
+    LeaderInfo proclaim(int ep, String lease, byte[] value) {
+        return LeaderInfo.of(election(channel(ep)).proclaim(ProclaimRequest.newBuilder().setLease(lease)
+                .setValue(com.google.protobuf.ByteString.copyFrom(value)).build()).getLeader());
     }
 
     /** Resign a candidacy by lease, from anywhere. False when the lease is spent or unknown. */
