@@ -125,10 +125,15 @@ where
 /// Sends `keep_alive{}` on the stream.
 pub(crate) type KeepAlive = (Duration, Box<dyn FnMut() + Send>);
 
-/// The stream's pings: when its first message (ping 1) was sent, and how to send `ping{seq}`
-/// (false when it could not be sent). Used only with a gateway whose `queued` said
-/// `answers_pings`; the lease is then anchored on this process's clock ([`crate::lease`]).
-pub(crate) type Pinger = (Instant, Box<dyn FnMut(u64) -> bool + Send>);
+/// The stream's pings: when the transport took its first message (ping 1; the moment before
+/// the stream was opened if it was not recorded), and how to send `ping{seq}` (false when it
+/// could not be sent). Used only with a gateway whose `queued` said `answers_pings`; the lease
+/// is then anchored on this process's clock ([`crate::lease`]).
+pub(crate) type Pinger = (
+    crate::raw::FirstTaken,
+    Instant,
+    Box<dyn FnMut(u64) -> bool + Send>,
+);
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct State {
@@ -178,8 +183,8 @@ impl HoldCore {
                 // names a recent ping; holders every quarter of their grant's.
                 let pinger = pinger
                     .filter(|_| answers_pings)
-                    .map(|(first_sent, send)| Pings {
-                        lease: crate::lease::Lease::new(first_sent),
+                    .map(|(taken, opened, send)| Pings {
+                        lease: crate::lease::Lease::new(taken.get().copied().unwrap_or(opened)),
                         waiting_every: silence_limit.map(|l| l / 3),
                         send,
                     });
@@ -849,6 +854,7 @@ mod tests {
         let sent: Sent = Arc::default();
         let record = sent.clone();
         let pinger: Pinger = (
+            crate::raw::FirstTaken::default(),
             Instant::now(),
             Box::new(move |seq| {
                 record.lock().unwrap().push((seq, Instant::now()));

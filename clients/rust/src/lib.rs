@@ -623,8 +623,9 @@ impl Client {
                 let join = join.clone();
                 let auth = self.authorized(());
                 async move {
-                    // Before the join leaves: an anchor a little early only shortens the lease.
-                    let first_sent = tokio::time::Instant::now();
+                    // Ping 1's send: when the transport takes the join (`FirstTaken`), else now;
+                    // either is before it leaves, which only shortens the lease.
+                    let opened = tokio::time::Instant::now();
                     let stream = raw::CampaignStream::open_request(
                         ch,
                         [pb::campaign_request::Request::Join(join).into()],
@@ -632,10 +633,12 @@ impl Client {
                     )
                     .await
                     .map_err(Error::Status)?;
+                    let taken = stream.first_taken();
                     let (requests, responses) = stream.into_parts();
                     let pings = requests.clone();
                     let pinger: hold::Pinger = (
-                        first_sent,
+                        taken,
+                        opened,
                         Box::new(move |seq| {
                             pings
                                 .try_send(
@@ -709,8 +712,8 @@ impl Client {
                 let acquire = acquire.clone();
                 let auth = self.authorized(());
                 async move {
-                    // Before the acquire leaves: an anchor a little early only shortens the lease.
-                    let first_sent = tokio::time::Instant::now();
+                    // Ping 1's send, as for a join.
+                    let opened = tokio::time::Instant::now();
                     let stream = raw::AcquireStream::open_request(
                         ch,
                         [pb::acquire_request::Request::Acquire(acquire).into()],
@@ -718,6 +721,7 @@ impl Client {
                     )
                     .await
                     .map_err(Error::Status)?;
+                    let taken = stream.first_taken();
                     let (requests, responses) = stream.into_parts();
                     let keep_alive = ttl.map(|ttl| {
                         let requests = requests.clone();
@@ -730,7 +734,8 @@ impl Client {
                     });
                     let pings = requests.clone();
                     let pinger: hold::Pinger = (
-                        first_sent,
+                        taken,
+                        opened,
                         Box::new(move |seq| {
                             pings
                                 .try_send(

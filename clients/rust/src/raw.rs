@@ -40,7 +40,14 @@ const REQUEST_BUFFER: usize = 16;
 pub struct Duplex<Req, Resp> {
     requests: mpsc::Sender<Req>,
     responses: Streaming<Resp>,
+    first_taken: FirstTaken,
 }
+
+/// When the transport took the call's first request from the buffer (set once): a moment
+/// before it was sent, after the connection was made — what a helper counts its ping 1 from
+/// (clients/CONFORMANCE.md: a client that counted from before a slow first connection lost its
+/// first grant on arrival).
+pub type FirstTaken = std::sync::Arc<std::sync::OnceLock<tokio::time::Instant>>;
 
 /// An open `Election.Campaign` stream.
 pub type CampaignStream = Duplex<pb::CampaignRequest, pb::CampaignResponse>;
@@ -86,6 +93,11 @@ impl<Req, Resp> Duplex<Req, Resp> {
         self.responses.message().await
     }
 
+    /// When the transport took the first request (see [`FirstTaken`]); empty until it has.
+    pub fn first_taken(&self) -> FirstTaken {
+        self.first_taken.clone()
+    }
+
     /// The two sides, for a caller that reads in one task and writes from another. Dropping
     /// the response side cancels the call (the gateway then deletes the znode).
     pub fn into_parts(self) -> (mpsc::Sender<Req>, Streaming<Resp>) {
@@ -96,12 +108,24 @@ impl<Req, Resp> Duplex<Req, Resp> {
 /// The first messages go into the request buffer before the call starts, so the gateway reads
 /// them with the call's headers (it refuses a stream whose first message is not a join or an
 /// acquire).
-fn request_buffer<Req>(first: Vec<Req>) -> (mpsc::Sender<Req>, ReceiverStream<Req>) {
+fn request_buffer<Req: Send + 'static>(
+    first: Vec<Req>,
+) -> (
+    mpsc::Sender<Req>,
+    impl Stream<Item = Req> + Send + 'static,
+    FirstTaken,
+) {
     let (tx, rx) = mpsc::channel(REQUEST_BUFFER.max(first.len()));
     for m in first {
         tx.try_send(m).expect("the buffer holds the first messages");
     }
-    (tx, ReceiverStream::new(rx))
+    let taken = FirstTaken::default();
+    let stamp = taken.clone();
+    let rx = ReceiverStream::new(rx).map(move |m| {
+        stamp.get_or_init(tokio::time::Instant::now);
+        m
+    });
+    (tx, rx, taken)
 }
 
 impl CampaignStream {
@@ -124,11 +148,12 @@ impl CampaignStream {
         client: &mut ElectionClient<Channel>,
         first: impl IntoIterator<Item = pb::CampaignRequest>,
     ) -> Result<Self, Status> {
-        let (requests, rx) = request_buffer(first.into_iter().collect());
+        let (requests, rx, first_taken) = request_buffer(first.into_iter().collect());
         let responses = client.campaign(rx).await?.into_inner();
         Ok(Duplex {
             requests,
             responses,
+            first_taken,
         })
     }
 
@@ -142,7 +167,7 @@ impl CampaignStream {
         first: impl IntoIterator<Item = pb::CampaignRequest>,
         meta: tonic::Request<()>,
     ) -> Result<Self, Status> {
-        let (requests, rx) = request_buffer(first.into_iter().collect());
+        let (requests, rx, first_taken) = request_buffer(first.into_iter().collect());
         let (metadata, extensions, ()) = meta.into_parts();
         let request = tonic::Request::from_parts(metadata, extensions, rx);
         let responses = ElectionClient::new(channel)
@@ -152,6 +177,7 @@ impl CampaignStream {
         Ok(Duplex {
             requests,
             responses,
+            first_taken,
         })
     }
 
@@ -216,11 +242,12 @@ impl AcquireStream {
         client: &mut LockClient<Channel>,
         first: impl IntoIterator<Item = pb::AcquireRequest>,
     ) -> Result<Self, Status> {
-        let (requests, rx) = request_buffer(first.into_iter().collect());
+        let (requests, rx, first_taken) = request_buffer(first.into_iter().collect());
         let responses = client.acquire(rx).await?.into_inner();
         Ok(Duplex {
             requests,
             responses,
+            first_taken,
         })
     }
 
@@ -234,7 +261,7 @@ impl AcquireStream {
         first: impl IntoIterator<Item = pb::AcquireRequest>,
         meta: tonic::Request<()>,
     ) -> Result<Self, Status> {
-        let (requests, rx) = request_buffer(first.into_iter().collect());
+        let (requests, rx, first_taken) = request_buffer(first.into_iter().collect());
         let (metadata, extensions, ()) = meta.into_parts();
         let request = tonic::Request::from_parts(metadata, extensions, rx);
         let responses = LockClient::new(channel)
@@ -244,6 +271,7 @@ impl AcquireStream {
         Ok(Duplex {
             requests,
             responses,
+            first_taken,
         })
     }
 
@@ -473,10 +501,26 @@ pub fn duration(d: Option<prost_types::Duration>) -> Option<Duration> {
 mod tests {
     use super::*;
 
+    /// Ping 1 counts from when the transport takes the first request, not from before a
+    /// connection that may take long (a cold client): stamped on the first poll, once.
+    #[tokio::test(start_paused = true)]
+    async fn the_first_request_is_stamped_when_the_transport_takes_it() {
+        let (_tx, rx, taken) = request_buffer(vec![1u32, 2]);
+        tokio::pin!(rx);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(taken.get().is_none(), "not before the transport takes it");
+        let took = tokio::time::Instant::now();
+        assert_eq!(rx.next().await, Some(1));
+        assert_eq!(taken.get().copied(), Some(took));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(rx.next().await, Some(2));
+        assert_eq!(taken.get().copied(), Some(took), "the first one only");
+    }
+
     #[test]
     fn first_messages_fit_however_many() {
         let first: Vec<u32> = (0..(REQUEST_BUFFER as u32 + 5)).collect();
-        let (tx, _rx) = request_buffer(first);
+        let (tx, _rx, _) = request_buffer(first);
         assert_eq!(tx.max_capacity(), REQUEST_BUFFER + 5);
         assert_eq!(tx.capacity(), 0);
     }
