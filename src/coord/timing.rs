@@ -15,6 +15,8 @@
 //! | keepalive interval / timeout | T/5, 2T/5 of the requested T | dead clients are found (nothing read for interval + timeout: `conn_fate`) after a silent leader has stopped |
 //! | a holder's znode after its connection was given up as dead | silence limit + keepalive timeout after the last message sent | it may still be hearing heartbeats (a link failed one way): G3b |
 //! | revoked holder's znode kept | silence limit + keepalive timeout after the last message sent | the holder counts its limit from when it *hears* that message: up to one client delay later (G3c) |
+//! | the same two for a holder that pings (the helpers) | silence limit after the last message sent | its lease runs from the send of a ping read before the gateway last vouched: no client delay to allow for (G3b, `holder_stream::revocation::delay_allowance`) |
+//! | a ping answered | only while the link is connected and the probe fresh (the heartbeat rule) | ≥ `silence_bound` + margin before the session can expire, more than the silence limit the answer grants from the ping's send |
 
 use std::time::Duration;
 
