@@ -68,7 +68,8 @@ func (l *Leadership) Reason() LossReason { return l.s.reason() }
 // FencingToken is this leader's token (the znode's creation zxid).
 func (l *Leadership) FencingToken() uint64 { return l.s.fencingToken() }
 
-// SilenceLimit is how long the leader may hear nothing before it counts as lost.
+// SilenceLimit is how long the leader's lease lasts past the send of its newest answered ping
+// (with an older gateway: past the last message heard) before it counts as lost.
 func (l *Leadership) SilenceLimit() time.Duration { return l.s.silenceLimit() }
 
 // Endpoint is the gateway holding the leadership, as configured.
@@ -123,10 +124,10 @@ func (r campaignRPC) recv() (event, error) {
 	}
 	switch e := m.GetEvent().(type) {
 	case *pb.CampaignResponse_Queued:
-		return event{kind: evQueued, lease: e.Queued.GetLease(), position: e.Queued.GetPosition()}, nil
+		return queuedEvent(e.Queued), nil
 	case *pb.CampaignResponse_Elected:
 		return event{kind: evGranted, leader: e.Elected.GetLeader(), token: e.Elected.GetLeader().GetFencingToken(),
-			silence: e.Elected.GetSilenceLimit().AsDuration()}, nil
+			silence: e.Elected.GetSilenceLimit().AsDuration(), pingSeq: e.Elected.GetPingSeq()}, nil
 	case *pb.CampaignResponse_Suspended:
 		return event{kind: evSuspended, stopWithin: e.Suspended.GetStopWithin().AsDuration(),
 			endRequested: e.Suspended.GetReason() == pb.SuspendReason_SUSPEND_REASON_END_REQUESTED}, nil
@@ -135,7 +136,7 @@ func (r campaignRPC) recv() (event, error) {
 	case *pb.CampaignResponse_Proclaimed:
 		return event{kind: evProclaimed, leader: e.Proclaimed.GetLeader()}, nil
 	case *pb.CampaignResponse_Heartbeat:
-		return event{kind: evHeartbeat}, nil
+		return event{kind: evHeartbeat, seq: e.Heartbeat.GetSeq()}, nil
 	}
 	return event{kind: evOther}, nil
 }
@@ -146,13 +147,19 @@ func (r campaignRPC) sendLeave() error {
 
 func (r campaignRPC) sendKeepAlive() error { return nil }
 
+func (r campaignRPC) sendPing(seq uint64) error {
+	return r.st.Send(&pb.CampaignRequest{Request: &pb.CampaignRequest_Ping{Ping: &pb.Ping{Seq: seq}}})
+}
+
 func openCampaign(name, candidate string, value []byte) func(ctx context.Context, conn *grpc.ClientConn) (holderRPC, error) {
 	return func(ctx context.Context, conn *grpc.ClientConn) (holderRPC, error) {
 		st, err := pb.NewElectionClient(conn).Campaign(ctx)
 		if err != nil {
 			return nil, err
 		}
-		join := &pb.CampaignRequest{Request: &pb.CampaignRequest_Join{Join: &pb.Join{Election: name, Candidate: candidate, Value: value}}}
+		join := &pb.CampaignRequest{Request: &pb.CampaignRequest_Join{Join: &pb.Join{Election: name, Candidate: candidate, Value: value,
+			// The join is ping 1 (lease.go): openStream read its send time before.
+			PingSeq: 1}}}
 		if err := st.Send(join); err != nil {
 			// The real cause comes with the stream's status.
 			if _, rerr := st.Recv(); rerr != nil {

@@ -22,8 +22,9 @@ type LossReason string
 const (
 	// LossSuspended: the gateway sent `suspended` (it lost ZooKeeper): stop at once.
 	LossSuspended LossReason = "suspended"
-	// LossSilence: nothing arrived on the stream for silence_limit (a frozen or cut-off
-	// gateway).
+	// LossSilence: the lease ran out: with a gateway that answers pings, no ping was answered
+	// in time (the deadline is the send of the newest answered ping + silence_limit); with an
+	// older one, nothing arrived on the stream for silence_limit (a frozen or cut-off gateway).
 	LossSilence LossReason = "silence"
 	// LossUnavailable: the stream failed with UNAVAILABLE or on the transport (a draining or
 	// crashed gateway).
@@ -47,11 +48,18 @@ var ErrReleased = errors.New("zkgate: released")
 
 // event is one message of a Campaign or Acquire stream, in the shape both share.
 type event struct {
-	kind       eventKind
-	lease      string
-	position   uint32
-	token      uint64
-	silence    time.Duration
+	kind     eventKind
+	lease    string
+	position uint32
+	token    uint64
+	// silence: the grant's silence_limit; for `queued`, the one a grant would carry.
+	silence time.Duration
+	// answersPings: `queued` says the gateway answers pings (lease.go).
+	answersPings bool
+	// pingSeq: the newest ping the gateway had read when it granted.
+	pingSeq uint64
+	// seq: the ping a heartbeat answers (0: unsolicited).
+	seq        uint64
 	leader     *pb.Leader // elected / proclaimed
 	stopWithin time.Duration
 	// endRequested: the suspended says a Resign/Release with this hold's lease asked the
@@ -76,10 +84,17 @@ type holderRPC interface {
 	recv() (event, error)
 	sendLeave() error     // resign{} / release{}
 	sendKeepAlive() error // keep_alive{} (locks with a ttl)
+	sendPing(seq uint64) error
+}
+
+func queuedEvent(q *pb.Queued) event {
+	return event{kind: evQueued, lease: q.GetLease(), position: q.GetPosition(),
+		answersPings: q.GetAnswersPings(), silence: q.GetSilenceLimit().AsDuration()}
 }
 
 // stream is one open holder stream on one endpoint: it reads the stream, keeps the silence
-// watchdog while holding, and decides the loss (once). It never reconnects: the callers open
+// watchdog while holding (on the lease anchored by pings, with a gateway that answers them),
+// and decides the loss (once). It never reconnects: the callers open
 // a new stream for that.
 type stream struct {
 	c        *Client
@@ -107,11 +122,21 @@ type stream struct {
 	// A `suspended` heard while queued and not followed by `resumed`: carried into a later
 	// grant, which is then lost at once (see CONFORMANCE.md).
 	suspendedQueued bool
-	// now is the clock the watchdog's deadline is judged by (time.Now; a seam for tests).
+	// now is the clock the watchdog's deadline and the pings' send times are judged by
+	// (time.Now; a seam for tests).
 	now func() time.Time
+	// ticker makes the ping timer (time.NewTicker; a seam for tests).
+	ticker func(every time.Duration) (<-chan time.Time, func())
+	// firstSent is when the first message (ping 1) was sent: read before the stream opened.
+	firstSent time.Time
 	// deadline is when silence becomes loss while the watchdog runs (zero otherwise): err
-	// asks it too, so it answers right even before run has read on after a freeze.
+	// asks it too, so it answers right even before run has read on after a freeze. With a
+	// gateway that answers pings: the send of the newest answered ping + silence_limit.
 	deadline time.Time
+	// anchored: the gateway answers pings, and the deadline is anchored on them.
+	anchored bool
+	// pings is the lease anchored by pings (nil with an older gateway); run's alone.
+	pings *pingLease
 }
 
 // openStream opens a holder stream on endpoint i; open makes the RPC (sending the first
@@ -123,12 +148,15 @@ func (c *Client) openStream(i int, open func(ctx context.Context, conn *grpc.Cli
 	}
 	// The stream outlives the call that made it (Campaign returns it): its own context.
 	ctx, cancel := context.WithCancel(context.Background())
+	// Before the first message (ping 1) leaves: an anchor a little early only shortens the lease.
+	firstSent := time.Now()
 	rpc, err := open(ctx, conn)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
 	s := newStream(c, i, cancel, rpc)
+	s.firstSent = firstSent
 	go s.run(ctx)
 	if ka, ok := rpc.(interface{ keepAliveInterval() time.Duration }); ok && ka.keepAliveInterval() > 0 {
 		// From the first message on: the ttl runs while queued too, for all the client knows.
@@ -142,8 +170,16 @@ func newStream(c *Client, i int, cancel context.CancelFunc, rpc holderRPC) *stre
 		c: c, epIdx: i, endpoint: c.endpoints[i].name, cancel: cancel, rpc: rpc,
 		queued: make(chan struct{}), granted: make(chan struct{}),
 		done: make(chan struct{}), ended: make(chan struct{}),
-		now: time.Now,
+		now: time.Now, ticker: realTicker,
 	}
+}
+
+func realTicker(every time.Duration) (<-chan time.Time, func()) {
+	if every <= 0 {
+		every = time.Millisecond
+	}
+	t := time.NewTicker(every)
+	return t.C, t.Stop
 }
 
 // run reads the stream until it ends; ctx is the stream's own context.
@@ -167,16 +203,46 @@ func (s *stream) run(ctx context.Context) {
 	var watchdog *time.Timer
 	var fire <-chan time.Time
 	var deadline time.Time // when fire is due
+	// arm (re)starts the watchdog for at; a new timer each time, so no stale tick is left.
+	arm := func(at time.Time) {
+		if watchdog != nil {
+			watchdog.Stop()
+		}
+		deadline = at
+		watchdog = time.NewTimer(at.Sub(s.now()))
+		fire = watchdog.C
+		s.setDeadline(at)
+	}
+	// The ping timer and the goroutine that sends the pings (with a gateway that answers them).
+	var pingTick <-chan time.Time
+	stopPinging := func() {}
+	var toSend chan uint64
+	ping := func() {
+		seq := s.pings.ping(s.now())
+		select {
+		case toSend <- seq:
+		default:
+			// The sender is stuck in a full send buffer (the gateway stopped reading): this
+			// ping is skipped, and the lease runs out by itself.
+		}
+	}
+	pingEvery := func(every time.Duration) {
+		stopPinging()
+		pingTick, stopPinging = s.ticker(every)
+	}
 	defer func() {
 		if watchdog != nil {
 			watchdog.Stop()
 		}
+		stopPinging()
 	}()
 	silenced := func() {
 		s.setDeadline(time.Time{})
-		s.lose(LossSilence, fmt.Sprintf("nothing heard from %s for the silence limit (%v): it may be frozen or cut off", s.endpoint, s.silence))
+		s.lose(LossSilence, s.silenceDetail())
 		s.cancel()
 		fire = nil
+		stopPinging()
+		pingTick = nil
 	}
 	for {
 		select {
@@ -189,22 +255,61 @@ func (s *stream) run(ctx context.Context) {
 				silenced()
 				continue
 			}
-			if watchdog != nil && fire != nil {
-				// Anything at all from the gateway proves it is alive.
-				if !watchdog.Stop() {
-					<-watchdog.C
+			if fire != nil {
+				if s.pings == nil {
+					// An older gateway: anything at all from it proves it is alive.
+					arm(s.now().Add(s.silence))
+				} else if ev.kind == evHeartbeat {
+					// Only an answer to a ping moves the anchored deadline, to that ping's
+					// send + the limit; nothing else does (not heartbeat{seq: 0}).
+					if at := s.pings.answered(ev.seq); at.After(deadline) {
+						arm(at)
+					}
 				}
-				watchdog.Reset(s.silence)
-				deadline = s.now().Add(s.silence)
-				s.setDeadline(deadline)
 			}
-			if s.handle(ev) && s.silence > 0 {
-				watchdog = time.NewTimer(s.silence)
-				fire = watchdog.C
-				deadline = s.getDeadline() // set by handle
+			switch ev.kind {
+			case evQueued:
+				if ev.answersPings && s.pings == nil {
+					s.pings = newPingLease(s.firstSent)
+					s.mu.Lock()
+					s.anchored = true
+					s.mu.Unlock()
+					toSend = make(chan uint64, 1)
+					go s.sendPings(ctx, toSend)
+					if ev.silence > 0 {
+						// A waiter pings every third of the limit a grant would carry, so
+						// that the grant names a recent ping.
+						pingEvery(ev.silence / 3)
+					}
+				}
+			case evGranted:
+				if s.handleGrant(ev) {
+					arm(s.getDeadline())
+					if s.pings != nil {
+						// Held on a lease: ping at once, then every quarter of it.
+						ping()
+						pingEvery(s.silence / 4)
+					}
+				} else {
+					fire = nil
+					stopPinging()
+					pingTick = nil
+				}
+				continue
 			}
+			s.handle(ev)
 		case <-fire:
+			if now := s.now(); now.Before(deadline) {
+				// Not due on this process's clock (the seam's, in tests): wait on.
+				watchdog = time.NewTimer(deadline.Sub(now))
+				fire = watchdog.C
+				continue
+			}
 			silenced()
+		case <-pingTick:
+			if s.err() == nil {
+				ping()
+			}
 		case err := <-failed:
 			s.finish(err)
 			return
@@ -212,35 +317,90 @@ func (s *stream) run(ctx context.Context) {
 	}
 }
 
-// handle records one event; returns true for the grant.
-func (s *stream) handle(ev event) bool {
+// sendPings sends the pings run numbers, one at a time, until the stream is over.
+func (s *stream) sendPings(ctx context.Context, seqs <-chan uint64) {
+	for {
+		select {
+		case seq := <-seqs:
+			s.sendMu.Lock()
+			err := s.rpc.sendPing(seq)
+			s.sendMu.Unlock()
+			if err != nil {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *stream) silenceDetail() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.silenceDetailLocked()
+}
+
+func (s *stream) silenceDetailLocked() string {
+	if s.anchored {
+		return fmt.Sprintf("no ping answered by %s in time (silence limit %v): it may be frozen, cut off or slow", s.endpoint, s.silence)
+	}
+	return fmt.Sprintf("nothing heard from %s for the silence limit (%v): it may be frozen or cut off", s.endpoint, s.silence)
+}
+
+// handleGrant records the grant (elected / acquired) and its deadline; true if held, false if
+// it is lost as it is granted.
+func (s *stream) handleGrant(ev event) bool {
+	// The deadline: with pings, the send of the ping the grant names + its limit; without,
+	// the grant's arrival + its limit (none without a limit).
+	var until time.Time
+	expired := false
+	if s.pings != nil {
+		at, ok := s.pings.granted(ev.silence, ev.pingSeq)
+		// A grant naming no ping this stream sent, or whose lease ran out on its way (a link
+		// slower than the limit allows): never held.
+		expired = !ok || !s.now().Before(at)
+		until = at
+	} else if ev.silence > 0 {
+		until = s.now().Add(ev.silence)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.token, s.silence = ev.token, ev.silence
+	if ev.leader != nil {
+		s.leader = ev.leader
+	}
+	if ev.lease != "" && s.lease == "" {
+		s.lease = ev.lease
+	}
+	if !expired {
+		// Before granted is closed: whoever sees the grant sees its deadline too.
+		s.deadline = until
+	}
+	closeOnce(s.granted)
+	if s.suspendedQueued {
+		// Granted while its gateway's link is still suspended: the hold is uncertain
+		// from its first moment, so it is lost as it is granted.
+		s.deadline = time.Time{}
+		s.loseLocked(LossSuspended, fmt.Sprintf("%s granted the hold while its ZooKeeper connection was suspended (no resumed since)", s.endpoint))
+		s.cancel()
+		return false
+	}
+	if expired {
+		s.loseLocked(LossSilence, fmt.Sprintf("%s granted the hold on a lease already over (ping %d; silence limit %v)", s.endpoint, ev.pingSeq, ev.silence))
+		s.cancel()
+		return false
+	}
+	return !until.IsZero()
+}
+
+// handle records one event other than the grant (handleGrant).
+func (s *stream) handle(ev event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch ev.kind {
 	case evQueued:
 		s.lease, s.position = ev.lease, ev.position
 		closeOnce(s.queued)
-	case evGranted:
-		s.token, s.silence = ev.token, ev.silence
-		if ev.leader != nil {
-			s.leader = ev.leader
-		}
-		if ev.lease != "" && s.lease == "" {
-			s.lease = ev.lease
-		}
-		if ev.silence > 0 {
-			// Before granted is closed: whoever sees the grant sees its deadline too.
-			s.deadline = s.now().Add(ev.silence)
-		}
-		closeOnce(s.granted)
-		if s.suspendedQueued {
-			// Granted while its gateway's link is still suspended: the hold is uncertain
-			// from its first moment, so it is lost as it is granted.
-			s.loseLocked(LossSuspended, fmt.Sprintf("%s granted the hold while its ZooKeeper connection was suspended (no resumed since)", s.endpoint))
-			s.cancel()
-			return false
-		}
-		return true
 	case evResumed:
 		s.suspendedQueued = false
 	case evProclaimed:
@@ -261,7 +421,6 @@ func (s *stream) handle(ev event) bool {
 			s.suspendedQueued = true
 		}
 	}
-	return false
 }
 
 func (s *stream) lose(reason LossReason, detail string) {
@@ -379,7 +538,7 @@ func (s *stream) err() error {
 	if !s.deadline.IsZero() && !s.now().Before(s.deadline) {
 		// Past the watchdog's deadline: lost by silence, whether or not run has read on yet
 		// (a process just thawed); run decides it as soon as it does.
-		return &LostError{Reason: LossSilence, Detail: fmt.Sprintf("nothing heard from %s for the silence limit (%v)", s.endpoint, s.silence)}
+		return &LostError{Reason: LossSilence, Detail: s.silenceDetailLocked()}
 	}
 	return nil
 }

@@ -818,9 +818,10 @@ func TestSuspendedWhenTheGatewayLosesZooKeeper(t *testing.T) {
 	})
 }
 
-// The watchdog: a frozen gateway sends nothing, and a leader and a lock holder on it count as
-// lost (reason "silence") within silence_limit of the last message, which arrived at most
-// silence_limit/3 before the freeze (heartbeats).
+// The watchdog: a frozen gateway answers no ping, and a leader and a lock holder on it count as
+// lost (reason "silence") within silence_limit of sending the last ping it answered, at most
+// silence_limit/4 before the freeze (a holder pings every quarter of it; with an older gateway:
+// of the last message, heartbeats every third).
 func TestWatchdogOnAFrozenGateway(t *testing.T) {
 	addr, pid := gateway(t, "")
 	if pid == 0 {

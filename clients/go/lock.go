@@ -96,7 +96,8 @@ func (l *Lock) Reason() LossReason { return l.s.reason() }
 // FencingToken orders the holders of the name: a later holder has a larger token.
 func (l *Lock) FencingToken() uint64 { return l.s.fencingToken() }
 
-// SilenceLimit is how long the holder may hear nothing before it counts as lost.
+// SilenceLimit is how long the holder's lease lasts past the send of its newest answered ping
+// (with an older gateway: past the last message heard) before it counts as lost.
 func (l *Lock) SilenceLimit() time.Duration { return l.s.silenceLimit() }
 
 // Endpoint is the gateway holding the lock, as configured.
@@ -135,17 +136,17 @@ func (r acquireRPC) recv() (event, error) {
 	}
 	switch e := m.GetEvent().(type) {
 	case *pb.AcquireResponse_Queued:
-		return event{kind: evQueued, lease: e.Queued.GetLease(), position: e.Queued.GetPosition()}, nil
+		return queuedEvent(e.Queued), nil
 	case *pb.AcquireResponse_Acquired:
 		return event{kind: evGranted, lease: e.Acquired.GetLease(), token: e.Acquired.GetFencingToken(),
-			silence: e.Acquired.GetSilenceLimit().AsDuration()}, nil
+			silence: e.Acquired.GetSilenceLimit().AsDuration(), pingSeq: e.Acquired.GetPingSeq()}, nil
 	case *pb.AcquireResponse_Suspended:
 		return event{kind: evSuspended, stopWithin: e.Suspended.GetStopWithin().AsDuration(),
 			endRequested: e.Suspended.GetReason() == pb.SuspendReason_SUSPEND_REASON_END_REQUESTED}, nil
 	case *pb.AcquireResponse_Resumed:
 		return event{kind: evResumed}, nil
 	case *pb.AcquireResponse_Heartbeat:
-		return event{kind: evHeartbeat}, nil
+		return event{kind: evHeartbeat, seq: e.Heartbeat.GetSeq()}, nil
 	}
 	return event{kind: evOther}, nil
 }
@@ -158,8 +159,13 @@ func (r acquireRPC) sendKeepAlive() error {
 	return r.st.Send(&pb.AcquireRequest{Request: &pb.AcquireRequest_KeepAlive{KeepAlive: &pb.KeepAlive{}}})
 }
 
+func (r acquireRPC) sendPing(seq uint64) error {
+	return r.st.Send(&pb.AcquireRequest{Request: &pb.AcquireRequest_Ping{Ping: &pb.Ping{Seq: seq}}})
+}
+
 func openAcquire(name string, cfg lockConfig) func(ctx context.Context, conn *grpc.ClientConn) (holderRPC, error) {
-	req := &pb.AcquireLock{Name: name, Owner: cfg.owner, Permits: cfg.permits}
+	// The acquire is ping 1 (lease.go): openStream read its send time before.
+	req := &pb.AcquireLock{Name: name, Owner: cfg.owner, Permits: cfg.permits, PingSeq: 1}
 	if cfg.mode == Read {
 		req.Mode = pb.LockMode_LOCK_MODE_READ
 	}
