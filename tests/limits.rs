@@ -6,7 +6,6 @@
 
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
 use zkgate::api::limits::StreamLimits;
 use zkgate::proto as pb;
@@ -14,17 +13,8 @@ use zkgate_testkit::*;
 
 /// The value of `zkgate_limit_rejections_total{limit="…"}` on the process's /metrics.
 async fn rejections(gw: &Gateway, limit: &str) -> u64 {
-    let mut s = tokio::net::TcpStream::connect(gw.http).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).await.unwrap();
-    let needle = format!("zkgate_limit_rejections_total{{limit=\"{limit}\"}} ");
-    body.lines()
-        .find_map(|l| l.strip_prefix(&needle))
-        .map(|v| v.trim().parse::<f64>().unwrap() as u64)
-        .unwrap_or(0)
+    let body = scrape_metrics(gw.http).await;
+    metric_value(&body, "zkgate_limit_rejections_total", &[("limit", limit)])
 }
 
 /// Opens a Campaign stream and returns its first answer: `Ok(lease)` or the refusal.

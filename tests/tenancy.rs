@@ -513,23 +513,12 @@ fn assert_exhausted(e: &Status, identity: &str, limit: &str) {
 
 /// `zkgate_identity_limit_rejections_total{limit, identity}` on the gateway's /metrics.
 async fn identity_rejections(gw: &Gateway, limit: &str, identity: &str) -> u64 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(gw.http).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).await.unwrap();
-    let (limit, identity) = (
-        format!("limit=\"{limit}\""),
-        format!("identity=\"{identity}\""),
-    );
-    body.lines()
-        .filter(|l| l.starts_with("zkgate_identity_limit_rejections_total{"))
-        .filter(|l| l.contains(&limit) && l.contains(&identity))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum()
+    let body = zkgate_testkit::scrape_metrics(gw.http).await;
+    zkgate_testkit::metric_value(
+        &body,
+        "zkgate_identity_limit_rejections_total",
+        &[("limit", limit), ("identity", identity)],
+    )
 }
 
 async fn candidates(c: &mut Stub, election: &str) -> Result<u32, Status> {

@@ -188,3 +188,30 @@ pub async fn members_gone_at(zk: &str, root: &str, within: Duration) -> Result<D
     .map_err(|e| format!("connecting to ZooKeeper at {zk}: {e}"))?;
     members_gone(&client, root, within).await
 }
+
+/// The `/metrics` text of the gateway whose HTTP server listens on `http` (one plain
+/// HTTP/1.0 `GET`, as a scraper would).
+pub async fn scrape_metrics(http: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(http)
+        .await
+        .expect("connect to /metrics");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await
+        .expect("ask for /metrics");
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.expect("read /metrics");
+    body
+}
+
+/// The value of the sample of `metric` whose labels include every one of `labels`
+/// (`name="value"` pairs) in a `/metrics` text; 0 when there is none.
+pub fn metric_value(body: &str, metric: &str, labels: &[(&str, &str)]) -> u64 {
+    let wanted: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")) || l.starts_with(&format!("{metric} ")))
+        .filter(|l| wanted.iter().all(|w| l.contains(w.as_str())))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
