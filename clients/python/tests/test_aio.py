@@ -2,6 +2,7 @@
 a dead endpoint, auto-requeue, paging and observe."""
 
 import asyncio
+import time
 import uuid
 
 import grpc
@@ -84,5 +85,22 @@ def test_standby_and_run_while_leader(addr, election):
             return ("worked", c.fencing_token > 0)
 
         assert await zk.run_while_leader(work, addr, election, "w") == ("worked", True)
+
+    run(main())
+
+
+def test_a_leader_holds_on_its_answered_pings(addr, election):
+    """As the threaded test: three silence limits held on answered pings alone."""
+
+    async def main():
+        async with zk.elect(addr, election, "a", timeout=STEP) as lead:
+            assert lead._lease is not None, "the gateway answers pings"
+            limit = lead.silence_limit
+            first = lead._deadline
+            await asyncio.sleep(limit * 3)
+            assert lead.is_leader and not lead.lost.is_set()
+            assert lead._lease.last_seq >= 8, "a holder pings every quarter of the limit"
+            assert lead._deadline >= first + limit * 2
+            assert lead._deadline <= time.monotonic() + limit
 
     run(main())

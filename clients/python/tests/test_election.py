@@ -148,6 +148,21 @@ def test_observe_many_follows_a_prefix_and_later_elections(addr, election):
         seen.close()
 
 
+def test_a_leader_holds_on_its_answered_pings(addr, election):
+    """The gateway answers pings, so it sends the leader no unsolicited heartbeats (the join
+    was ping 1): the leadership lasts three silence limits only because the helper pings and
+    its deadline moves with each answered ping, each time from the ping's send."""
+    with zkgate.elect(addr, election, "a", timeout=STEP) as leadership:
+        assert leadership._lease is not None, "the gateway answers pings"
+        limit = leadership.silence_limit
+        first = leadership._deadline
+        time.sleep(limit * 3)
+        assert leadership.is_leader and not leadership.lost.is_set()
+        assert leadership._lease.last_seq >= 8, "a holder pings every quarter of the limit"
+        assert leadership._deadline >= first + limit * 2
+        assert leadership._deadline <= time.monotonic() + limit
+
+
 def test_watchdog_declares_loss_when_the_gateway_freezes(addr, election):
     pid = os.environ.get("ZKGATE_PID")
     if not pid:

@@ -8,6 +8,7 @@ import threading
 from concurrent import futures
 
 import grpc
+import pytest
 from google.protobuf import duration_pb2
 
 import zkgate
@@ -114,21 +115,27 @@ def test_the_asyncio_helper_carries_the_suspension_too():
 
 class _Frozen(pb_grpc.ElectionServicer):
     """Elects the candidate with a silence limit of a minute, then sends one heartbeat when
-    told: the heartbeat a frozen holder finds waiting in its socket when it runs again."""
+    told: the heartbeat a frozen holder finds waiting in its socket when it runs again. With
+    ``answers_pings`` (a gateway that answers pings) the grant names the join (ping 1) and the
+    heartbeat answers the ping the holder sent on the grant (ping 2)."""
 
-    def __init__(self):
+    def __init__(self, answers_pings: bool = False):
+        self.answers_pings = answers_pings
         self.send_heartbeat = threading.Event()
         self.cancelled = threading.Event()
 
     def Campaign(self, request_iterator, context):
         context.add_callback(self.cancelled.set)
         first = next(request_iterator)
-        yield pb.CampaignResponse(queued=common.Queued(lease="lease", position=0))
+        queued = common.Queued(lease="lease", position=0, answers_pings=self.answers_pings)
+        yield pb.CampaignResponse(queued=queued)
         leader = pb.Leader(election=first.join.election, candidate=first.join.candidate, fencing_token=7)
         limit = duration_pb2.Duration(seconds=60)
-        yield pb.CampaignResponse(elected=pb.Elected(leader=leader, silence_limit=limit))
+        ping_seq = 1 if self.answers_pings else 0
+        elected = pb.Elected(leader=leader, silence_limit=limit, ping_seq=ping_seq)
+        yield pb.CampaignResponse(elected=elected)
         self.send_heartbeat.wait(STEP)
-        yield pb.CampaignResponse(heartbeat=common.Heartbeat())
+        yield pb.CampaignResponse(heartbeat=common.Heartbeat(seq=2 if self.answers_pings else 0))
         self.cancelled.wait(STEP)
 
 
@@ -138,11 +145,13 @@ def _past_the_deadline(monkeypatch):
     monkeypatch.setattr(zkgate._stream, "_clock", lambda: real() + 3600.0)
 
 
-def test_a_heartbeat_heard_after_the_deadline_does_not_revive_the_hold(monkeypatch):
+@pytest.mark.parametrize("answers_pings", [False, True])
+def test_a_heartbeat_heard_after_the_deadline_does_not_revive_the_hold(monkeypatch, answers_pings):
     """A holder frozen past its silence deadline finds, when it runs again, both its wait due
     and messages that waited in its socket meanwhile. Heard late they say nothing about now:
-    the silence came first and is final (G3b), whichever of the two its wait returns."""
-    servicer = _Frozen()
+    the silence came first and is final (G3b), whichever of the two its wait returns — also
+    when the late message answers a ping (the anchored lease)."""
+    servicer = _Frozen(answers_pings)
     with _campaign(servicer) as c:
         assert c.elected.wait(STEP)
         assert c.is_leader
@@ -156,10 +165,11 @@ def test_a_heartbeat_heard_after_the_deadline_does_not_revive_the_hold(monkeypat
         assert servicer.cancelled.wait(STEP), "the helper cancelled the stream"
 
 
-def test_the_asyncio_helper_does_not_revive_either(monkeypatch):
+@pytest.mark.parametrize("answers_pings", [False, True])
+def test_the_asyncio_helper_does_not_revive_either(monkeypatch, answers_pings):
     import asyncio
 
-    servicer = _Frozen()
+    servicer = _Frozen(answers_pings)
 
     async def body(c):
         await asyncio.wait_for(c.elected.wait(), STEP)

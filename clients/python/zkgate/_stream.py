@@ -3,11 +3,17 @@
 A Campaign (``Election/Campaign``) and a Lock (``Lock/Acquire``) are the same kind of stream:
 ``queued`` first, then a grant (``elected`` / ``acquired``) carrying ``silence_limit``, then
 ``suspended``/``resumed``/``heartbeat``, until the stream ends. The holder must stop acting as
-holder when the stream ends, when the gateway says ``suspended``, and when nothing at all arrived
-for ``silence_limit`` while holding. :class:`HolderStream` reads the stream on a thread, keeps
-that watchdog, and cancels the stream once the hold is lost (which releases the znode, so the
-next in line gets it): like Curator's recipes, it gives the hold up rather than waiting for a
-suspension to resolve. Subclasses say which messages they send and what a grant carries.
+holder when the stream ends, when the gateway says ``suspended``, and when its lease runs out
+while holding. With a gateway whose ``queued`` says ``answers_pings`` the lease is anchored on
+this process's clock (``zkgate._lease``): the join/acquire is ping 1, a waiter pings every third
+of ``queued.silence_limit``, a holder at once when granted and then every quarter of its
+``silence_limit``, and the deadline is the send of the newest answered ping (the grant's
+``ping_seq``, then ``heartbeat{seq}``) + ``silence_limit``. With an older gateway it is the
+watchdog that restarts on every message heard: nothing at all for ``silence_limit``.
+:class:`HolderStream` reads the stream on a thread, keeps that deadline, and cancels the stream
+once the hold is lost (which releases the znode, so the next in line gets it): like Curator's
+recipes, it gives the hold up rather than waiting for a suspension to resolve. Subclasses say
+which messages they send and what a grant carries.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from zkgate._fleet import (
     fleet_for,
     loss_for_status,
 )
+from zkgate._lease import Lease
 from zkgate.v1 import common_pb2
 
 
@@ -46,13 +53,15 @@ def seconds(d) -> float:
     return d.seconds + d.nanos / 1e9
 
 
-# The silence watchdog's deadline: the last message heard plus ``silence_limit``, while holding.
-# Judged by the clock on every message, not only by the wait's timeout: a process frozen (SIGSTOP,
-# a stalled VM) or starved past its deadline finds, when it runs again, both its wait due and
-# messages that waited in its socket meanwhile — heartbeats sent before its gateway froze too,
-# say — and whichever the wait returns, a message heard late says nothing about now. The silence
-# came first and is final (G3b; found by a probe that froze a holder, then its gateway, and saw
-# the thawed holder hold on for another silence limit beside its successor).
+# The silence deadline, while holding: with a gateway that answers pings, the send of the newest
+# answered ping plus ``silence_limit`` (``zkgate._lease``); with an older one, the last message
+# heard plus ``silence_limit``. Judged by the clock on every message, not only by the wait's
+# timeout: a process frozen (SIGSTOP, a stalled VM) or starved past its deadline finds, when it
+# runs again, both its wait due and messages that waited in its socket meanwhile — heartbeats sent
+# before its gateway froze too, say — and whichever the wait returns, a message heard late says
+# nothing about now. The silence came first and is final (G3b; found by a probe that froze a
+# holder, then its gateway, and saw the thawed holder hold on for another silence limit beside
+# its successor).
 
 
 def _clock() -> float:
@@ -68,6 +77,37 @@ def _left(deadline: Optional[float]) -> Optional[float]:
 def _overdue(deadline: Optional[float]) -> bool:
     """Whether ``deadline`` has passed: silence, whatever arrived since."""
     return deadline is not None and _clock() >= deadline
+
+
+def _sooner(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    """The earlier of two times (``None``: never)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+# Reasons a hold is lost by silence (both name the silence limit: callers look for it).
+def _silence_reason(limit: Optional[float], anchored: bool) -> str:
+    shown = "?" if limit is None else f"{limit:.3f} s"
+    if anchored:
+        return (
+            f"no ping answered by the gateway within the silence limit ({shown}): "
+            "it may be frozen, cut off or its link slow"
+        )
+    return (
+        f"no message from the gateway for the silence limit ({shown}): "
+        "it may be frozen or cut off"
+    )
+
+
+def _late_grant_reason(limit: Optional[float]) -> str:
+    shown = "?" if limit is None else f"{limit:.3f} s"
+    return (
+        "silence: the grant named no ping sent within the silence limit "
+        f"({shown}) before it was read: its lease ran out on the way"
+    )
 
 
 # What a wait for the next message returns when its time ran out.
@@ -136,8 +176,15 @@ class HolderStream:
         # A ``suspended`` heard while queued and not followed by ``resumed``: carried into a
         # later grant, which is then lost as it is granted (CONFORMANCE.md).
         self._suspended_queued = False
-        # When silence becomes loss (``_clock``): the last message plus the limit, while held.
+        # When silence becomes loss (``_clock``), while held: see ``_silence_deadline``.
         self._deadline: Optional[float] = None
+        # With a gateway that answers pings (``queued.answers_pings``): the pings sent and the
+        # lease they anchor, when the next ping is due and how often. Owned by the watching
+        # thread. ``_first_sent``: ping 1's send time, read before the stream opens.
+        self._lease: Optional[Lease] = None
+        self._next_ping: Optional[float] = None
+        self._ping_every: Optional[float] = None
+        self._first_sent = _clock()
         self._done = threading.Event()
         self._state = threading.Condition()
         self._fleet, self._own_fleet = fleet_for(target)
@@ -162,6 +209,8 @@ class HolderStream:
 
     def _start_call(self) -> None:
         self._outbox: "queue.Queue[Any]" = queue.Queue()
+        # The first message is ping 1: its send time is read before the stream opens.
+        self._first_sent = _clock()
         self._outbox.put(self._first_request)
         channel = self._fleet.channel(self.endpoint_index)
         self._call = self._open_call(channel, self._requests(self._outbox))
@@ -175,6 +224,10 @@ class HolderStream:
     def _on_message(self, kind: str, response: Any) -> bool:
         """Records a message other than ``queued``; called with the state lock held. Returns
         whether it is the grant (``elected``/``acquired``)."""
+        raise NotImplementedError
+
+    def _ping_request(self, seq: int) -> Any:
+        """The in-stream ``ping{seq}``."""
         raise NotImplementedError
 
     # ----------------------------------------------------------------------------- queries
@@ -297,38 +350,64 @@ class HolderStream:
     def _watch(self) -> None:
         while True:
             try:
-                item = self._inbox.get(timeout=_left(self._deadline))
+                item = self._inbox.get(timeout=_left(_sooner(self._deadline, self._next_ping)))
             except queue.Empty:
                 item = _TIMED_OUT
-            if item is _TIMED_OUT or (not isinstance(item, _End) and _overdue(self._deadline)):
-                self._lose(
-                    f"no message from the gateway for the silence limit ({self.silence_limit:.3f} s): "
-                    "it may be frozen or cut off",
-                    SILENCE,
-                )
+            # The deadline first: a message read at or after it is the silence, not a renewal.
+            if not isinstance(item, _End) and _overdue(self._deadline):
+                self._lose(_silence_reason(self.silence_limit, self._lease is not None), SILENCE)
                 self._call.cancel()
                 self._deadline = None
+                self._next_ping = None
                 continue
             if isinstance(item, _End):
                 self._finish(item)
                 return
+            self._ping_if_due()
+            if item is _TIMED_OUT:
+                continue
             self._handle(item)
             self._deadline = self._silence_deadline()
 
     def _silence_deadline(self) -> Optional[float]:
-        """The watchdog's deadline after a message heard now (see ``_clock``): while granted and
-        not lost."""
-        if self._held and self.silence_limit is not None:
+        """The deadline after a message heard now (see ``_clock``), while granted and not lost:
+        with pings, the one the grant and the answers set (``_handle``: hearing moves nothing);
+        without, now plus the silence limit."""
+        if not self._held:
+            return None
+        if self._lease is not None:
+            return self._deadline
+        if self.silence_limit is not None:
             return _clock() + self.silence_limit
         return None
+
+    # The ping's send backlog past which a ping is skipped: the gateway stopped reading (the
+    # lease then runs out by itself). Requests queue here until gRPC has sent the one before.
+    _PING_BACKLOG = 8
+
+    def _ping(self) -> None:
+        """Sends the next ``ping{seq}`` (never blocks; recorded even when skipped) and schedules
+        the one after."""
+        assert self._lease is not None and self._ping_every is not None
+        now = _clock()
+        seq = self._lease.ping(now)
+        self._next_ping = now + self._ping_every
+        if self._outbox.qsize() < self._PING_BACKLOG:
+            self._send(self._ping_request(seq))
+
+    def _ping_if_due(self) -> None:
+        if self._next_ping is not None and _clock() >= self._next_ping and not self.lost.is_set():
+            self._ping()
 
     def _handle(self, response: Any) -> None:
         kind = response.WhichOneof("event")
         granted = False
+        late = False
         with self._state:
             if kind == "queued":
                 self.lease = response.queued.lease
                 self.position = response.queued.position
+                self._queued_pings(response.queued)
                 self.queued.set()
                 self._fleet.current = self.endpoint_index
             elif self._on_message(kind, response):
@@ -336,8 +415,17 @@ class HolderStream:
                 if grant.HasField("silence_limit"):
                     self.silence_limit = seconds(grant.silence_limit)
                 if not self.lost.is_set():
+                    if self._lease is not None:
+                        # Anchored: the send of the ping the grant names + its limit. Set before
+                        # the grant shows, so that nobody sees a late grant held.
+                        until = self._lease.granted(self.silence_limit, grant.ping_seq)
+                        late = until is None or _clock() >= until
+                        self._deadline = float("-inf") if until is None else until
                     self._granted.set()
                     granted = True
+            elif kind == "heartbeat" and self._lease is not None and self._deadline is not None:
+                # An answer to ping ``seq`` moves the deadline on; nothing else does.
+                self._deadline = self._lease.answered(response.heartbeat.seq)
             elif kind == "suspended" and not self._granted.is_set():
                 self._suspended_queued = True
             elif kind == "resumed":
@@ -356,6 +444,16 @@ class HolderStream:
             )
             self._call.cancel()
             return
+        if granted and late:
+            # Its lease ran out on the way (a link slower than the limit allows), or it names
+            # no ping this stream sent: recorded, and lost at once.
+            self._lose(_late_grant_reason(self.silence_limit), SILENCE)
+            self._call.cancel()
+            return
+        if granted and self._lease is not None:
+            # Held on a lease: ping at once, then every quarter of the grant's limit.
+            self._ping_every = self.silence_limit / 4
+            self._ping()
         if kind == "suspended" and self._held and _end_requested(response.suspended):
             # A Resign/Release with this hold's lease (contract G3c): the gateway tells us
             # before anyone else can be granted it and keeps the znode until we end the
@@ -372,6 +470,17 @@ class HolderStream:
                 SUSPENDED,
             )
             self._call.cancel()
+
+    def _queued_pings(self, queued: Any) -> None:
+        """``queued``: with a gateway that answers pings, the lease starts (ping 1 was the first
+        message) and a waiter pings every third of the limit a grant would carry."""
+        if not queued.answers_pings:
+            return
+        self._lease = Lease(self._first_sent)
+        hint = seconds(queued.silence_limit) if queued.HasField("silence_limit") else 0.0
+        if hint > 0:
+            self._ping_every = hint / 3
+            self._next_ping = _clock() + self._ping_every
 
     def _lose(self, reason: str, loss: str) -> None:
         with self._state:

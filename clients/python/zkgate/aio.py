@@ -8,9 +8,11 @@
                 await run_one_batch(fencing_token=lead.fencing_token)
 
 * :class:`Campaign` / :class:`Lock`: one holder stream each (``queued``, then
-  ``elected``/``acquired``), with the silence watchdog; the hold is lost — ``lost`` set,
-  ``loss`` one of ``suspended``, ``silence``, ``unavailable``, ``ended``, the stream cancelled —
-  on ``suspended``, on silence past ``silence_limit`` while holding, and when the stream ends.
+  ``elected``/``acquired``), with the silence deadline (anchored on this process's clock by
+  numbered pings when the gateway answers them, as in ``zkgate._stream``); the hold is lost —
+  ``lost`` set, ``loss`` one of ``suspended``, ``silence``, ``unavailable``, ``ended``, the
+  stream cancelled — on ``suspended``, when the lease runs out while holding, and when the
+  stream ends.
   Until ``queued``, ``UNAVAILABLE`` moves the stream to the fleet's next endpoint (once per
   endpoint, with backoff). Make them inside a running event loop; ``await x.close()`` when done.
 * :func:`elect` / :func:`lock`: async context managers (hold, yield, give up).
@@ -44,10 +46,22 @@ from zkgate._fleet import (
 )
 from zkgate._fleet import Fleet as _Fleet
 from zkgate._fleet import fleet_for as _fleet_for
-from zkgate._stream import _TIMED_OUT, _clock, _end_requested, _left, _overdue, seconds
+from zkgate import _stream
+from zkgate._lease import Lease
+from zkgate._stream import (
+    _TIMED_OUT,
+    _end_requested,
+    _late_grant_reason,
+    _left,
+    _overdue,
+    _silence_reason,
+    _sooner,
+    seconds,
+)
 from zkgate.election import LeadershipLost
 from zkgate.lock import BY_LEASE_EXTRA, LockLost, NotAcquired, _duration, _MODES
 from zkgate.requeue import Refused
+from zkgate.v1 import common_pb2
 from zkgate.v1 import election_pb2 as epb
 from zkgate.v1 import election_pb2_grpc as epb_grpc
 from zkgate.v1 import lock_pb2 as lpb
@@ -131,8 +145,17 @@ class _HolderStream:
         self._closing = False
         # A ``suspended`` heard while queued, not yet followed by ``resumed`` (CONFORMANCE.md).
         self._suspended_queued = False
-        # When silence becomes loss (``_clock``): the last message plus the limit, while held.
+        # When silence becomes loss (``_stream._clock``), while held: with pings, the send of the
+        # newest answered ping plus the limit; without, the last message plus the limit.
         self._deadline: Optional[float] = None
+        # With a gateway that answers pings: as in zkgate._stream (owned by the watch task).
+        self._lease: Optional[Lease] = None
+        self._next_ping: Optional[float] = None
+        self._ping_every: Optional[float] = None
+        self._first_sent = _stream._clock()
+        self._ping_task: Optional[asyncio.Task] = None
+        # One write at a time on the call (gRPC allows no second one while one is pending).
+        self._write_lock = asyncio.Lock()
         self._done = asyncio.Event()
         self._changed = asyncio.Condition()
         self._fleet, self._own_fleet = _fleet(target)
@@ -169,6 +192,11 @@ class _HolderStream:
         if not self._holding:
             raise self.lost_error(self.lost_reason or "not granted (yet)")
 
+    async def _write(self, request) -> None:
+        """Writes ``request`` on the current call, after any write still pending."""
+        async with self._write_lock:
+            await self._call.write(request)
+
     async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
@@ -198,7 +226,9 @@ class _HolderStream:
         self._closing = True
         if not self._done.is_set():
             with contextlib.suppress(Exception):
-                await self._call.write(self._leave_request())
+                # Bounded: a write stuck behind flow control (a gateway that stopped reading)
+                # must not keep the fallback below from cancelling.
+                await asyncio.wait_for(self._write(self._leave_request()), timeout)
             try:
                 await asyncio.wait_for(self._done.wait(), timeout)
             except asyncio.TimeoutError:
@@ -233,10 +263,12 @@ class _HolderStream:
         backoff = Backoff()
         tries = 1
         while True:
+            # The first message is ping 1: its send time is read before the stream opens.
+            self._first_sent = _stream._clock()
             call = self._open_call(self._fleet.channel(self.endpoint_index))
             self._call = call
             try:
-                await call.write(self._first_request)
+                await self._write(self._first_request)
                 while True:
                     msg = await call.read()
                     if msg is grpc.aio.EOF:
@@ -274,18 +306,18 @@ class _HolderStream:
     async def _watch(self) -> None:
         # The silence deadline is judged on every message too (zkgate._stream, ``_clock``).
         while True:
+            wake = _sooner(self._deadline, self._next_ping)
             try:
-                item = await asyncio.wait_for(self._inbox.get(), _left(self._deadline))
+                item = await asyncio.wait_for(self._inbox.get(), _left(wake))
             except asyncio.TimeoutError:
                 item = _TIMED_OUT
-            if item is _TIMED_OUT or (not isinstance(item, _End) and _overdue(self._deadline)):
-                await self._lose(
-                    f"no message from the gateway for the silence limit ({self.silence_limit:.3f} s): "
-                    "it may be frozen or cut off",
-                    SILENCE,
-                )
+            # The deadline first: a message read at or after it is the silence, not a renewal.
+            if not isinstance(item, _End) and _overdue(self._deadline):
+                reason = _silence_reason(self.silence_limit, self._lease is not None)
+                await self._lose(reason, SILENCE)
                 self._call.cancel()
                 self._deadline = None
+                self._next_ping = None
                 continue
             if isinstance(item, _End):
                 self.end_code, self.end_details = item.code, item.details
@@ -297,24 +329,68 @@ class _HolderStream:
                 self._done.set()
                 await self._notify()
                 return
+            self._ping_if_due()
+            if item is _TIMED_OUT:
+                continue
             await self._handle(item)
-            if self._held and self.silence_limit is not None:
-                self._deadline = _clock() + self.silence_limit
-            else:
+            if not self._held:
                 self._deadline = None
+            elif self._lease is None:
+                # An older gateway: the watchdog restarts on every message heard.
+                lim = self.silence_limit
+                self._deadline = None if lim is None else _stream._clock() + lim
+
+    def _ping(self) -> None:
+        """Sends the next ``ping{seq}`` without waiting (skipped while the one before is still
+        being written: the gateway stopped reading, and the lease runs out by itself)."""
+        now = _stream._clock()
+        seq = self._lease.ping(now)
+        self._next_ping = now + self._ping_every
+        if self._ping_task is None or self._ping_task.done():
+            self._ping_task = asyncio.get_running_loop().create_task(self._send_ping(seq))
+
+    async def _send_ping(self, seq: int) -> None:
+        with contextlib.suppress(Exception):
+            await self._write(self._ping_request(seq))
+
+    def _ping_if_due(self) -> None:
+        if (
+            self._next_ping is not None
+            and _stream._clock() >= self._next_ping
+            and not self.lost.is_set()
+        ):
+            self._ping()
 
     async def _handle(self, response) -> None:
         kind = response.WhichOneof("event")
         if kind == "queued":
             self.lease = response.queued.lease
             self.position = response.queued.position
+            q = response.queued
+            if q.answers_pings:
+                # Ping 1 was the first message; a waiter pings every third of the hint.
+                self._lease = Lease(self._first_sent)
+                hint = seconds(q.silence_limit) if q.HasField("silence_limit") else 0.0
+                if hint > 0:
+                    self._ping_every = hint / 3
+                    self._next_ping = _stream._clock() + self._ping_every
             self.queued.set()
             self._fleet.current = self.endpoint_index
+        elif kind == "heartbeat" and self._lease is not None and self._deadline is not None:
+            # An answer to ping ``seq`` moves the deadline on; nothing else does.
+            self._deadline = self._lease.answered(response.heartbeat.seq)
         elif self._on_message(kind, response):
             grant = getattr(response, kind)
             if grant.HasField("silence_limit"):
                 self.silence_limit = seconds(grant.silence_limit)
             if not self.lost.is_set():
+                late = False
+                if self._lease is not None:
+                    # Anchored: the send of the ping the grant names + its limit, set before
+                    # the grant shows (so that nobody sees a late grant held).
+                    until = self._lease.granted(self.silence_limit, grant.ping_seq)
+                    late = until is None or _stream._clock() >= until
+                    self._deadline = float("-inf") if until is None else until
                 self._granted.set()
                 if self._grant_hook is not None:  # before any loss this stream reports
                     self._grant_hook(self)
@@ -328,6 +404,16 @@ class _HolderStream:
                     )
                     self._call.cancel()
                     return
+                if late:
+                    # Its lease ran out on the way (a link slower than the limit allows), or
+                    # it names no ping this stream sent: recorded, and lost at once.
+                    await self._lose(_late_grant_reason(self.silence_limit), SILENCE)
+                    self._call.cancel()
+                    return
+                if self._lease is not None:
+                    # Held on a lease: ping at once, then every quarter of the grant's limit.
+                    self._ping_every = self.silence_limit / 4
+                    self._ping()
         elif kind == "suspended" and not self._granted.is_set():
             self._suspended_queued = True
         elif kind == "resumed":
@@ -338,7 +424,7 @@ class _HolderStream:
             # can be granted it; over, as an OK end says, then ended in-stream (so it ends OK).
             await self._lose(self.ok_end_reason, ENDED)
             with contextlib.suppress(Exception):
-                await self._call.write(self._leave_request())
+                await self._write(self._leave_request())
             return
         if kind == "suspended" and self._held:
             stop = seconds(response.suspended.stop_within)
@@ -386,7 +472,10 @@ class Campaign(_HolderStream):
         self._open(
             target,
             lambda ch: epb_grpc.ElectionStub(ch).Campaign(),
-            epb.CampaignRequest(join=epb.Join(election=election, candidate=candidate, value=value)),
+            # The join is ping 1 (zkgate._lease).
+            epb.CampaignRequest(
+                join=epb.Join(election=election, candidate=candidate, value=value, ping_seq=1)
+            ),
             on_lost,
             start,
             _loss_hook,
@@ -396,6 +485,9 @@ class Campaign(_HolderStream):
 
     def _leave_request(self):
         return epb.CampaignRequest(resign=epb.ResignCandidacy())
+
+    def _ping_request(self, seq: int):
+        return epb.CampaignRequest(ping=common_pb2.Ping(seq=seq))
 
     def _on_message(self, kind: str, response) -> bool:
         if kind == "elected":
@@ -462,6 +554,8 @@ class Lock(_HolderStream):
             mode=_MODES[mode],
             wait_timeout=_duration(wait_timeout),
             ttl=_duration(ttl),
+            # The acquire is ping 1 (zkgate._lease).
+            ping_seq=1,
         )
         self._open(
             target,
@@ -479,6 +573,9 @@ class Lock(_HolderStream):
     def _leave_request(self):
         return lpb.AcquireRequest(release=lpb.ReleaseLock())
 
+    def _ping_request(self, seq: int):
+        return lpb.AcquireRequest(ping=common_pb2.Ping(seq=seq))
+
     def _on_message(self, kind: str, response) -> bool:
         if kind == "acquired":
             self.fencing_token = response.acquired.fencing_token
@@ -490,7 +587,7 @@ class Lock(_HolderStream):
             await asyncio.sleep(every)
             if self._call is not None and not self._done.is_set():
                 with contextlib.suppress(Exception):
-                    await self._call.write(lpb.AcquireRequest(keep_alive=lpb.KeepAlive()))
+                    await self._write(lpb.AcquireRequest(keep_alive=lpb.KeepAlive()))
 
     @property
     def is_held(self) -> bool:

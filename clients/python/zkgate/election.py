@@ -7,9 +7,11 @@ the stream on a background thread and decides when this process must stop acting
 * the stream ends, for any reason (resigned, session lost, gateway draining, connection lost);
 * the gateway sends ``suspended`` (it lost its ZooKeeper connection, so leadership is
   uncertain and a successor may be elected after ``stop_within``);
-* nothing at all arrives for ``silence_limit`` while leading (the gateway sends a heartbeat at
-  least every ``silence_limit / 3``, so silence means a frozen or unreachable gateway, which
-  may already have lost the znode).
+* its lease runs out while leading: with a gateway that answers pings, no ping sent within
+  ``silence_limit`` was answered (the lease is anchored on this process's clock, see
+  ``zkgate._stream``); with an older one, nothing at all arrived for ``silence_limit`` (it sends a
+  heartbeat at least every ``silence_limit / 3``). Silence means a frozen, unreachable or slow
+  gateway, which may already have lost the znode.
 
 In each case :attr:`Campaign.lost` is set and the stream is cancelled, which releases the znode
 so that the next candidate can be elected: like Curator's ``LeaderSelector``, the helper gives
@@ -32,6 +34,7 @@ import grpc
 
 from zkgate._fleet import FAILOVER_CODES, Backoff, Target, fleet_for
 from zkgate._stream import HolderStream, unary
+from zkgate.v1 import common_pb2
 from zkgate.v1 import election_pb2 as pb
 from zkgate.v1 import election_pb2_grpc as pb_grpc
 
@@ -61,7 +64,8 @@ class Campaign(HolderStream):
     * ``lease``: the capability for ``Resign``/``Proclaim`` from anywhere (secret: do not log).
     * ``position``: candidates ahead of this one when it joined.
     * ``leader``: the ``zkgate.v1.Leader`` message once elected (updated by proclaims).
-    * ``silence_limit``: seconds of silence after which a leader must assume it lost.
+    * ``silence_limit``: seconds after the send of its newest answered ping (or, with an older
+      gateway, after the last message heard) at which a leader must assume it lost.
     * ``queued``, ``elected``, ``lost``: :class:`threading.Event` s. ``lost`` is set once the
       campaign is over or its leadership can no longer be trusted; ``lost_reason`` says why.
     * ``end_code``, ``end_details``: the stream's final gRPC status, once it ended.
@@ -91,7 +95,10 @@ class Campaign(HolderStream):
         self._open(
             target,
             lambda channel, requests: pb_grpc.ElectionStub(channel).Campaign(requests),
-            pb.CampaignRequest(join=pb.Join(election=election, candidate=candidate, value=value)),
+            # The join is ping 1 (zkgate._lease).
+            pb.CampaignRequest(
+                join=pb.Join(election=election, candidate=candidate, value=value, ping_seq=1)
+            ),
             election,
             on_lost,
             start,
@@ -102,6 +109,9 @@ class Campaign(HolderStream):
 
     def _leave_request(self) -> pb.CampaignRequest:
         return pb.CampaignRequest(resign=pb.ResignCandidacy())
+
+    def _ping_request(self, seq: int) -> pb.CampaignRequest:
+        return pb.CampaignRequest(ping=common_pb2.Ping(seq=seq))
 
     def _on_message(self, kind: str, response: pb.CampaignResponse) -> bool:
         if kind == "elected":

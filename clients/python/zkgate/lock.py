@@ -4,7 +4,8 @@ A :class:`Lock` is one open ``zkgate.v1.Lock/Acquire`` stream: one request for `
 the lock ``name`` (1: a mutex; N: a semaphore), holding one ZooKeeper znode at the gateway for
 as long as the stream is open. The hold is lost — :attr:`Lock.lost` set, the stream cancelled so
 the next waiter gets it — when the stream ends, when the gateway says ``suspended``, and when
-nothing arrived for ``silence_limit`` while holding (see ``zkgate._stream``). With ``ttl`` the
+its lease runs out while holding (pings answered, or with an older gateway anything heard,
+within ``silence_limit``: see ``zkgate._stream``). With ``ttl`` the
 helper sends ``keep_alive`` every ``ttl / 3`` for as long as the object lives.
 
 Typical use::
@@ -25,6 +26,7 @@ from google.protobuf import duration_pb2
 
 from zkgate._fleet import Target
 from zkgate._stream import HolderStream, unary
+from zkgate.v1 import common_pb2
 from zkgate.v1 import lock_pb2 as pb
 from zkgate.v1 import lock_pb2_grpc as pb_grpc
 
@@ -98,6 +100,8 @@ class Lock(HolderStream):
             mode=_MODES[mode],
             wait_timeout=_duration(wait_timeout),
             ttl=_duration(ttl),
+            # The acquire is ping 1 (zkgate._lease).
+            ping_seq=1,
         )
         self._open(
             target,
@@ -117,6 +121,9 @@ class Lock(HolderStream):
 
     def _leave_request(self) -> pb.AcquireRequest:
         return pb.AcquireRequest(release=pb.ReleaseLock())
+
+    def _ping_request(self, seq: int) -> pb.AcquireRequest:
+        return pb.AcquireRequest(ping=common_pb2.Ping(seq=seq))
 
     def _on_message(self, kind: str, response: pb.AcquireResponse) -> bool:
         if kind == "acquired":
