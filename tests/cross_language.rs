@@ -1064,3 +1064,48 @@ async fn every_client_sends_its_token_also_after_a_failover() {
         a.terminate().await;
     }
 }
+
+/// `zkgate_holder_pings_total{result="answered"}` on an in-process gateway's /metrics.
+async fn answered_pings(gw: &support::Gateway) -> u64 {
+    let body = support::scrape_metrics(gw.http).await;
+    support::metric_value(
+        &body,
+        "zkgate_holder_pings_total",
+        &[("result", "answered")],
+    )
+}
+
+/// Every helper holds on the lease of its own clock (clients/CONFORMANCE.md "The lease on the
+/// holder's own clock"): its join carries ping 1, so the gateway sends it no unsolicited
+/// heartbeats, and it keeps leading for three silence limits only because it pings and the
+/// gateway answers (a helper that announced ping 1 and then did not ping would lose by silence
+/// within one). The gateway's count of answered pings grows by each helper's own while it
+/// leads alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_client_holds_on_its_answered_pings() {
+    let langs = present_langs();
+    if langs.is_empty() {
+        return;
+    }
+    let zk = support::shared_standalone(LocalZkOptions::default);
+    let gw = support::Gateway::start(&zk).await;
+    let t = support::GatewayOpts::default().session_timeout;
+    let limit = zkgate::coord::timing::default_silence_limit(t, t);
+    for l in langs {
+        let before = answered_pings(&gw).await;
+        let name = format!("pings.{}", l.name);
+        let mut a = Agent::start_with(l, "elect", &name, &format!("{}-p", l.name), &gw.url(), &[]);
+        match a.next(0).await.1 {
+            Ev::Granted { .. } => {}
+            other => panic!("expected elected, got {other:?}: {}", a.describe()),
+        }
+        tokio::time::sleep(limit * 3).await;
+        let events = a.events();
+        assert_eq!(events.len(), 1, "{} still leads: {}", l.name, a.describe());
+        let answered = answered_pings(&gw).await - before;
+        eprintln!("{}: {answered} pings answered in {:?}", l.name, limit * 3);
+        // Every quarter of the limit: about 12; at least one per limit to have held.
+        assert!(answered >= 3, "{}: only {answered} pings answered", l.name);
+        a.terminate().await;
+    }
+}
