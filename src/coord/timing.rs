@@ -376,8 +376,13 @@ mod tests {
                 secs(t.silence_limit)
             ),
             format!(
-                "| leader heartbeat | at most every `silence_limit / 3` | {} |",
+                "| leader heartbeat (to a stream that does not ping) | at most every `silence_limit / 3` | {} |",
                 secs(t.silence_limit / 3)
+            ),
+            format!(
+                "| a helper's pings (answered only while held and vouched for) | every `silence_limit / 3` while waiting, `/ 4` while holding | {} / {} |",
+                secs(t.silence_limit / 3),
+                secs(t.silence_limit / 4)
             ),
             format!(
                 "| HTTP/2 keepalive interval / timeout | 20% / 40% of T | {} / {} |",
