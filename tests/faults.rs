@@ -2022,3 +2022,60 @@ async fn a_frozen_gateways_late_answer_does_not_stretch_its_leaders_lease() {
     );
     g1.thaw();
 }
+
+/// The price of the lease on the holder's own clock (G3b, session 22): a link whose round trip
+/// is longer than the lease cannot hold. The Rust helper's grant arrives after the lease it
+/// carries has run out (its ping 1 was sent 2 s before a grant with a 1.05 s limit reached it),
+/// so the helper reports the grant lost at once with reason `silence` — it never says it leads —
+/// and cancels the stream, so the next candidate on another gateway is elected as soon as the
+/// cancel has crossed the link (0.99 s measured), while the caller still holds the handle. A hearing watchdog would have led for a silence limit
+/// from the grant's arrival, while the gateway's view had it lead since a second earlier.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_slower_than_the_lease_cannot_hold() {
+    let _serial = support::serial().lock().await;
+    let zk = shared_zk();
+    let s = Scenario::new("slower-than-lease", T);
+    let g1 = s
+        .gateway_from("g1", GatewaySpec::binary(BIN, &zk, &s.root, T))
+        .await;
+    let g2 = s
+        .gateway_from("g2", GatewaySpec::binary(BIN, &zk, &s.root, T))
+        .await;
+    let link = support::slowlink::SlowLink::start(g1.addr, Duration::ZERO)
+        .await
+        .unwrap();
+    link.set_delays(Duration::from_secs(1), Duration::from_secs(1));
+    let a = zkgate_client::Client::connect(zkgate_client::Endpoints::new([link.url()]).unwrap())
+        .await
+        .unwrap();
+    let lead = a.campaign("slow-lease", "a", b"").await.expect("a queued");
+    let lost = lead.elected().await;
+    assert!(
+        matches!(
+            lost,
+            Err(zkgate_client::Error::Lost(
+                zkgate_client::LossReason::Silence
+            ))
+        ),
+        "a's grant is lost on arrival: {lost:?}"
+    );
+    assert!(!lead.is_leader(), "a never leads");
+    // The helper cancelled the stream: b, on a fast link to g2, is elected once the cancel has
+    // crossed a's slow link (1 s) — not after a's silence limit or the keepalive.
+    let b = StreamClient::join(&g2.url(), "slow-lease", "b", "g2")
+        .await
+        .unwrap();
+    let t = Instant::now();
+    let (tb, _) = b.wait_granted(T * 2).await.expect("b elected");
+    s.say(&format!("b elected {:?} after a's loss", tb - t));
+    // Before the helper ended its request side on loss, the reset waited for the handle's drop
+    // and the gateway kept the znode until it gave the connection up: 3.3 and 3.4 s here.
+    assert!(
+        tb - t < Duration::from_secs(1) + silence_limit(T),
+        "b elected only {:?} after a's loss: a's stream was not cancelled",
+        tb - t
+    );
+    drop(lead);
+    b.resign().await;
+    b.wait_end(STEP).await.expect("b ended");
+}

@@ -169,6 +169,7 @@ impl HoldCore {
         give_up: Box<dyn FnOnce() + Send + Sync>,
         keep_alive: Option<KeepAlive>,
         pinger: Option<Pinger>,
+        end_requests: Option<CancellationToken>,
         endpoint: Endpoint,
         keep_after_loss: bool,
     ) -> Result<HoldCore, Error> {
@@ -217,6 +218,7 @@ impl HoldCore {
             releasing: releasing.clone(),
             keep_alive,
             pings: pinger,
+            end_requests,
             keep_after_loss,
         }));
         Ok(HoldCore {
@@ -341,6 +343,8 @@ struct Drive {
     keep_alive: Option<KeepAlive>,
     /// With a gateway that answers pings.
     pings: Option<Pings>,
+    /// Ends the request side ([`crate::raw::Duplex::request_ender`]).
+    end_requests: Option<CancellationToken>,
     keep_after_loss: bool,
 }
 
@@ -575,7 +579,14 @@ async fn drive(mut d: Drive) {
         let _ = d.events.send(HoldEvent::Lost(reason));
         let ended = d.state.borrow().end.is_some();
         if ended || !d.keep_after_loss {
-            // Returning drops the stream: the gateway deletes the znode.
+            // Cancel the call: the response side dropped first, then the request side ended
+            // (the senders live on in the caller's handle), so the transport resets the stream
+            // and the gateway deletes the znode now, not when the handle is dropped or the
+            // connection given up.
+            d.stream = Box::pin(tokio_stream::empty());
+            if let Some(end) = &d.end_requests {
+                end.cancel();
+            }
             return;
         }
     }
@@ -600,7 +611,15 @@ mod tests {
         let ep = Endpoint::parse("127.0.0.1:1").unwrap();
         (
             tx,
-            HoldCore::start(stream, Box::new(|| {}), None, None, ep, keep_after_loss),
+            HoldCore::start(
+                stream,
+                Box::new(|| {}),
+                None,
+                None,
+                None,
+                ep,
+                keep_after_loss,
+            ),
         )
     }
 
@@ -862,7 +881,7 @@ mod tests {
             }),
         );
         let ep = Endpoint::parse("127.0.0.1:1").unwrap();
-        let open = HoldCore::start(stream, Box::new(|| {}), None, Some(pinger), ep, false);
+        let open = HoldCore::start(stream, Box::new(|| {}), None, Some(pinger), None, ep, false);
         (tx, sent, open)
     }
 

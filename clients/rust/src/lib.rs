@@ -634,6 +634,7 @@ impl Client {
                     .await
                     .map_err(Error::Status)?;
                     let taken = stream.first_taken();
+                    let end_requests = stream.request_ender();
                     let (requests, responses) = stream.into_parts();
                     let pings = requests.clone();
                     let pinger: hold::Pinger = (
@@ -657,6 +658,7 @@ impl Client {
                         give_up,
                         None,
                         Some(pinger),
+                        Some(end_requests),
                         ep,
                         options.keep_after_loss,
                     )
@@ -722,6 +724,7 @@ impl Client {
                     .await
                     .map_err(Error::Status)?;
                     let taken = stream.first_taken();
+                    let end_requests = stream.request_ender();
                     let (requests, responses) = stream.into_parts();
                     let keep_alive = ttl.map(|ttl| {
                         let requests = requests.clone();
@@ -754,6 +757,7 @@ impl Client {
                         give_up,
                         keep_alive,
                         Some(pinger),
+                        Some(end_requests),
                         ep,
                         keep_after_loss,
                     )

@@ -41,6 +41,7 @@ pub struct Duplex<Req, Resp> {
     requests: mpsc::Sender<Req>,
     responses: Streaming<Resp>,
     first_taken: FirstTaken,
+    end_requests: tokio_util::sync::CancellationToken,
 }
 
 /// When the transport took the call's first request from the buffer (set once): a moment
@@ -98,6 +99,15 @@ impl<Req, Resp> Duplex<Req, Resp> {
         self.first_taken.clone()
     }
 
+    /// Cancelling this ends the request side whoever still holds a sender: a half-close, and
+    /// once the response side is dropped too, the call is reset (HTTP/2 `RST_STREAM`), which is
+    /// what makes the gateway release at once. Dropping only the response side resets nothing
+    /// while a sender lives: the transport keeps the stream open for the requests still to
+    /// come, and the gateway keeps the znode until it gives the connection up.
+    pub fn request_ender(&self) -> tokio_util::sync::CancellationToken {
+        self.end_requests.clone()
+    }
+
     /// The two sides, for a caller that reads in one task and writes from another. Dropping
     /// the response side cancels the call (the gateway then deletes the znode).
     pub fn into_parts(self) -> (mpsc::Sender<Req>, Streaming<Resp>) {
@@ -114,6 +124,7 @@ fn request_buffer<Req: Send + 'static>(
     mpsc::Sender<Req>,
     impl Stream<Item = Req> + Send + 'static,
     FirstTaken,
+    tokio_util::sync::CancellationToken,
 ) {
     let (tx, rx) = mpsc::channel(REQUEST_BUFFER.max(first.len()));
     for m in first {
@@ -125,7 +136,32 @@ fn request_buffer<Req: Send + 'static>(
         stamp.get_or_init(tokio::time::Instant::now);
         m
     });
-    (tx, rx, taken)
+    let end = tokio_util::sync::CancellationToken::new();
+    let rx = Ending {
+        inner: Box::pin(rx),
+        end: Box::pin(end.clone().cancelled_owned()),
+    };
+    (tx, rx, taken, end)
+}
+
+/// A request stream that ends when its token is cancelled (see [`Duplex::request_ender`]).
+struct Ending<Req> {
+    inner: std::pin::Pin<Box<dyn Stream<Item = Req> + Send>>,
+    end: std::pin::Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+}
+
+impl<Req> Stream for Ending<Req> {
+    type Item = Req;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Req>> {
+        if std::future::Future::poll(self.end.as_mut(), cx).is_ready() {
+            return std::task::Poll::Ready(None);
+        }
+        self.inner.as_mut().poll_next(cx)
+    }
 }
 
 impl CampaignStream {
@@ -148,12 +184,13 @@ impl CampaignStream {
         client: &mut ElectionClient<Channel>,
         first: impl IntoIterator<Item = pb::CampaignRequest>,
     ) -> Result<Self, Status> {
-        let (requests, rx, first_taken) = request_buffer(first.into_iter().collect());
+        let (requests, rx, first_taken, end_requests) = request_buffer(first.into_iter().collect());
         let responses = client.campaign(rx).await?.into_inner();
         Ok(Duplex {
             requests,
             responses,
             first_taken,
+            end_requests,
         })
     }
 
@@ -167,7 +204,7 @@ impl CampaignStream {
         first: impl IntoIterator<Item = pb::CampaignRequest>,
         meta: tonic::Request<()>,
     ) -> Result<Self, Status> {
-        let (requests, rx, first_taken) = request_buffer(first.into_iter().collect());
+        let (requests, rx, first_taken, end_requests) = request_buffer(first.into_iter().collect());
         let (metadata, extensions, ()) = meta.into_parts();
         let request = tonic::Request::from_parts(metadata, extensions, rx);
         let responses = ElectionClient::new(channel)
@@ -178,6 +215,7 @@ impl CampaignStream {
             requests,
             responses,
             first_taken,
+            end_requests,
         })
     }
 
@@ -242,12 +280,13 @@ impl AcquireStream {
         client: &mut LockClient<Channel>,
         first: impl IntoIterator<Item = pb::AcquireRequest>,
     ) -> Result<Self, Status> {
-        let (requests, rx, first_taken) = request_buffer(first.into_iter().collect());
+        let (requests, rx, first_taken, end_requests) = request_buffer(first.into_iter().collect());
         let responses = client.acquire(rx).await?.into_inner();
         Ok(Duplex {
             requests,
             responses,
             first_taken,
+            end_requests,
         })
     }
 
@@ -261,7 +300,7 @@ impl AcquireStream {
         first: impl IntoIterator<Item = pb::AcquireRequest>,
         meta: tonic::Request<()>,
     ) -> Result<Self, Status> {
-        let (requests, rx, first_taken) = request_buffer(first.into_iter().collect());
+        let (requests, rx, first_taken, end_requests) = request_buffer(first.into_iter().collect());
         let (metadata, extensions, ()) = meta.into_parts();
         let request = tonic::Request::from_parts(metadata, extensions, rx);
         let responses = LockClient::new(channel)
@@ -272,6 +311,7 @@ impl AcquireStream {
             requests,
             responses,
             first_taken,
+            end_requests,
         })
     }
 
@@ -505,7 +545,7 @@ mod tests {
     /// connection that may take long (a cold client): stamped on the first poll, once.
     #[tokio::test(start_paused = true)]
     async fn the_first_request_is_stamped_when_the_transport_takes_it() {
-        let (_tx, rx, taken) = request_buffer(vec![1u32, 2]);
+        let (_tx, rx, taken, _) = request_buffer(vec![1u32, 2]);
         tokio::pin!(rx);
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(taken.get().is_none(), "not before the transport takes it");
@@ -520,7 +560,7 @@ mod tests {
     #[test]
     fn first_messages_fit_however_many() {
         let first: Vec<u32> = (0..(REQUEST_BUFFER as u32 + 5)).collect();
-        let (tx, _rx, _) = request_buffer(first);
+        let (tx, _rx, _, _) = request_buffer(first);
         assert_eq!(tx.max_capacity(), REQUEST_BUFFER + 5);
         assert_eq!(tx.capacity(), 0);
     }
