@@ -294,7 +294,8 @@ fn readme_walkthrough_runs_against_zkgate_dev() {
     );
     assert!(field(&elected_a, "silenceLimit").is_some(), "{elected_a}");
     let token_a = token(&elected_a);
-    alice.wait_message("a heartbeat", |m| m == r#"{"heartbeat":{}}"#);
+    // Unsolicited (`seq` 0): grpcurl does not ping.
+    alice.wait_message("a heartbeat", |m| m == r#"{"heartbeat":{"seq":"0"}}"#);
 
     // Terminal 2: bob waits at position 1 and hears nothing else.
     let mut bob = Background::start("bob", &cmd("campaign-bob"));

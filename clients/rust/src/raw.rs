@@ -13,6 +13,7 @@
 //! use zkgate_client::{pb, raw::CampaignStream};
 //! let mut s = CampaignStream::join(ch, pb::Join {
 //!     election: "billing-cron".into(), candidate: "host-1".into(), value: vec![],
+//!     ping_seq: 0, // no pings: this stream gets unsolicited heartbeats
 //! }).await?;
 //! while let Some(event) = s.event().await? {
 //!     println!("{event:?}"); // queued, elected, heartbeats, …
