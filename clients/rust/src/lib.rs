@@ -196,6 +196,23 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// The pings of a stream whose requests are `Req` (`ping` makes one of a `Ping`): ping 1 is
+/// the first request, taken by the transport at `taken` (else `opened`); the rest go out
+/// without waiting ([`hold::Pinger`]).
+fn pinger<Req: Send + 'static>(
+    taken: raw::FirstTaken,
+    opened: tokio::time::Instant,
+    requests: &tokio::sync::mpsc::Sender<Req>,
+    ping: fn(pb::Ping) -> Req,
+) -> hold::Pinger {
+    let requests = requests.clone();
+    (
+        taken,
+        opened,
+        Box::new(move |seq| requests.try_send(ping(pb::Ping { seq })).is_ok()),
+    )
+}
+
 fn proto_duration(d: Duration) -> prost_types::Duration {
     prost_types::Duration::try_from(d).unwrap_or(prost_types::Duration {
         seconds: i64::MAX,
@@ -636,18 +653,9 @@ impl Client {
                     let taken = stream.first_taken();
                     let end_requests = stream.request_ender();
                     let (requests, responses) = stream.into_parts();
-                    let pings = requests.clone();
-                    let pinger: hold::Pinger = (
-                        taken,
-                        opened,
-                        Box::new(move |seq| {
-                            pings
-                                .try_send(
-                                    pb::campaign_request::Request::Ping(pb::Ping { seq }).into(),
-                                )
-                                .is_ok()
-                        }),
-                    );
+                    let pinger = pinger(taken, opened, &requests, |p| {
+                        pb::campaign_request::Request::Ping(p).into()
+                    });
                     let give_up = Box::new(move || {
                         let _ = requests.try_send(
                             pb::campaign_request::Request::Resign(pb::ResignCandidacy {}).into(),
@@ -735,18 +743,9 @@ impl Client {
                         });
                         (ttl / 3, send)
                     });
-                    let pings = requests.clone();
-                    let pinger: hold::Pinger = (
-                        taken,
-                        opened,
-                        Box::new(move |seq| {
-                            pings
-                                .try_send(
-                                    pb::acquire_request::Request::Ping(pb::Ping { seq }).into(),
-                                )
-                                .is_ok()
-                        }),
-                    );
+                    let pinger = pinger(taken, opened, &requests, |p| {
+                        pb::acquire_request::Request::Ping(p).into()
+                    });
                     let give_up = Box::new(move || {
                         let _ = requests.try_send(
                             pb::acquire_request::Request::Release(pb::ReleaseLock {}).into(),
