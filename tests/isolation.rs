@@ -4,7 +4,9 @@
 //! a loop, is `tests/large_queues.rs`) (b) opens 50,000 Campaign
 //! streams over a few connections (admitted up to the limits, the rest `RESOURCE_EXHAUSTED`),
 //! (c) joins and leaves 10,000 distinct elections (100,000 by hand), (d) proclaims 64 KiB values as fast as it
-//! can. After each, the gateway is still `SERVING` and no member znode is left.
+//! can, (e) keeps 3,000 unary reads in flight without a policy while a prober acquires and
+//! releases a lock of its own (its holds stay on time; the flood meets `--max-unary-in-flight`).
+//! After each, the gateway is still `SERVING` and no member znode is left.
 //!
 //! Scenarios run one at a time: each loads the machine on purpose.
 
@@ -385,4 +387,172 @@ async fn a_proclaim_flood_does_not_disturb_other_leaders() {
         refused.load(Ordering::Relaxed)
     );
     s.finish("proclaim flood").await;
+}
+
+/// What the read flood of (e) got back, call by call.
+#[derive(Default)]
+struct ReadTally {
+    answered: AtomicU64,
+    refused: AtomicU64,
+}
+
+/// (e) Unary reads as fast as they go, without a policy: 8 connections with 375 calls each
+/// always in flight (`Validate` of both kinds, `Leader`, `Candidates`, `Holders` of the
+/// bystanders' own names, so every read goes to their session), while a prober on its own
+/// connection acquires a lock of its own again and again, releasing every other hold by lease.
+/// Past the gateway-wide `--max-unary-in-flight` the flood is refused `RESOURCE_EXHAUSTED` (and
+/// backs off, as the status says); the reads it has in the gateway meet the session a few at a
+/// time (`coord::session::UNARY_WORK_IN_FLIGHT`), so the prober's creates and deletes never
+/// queue behind them, and its by-lease releases are neither refused nor queued behind the
+/// reads (a count and a room of their own). Before, the reads went straight to the session and
+/// each acquisition took seconds; the bystanders see nothing either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_flood_meets_the_limit_and_leaves_holds_on_time() {
+    use zkgate::proto::lock_client::LockClient;
+    let _serial = support::serial().lock().await;
+    let extra: Vec<String> = std::env::var("ZKGATE_ISOLATION_EXTRA")
+        .map(|v| v.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default();
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let s = setup("reads", &extra).await;
+    let url = s.gw.url();
+    let tally = Arc::new(ReadTally::default());
+    let until = Instant::now() + Duration::from_secs(6);
+    let mut flood = Vec::new();
+    for _ in 0..8 {
+        let channel = Channel::from_shared(url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        for k in 0..375u64 {
+            let (mut e, mut l) = (
+                ElectionClient::new(channel.clone()),
+                LockClient::new(channel.clone()),
+            );
+            let tally = tally.clone();
+            flood.push(tokio::spawn(async move {
+                let mut i = k;
+                let mut backoff = Duration::from_millis(100);
+                while Instant::now() < until {
+                    i += 1;
+                    let r = match i % 5 {
+                        0 => e
+                            .validate(pb::ElectionValidateRequest {
+                                election: "bystander".into(),
+                                fencing_token: i,
+                            })
+                            .await
+                            .map(drop),
+                        1 => l
+                            .validate(pb::LockValidateRequest {
+                                name: "bystander-lock".into(),
+                                fencing_token: i,
+                            })
+                            .await
+                            .map(drop),
+                        2 => e
+                            .leader(pb::LeaderRequest {
+                                election: "bystander".into(),
+                            })
+                            .await
+                            .map(drop),
+                        3 => e
+                            .candidates(pb::CandidatesRequest {
+                                election: "bystander".into(),
+                                ..Default::default()
+                            })
+                            .await
+                            .map(drop),
+                        _ => l
+                            .holders(pb::HoldersRequest {
+                                name: "bystander-lock".into(),
+                                ..Default::default()
+                            })
+                            .await
+                            .map(drop),
+                    };
+                    match r {
+                        Ok(()) => {
+                            backoff = Duration::from_millis(100);
+                            tally.answered.fetch_add(1, Ordering::Relaxed)
+                        }
+                        Err(st) if st.code() == Code::ResourceExhausted => {
+                            assert!(
+                                st.message().contains("--max-unary-in-flight = "),
+                                "refused by another limit: {st:?}"
+                            );
+                            // As the status says: back off before trying again (100 ms,
+                            // doubling up to 1.6 s, as gRPC's retry policies do).
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(Duration::from_millis(1600));
+                            tally.refused.fetch_add(1, Ordering::Relaxed)
+                        }
+                        Err(st) => panic!("a flooding read failed otherwise: {st:?}"),
+                    };
+                }
+            }));
+        }
+    }
+    // The prober: its own lock, acquired and released in turn for as long as the flood runs.
+    let mut prober = LockClient::connect(url.clone()).await.unwrap();
+    let (mut waits, mut releases) = (Vec::new(), Vec::new());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    while Instant::now() + Duration::from_millis(500) < until {
+        let start = Instant::now();
+        let mut a =
+            support::Acquisition::open(&mut prober, support::acquire_msg("prober", "p")).await;
+        a.acquired().await;
+        waits.push(start.elapsed());
+        if waits.len() % 2 == 0 {
+            a.release().await;
+            continue;
+        }
+        // Every other hold ends by lease: a unary call too, but never behind the reads. The
+        // holder is told first (`suspended`) and ends its stream, as the helpers do (G3c);
+        // then the call returns.
+        let start = Instant::now();
+        let lease = a.lease.clone();
+        let holder = tokio::spawn(async move {
+            match a.next_any().await {
+                Ok(Some(zkgate::proto::acquire_response::Event::Suspended(_))) => {}
+                other => panic!("a hold released by lease is told first: {other:?}"),
+            }
+            a.release().await;
+        });
+        prober
+            .release(pb::ReleaseRequest { lease })
+            .await
+            .expect("release by lease");
+        releases.push(start.elapsed());
+        holder.await.unwrap();
+    }
+    for f in flood {
+        f.await.unwrap();
+    }
+    let (answered, refused) = (
+        tally.answered.load(Ordering::Relaxed),
+        tally.refused.load(Ordering::Relaxed),
+    );
+    waits.sort();
+    releases.sort();
+    let median = |d: &[Duration]| d[d.len() / 2];
+    eprintln!(
+        "read flood for 6 s: {answered} answered, {refused} refused; the prober's {} acquisitions took {:?} (median) to {:?} (longest), its {} releases by lease {:?} to {:?}",
+        waits.len(),
+        median(&waits),
+        waits.last().unwrap(),
+        releases.len(),
+        median(&releases),
+        releases.last().unwrap(),
+    );
+    assert!(answered > 0, "the gateway answered no read of the flood");
+    assert!(refused > 0, "the flood never met --max-unary-in-flight");
+    // With the reads let through to the session: 2 acquisitions in 5 s, 1.7 and 2.7 s each.
+    // With them waiting in the gateway: 62, a median of 23 ms (the longest 0.37 s).
+    assert!(
+        waits.len() >= 10 && median(&waits) < T / 10 && median(&releases) < T / 10,
+        "the prober's holds were late behind the reads: {waits:?}, releases {releases:?}"
+    );
+    s.finish("read flood").await;
 }

@@ -7,6 +7,7 @@ use tonic::Request;
 
 use super::limits::{Admission, UnaryPermit};
 use crate::auth::{self, Auth, Identity, LeaseKeys};
+use crate::coord::session::UnaryWork;
 use crate::coord::{CoordError, Coordinator};
 
 /// The coordinator, the stream admission (G10), the tenancy policy and the lease keys: one
@@ -39,9 +40,14 @@ impl ApiDeps {
         self.auth.enforced().then(|| identity.clone())
     }
 
-    /// Admits a unary call against the caller's per-identity limits (G10), before any work.
-    pub fn unary<T>(&self, request: &Request<T>) -> Result<UnaryPermit, CoordError> {
+    /// Admits a unary call of `kind` against the caller's per-identity limits and the
+    /// gateway's calls of that kind in flight (G10), before any work.
+    pub fn unary<T>(
+        &self,
+        request: &Request<T>,
+        kind: UnaryWork,
+    ) -> Result<UnaryPermit, CoordError> {
         let identity = auth::caller(request);
-        self.admission.unary(self.limited(&identity).as_ref())
+        self.admission.unary(self.limited(&identity).as_ref(), kind)
     }
 }

@@ -9,6 +9,7 @@ use super::limits::{BytesPermit, QueuePermit};
 use crate::auth::{self, audit, LeaseKeys, Verb};
 use crate::coord::election::{Candidacy, CandidacyEnd, CandidacyEvent};
 use crate::coord::member::Member;
+use crate::coord::session::UnaryWork;
 use crate::coord::types::{FencingToken, Holder, InvalidInput, QueueKind};
 use crate::coord::CoordError;
 use crate::proto as pb;
@@ -250,7 +251,7 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::ProclaimRequest>,
     ) -> Result<Response<pb::ProclaimResponse>, Status> {
-        let _call = self.unary(&request)?;
+        let _call = self.unary(&request, UnaryWork::ByLease)?;
         let identity = auth::caller(&request);
         let r = request.into_inner();
         let lease = convert::lease(&r.lease, QueueKind::Election, &self.keys)?;
@@ -271,7 +272,7 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::ResignRequest>,
     ) -> Result<Response<pb::ResignResponse>, Status> {
-        let _call = self.unary(&request)?;
+        let _call = self.unary(&request, UnaryWork::ByLease)?;
         let identity = auth::caller(&request);
         let lease = convert::lease(&request.into_inner().lease, QueueKind::Election, &self.keys)?;
         self.auth
@@ -291,7 +292,7 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::LeaderRequest>,
     ) -> Result<Response<pb::LeaderResponse>, Status> {
-        let _call = self.unary(&request)?;
+        let _call = self.unary(&request, UnaryWork::Read)?;
         let election = convert::queue_name(request.get_ref().election.clone(), "election")?;
         self.may_observe(&request, election.as_str())?;
         let leader = self.coord.leader(&election).await?;
@@ -320,7 +321,7 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::CandidatesRequest>,
     ) -> Result<Response<pb::CandidatesResponse>, Status> {
-        let _call = self.unary(&request)?;
+        let _call = self.unary(&request, UnaryWork::Read)?;
         let election = convert::queue_name(request.get_ref().election.clone(), "election")?;
         self.may_observe(&request, election.as_str())?;
         let r = request.into_inner();
@@ -337,7 +338,7 @@ impl Election for ElectionApi {
         &self,
         request: Request<pb::ElectionValidateRequest>,
     ) -> Result<Response<pb::ElectionValidateResponse>, Status> {
-        let _call = self.unary(&request)?;
+        let _call = self.unary(&request, UnaryWork::Read)?;
         let election = convert::queue_name(request.get_ref().election.clone(), "election")?;
         self.may_observe(&request, election.as_str())?;
         let r = request.into_inner();

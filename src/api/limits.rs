@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
 
 use crate::auth::Identity;
+use crate::coord::session::UnaryWork;
 use crate::coord::types::InvalidInput;
 use crate::coord::{CoordError, Limit};
 use crate::metrics as m;
@@ -58,6 +59,13 @@ pub const DEFAULT_QUEUES_PER_IDENTITY: usize = crate::coord::DEFAULT_MAX_QUEUES 
 pub const DEFAULT_UNARY_RATE_PER_IDENTITY: u32 = 5_000;
 /// As the HTTP/2 room for unary calls on one connection (`http2_max_concurrent_streams`).
 pub const DEFAULT_UNARY_IN_FLIGHT_PER_IDENTITY: usize = 1_000;
+/// Unary calls in flight on the whole gateway, with or without a policy: twice one identity's,
+/// so one tenant at its own limit leaves the others half. The calls past the few whose work is
+/// on the ZooKeeper session at once (`coord::session::UNARY_WORK_IN_FLIGHT`) wait in the
+/// gateway; this bounds that wait (≈ 0.3–1 s of reads on this project's 2-core machine) and
+/// its memory, and turns a flood from one client without a policy into `RESOURCE_EXHAUSTED`
+/// instead of a queue.
+pub const DEFAULT_UNARY_IN_FLIGHT_PER_GATEWAY: usize = 2_000;
 /// 16 MiB of election values per identity (256 default-sized values of 64 KiB).
 pub const DEFAULT_BYTES_IN_FLIGHT_PER_IDENTITY: usize = 16 * 1024 * 1024;
 pub const DEFAULT_FIRST_MESSAGE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -95,6 +103,10 @@ pub struct StreamLimits {
     #[arg(id = "max_queues_per_identity", value_name = "MAX_QUEUES_PER_IDENTITY", long = "max-queues-per-identity", env = "ZKGATE_MAX_QUEUES_PER_IDENTITY", default_value_t = DEFAULT_QUEUES_PER_IDENTITY)]
     #[serde(rename = "max_queues_per_identity")]
     pub queues_per_identity: usize,
+    /// Unary calls in flight at once on this gateway; past it RESOURCE_EXHAUSTED
+    #[arg(id = "max_unary_in_flight", value_name = "MAX_UNARY_IN_FLIGHT", long = "max-unary-in-flight", env = "ZKGATE_MAX_UNARY_IN_FLIGHT", default_value_t = DEFAULT_UNARY_IN_FLIGHT_PER_GATEWAY)]
+    #[serde(rename = "max_unary_in_flight")]
+    pub unary_in_flight_per_gateway: usize,
     /// Under --auth-policy: unary calls per second per identity (bursts of one second's worth)
     #[arg(id = "max_unary_rate_per_identity", value_name = "MAX_UNARY_RATE_PER_IDENTITY", long = "max-unary-rate-per-identity", env = "ZKGATE_MAX_UNARY_RATE_PER_IDENTITY", default_value_t = DEFAULT_UNARY_RATE_PER_IDENTITY)]
     #[serde(rename = "max_unary_rate_per_identity")]
@@ -124,6 +136,7 @@ impl Default for StreamLimits {
             holder_streams_per_identity: DEFAULT_HOLDER_STREAMS_PER_IDENTITY,
             observe_streams_per_identity: DEFAULT_OBSERVE_STREAMS_PER_IDENTITY,
             queues_per_identity: DEFAULT_QUEUES_PER_IDENTITY,
+            unary_in_flight_per_gateway: DEFAULT_UNARY_IN_FLIGHT_PER_GATEWAY,
             unary_rate_per_identity: DEFAULT_UNARY_RATE_PER_IDENTITY,
             unary_in_flight_per_identity: DEFAULT_UNARY_IN_FLIGHT_PER_IDENTITY,
             bytes_in_flight_per_identity: DEFAULT_BYTES_IN_FLIGHT_PER_IDENTITY,
@@ -230,6 +243,8 @@ enum StreamKind {
 pub struct Admission {
     limits: StreamLimits,
     holders: AtomicUsize,
+    /// Unary calls in flight on this gateway, per kind (`--max-unary-in-flight` each).
+    unary: [AtomicUsize; 2],
     connections: Mutex<HashMap<SocketAddr, PerConnection>>,
     /// Under a policy: what each identity has open.
     identities: Mutex<HashMap<Identity, PerIdentity>>,
@@ -249,6 +264,7 @@ impl Admission {
         Arc::new(Self {
             limits,
             holders: AtomicUsize::new(0),
+            unary: Default::default(),
             connections: Mutex::new(HashMap::new()),
             identities: Mutex::new(HashMap::new()),
         })
@@ -402,19 +418,38 @@ impl Admission {
         })
     }
 
-    /// Admits one unary call of `identity` (`None`: no policy): first its calls in flight,
-    /// then its rate (a refused call takes no token).
+    /// Admits one unary call of `kind` by `identity` (`None`: no policy): first the identity's
+    /// calls in flight and its rate (a refused call takes no token), so a tenant's flood meets
+    /// its own limits first, then the gateway's calls of that kind in flight (so a flood of
+    /// reads never refuses a by-lease release, nor the reverse).
     ///
     /// # Errors
-    /// `RESOURCE_EXHAUSTED` past `--max-unary-in-flight-per-identity` or
-    /// `--max-unary-rate-per-identity`.
-    pub fn unary(self: &Arc<Self>, identity: Option<&Identity>) -> Result<UnaryPermit, CoordError> {
-        let Some(id) = identity else {
-            return Ok(UnaryPermit {
-                admission: self.clone(),
-                identity: None,
-            });
+    /// `RESOURCE_EXHAUSTED` past `--max-unary-in-flight-per-identity`,
+    /// `--max-unary-rate-per-identity` or `--max-unary-in-flight`.
+    pub fn unary(
+        self: &Arc<Self>,
+        identity: Option<&Identity>,
+        kind: UnaryWork,
+    ) -> Result<UnaryPermit, CoordError> {
+        if let Some(id) = identity {
+            self.count_unary(id)?;
+        }
+        let permit = UnaryPermit {
+            admission: self.clone(),
+            identity: identity.cloned(),
+            kind,
         };
+        let max = self.limits.unary_in_flight_per_gateway;
+        // Counted before the check: the permit's drop gives it back, refused or not.
+        if self.unary[kind as usize].fetch_add(1, Ordering::AcqRel) >= max {
+            drop(permit);
+            return Err(Limit::UnaryInFlightPerGateway(kind, max).reject());
+        }
+        Ok(permit)
+    }
+
+    /// Counts one unary call of `id` against its calls in flight and its rate.
+    fn count_unary(&self, id: &Identity) -> Result<(), CoordError> {
         let (max, rate) = (
             self.limits.unary_in_flight_per_identity,
             self.limits.unary_rate_per_identity,
@@ -438,10 +473,6 @@ impl Admission {
             }
             entry.unary += 1;
             Ok(())
-        })?;
-        Ok(UnaryPermit {
-            admission: self.clone(),
-            identity: Some(id.clone()),
         })
     }
 
@@ -550,10 +581,12 @@ impl Drop for QueuePermit {
 pub struct UnaryPermit {
     admission: Arc<Admission>,
     identity: Option<Identity>,
+    kind: UnaryWork,
 }
 
 impl Drop for UnaryPermit {
     fn drop(&mut self) {
+        self.admission.unary[self.kind as usize].fetch_sub(1, Ordering::AcqRel);
         if let Some(id) = &self.identity {
             self.admission
                 .with_identity(id, |entry| entry.unary = entry.unary.saturating_sub(1));
@@ -634,6 +667,7 @@ pub(super) async fn first_message<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use UnaryWork::{ByLease, Read};
 
     fn addr(port: u16) -> Option<SocketAddr> {
         Some(SocketAddr::from(([127, 0, 0, 1], port)))
@@ -708,6 +742,45 @@ mod tests {
         );
     }
 
+    #[test]
+    fn unary_calls_in_flight_on_the_gateway_with_or_without_a_policy() {
+        let a = Admission::new(StreamLimits {
+            unary_in_flight_per_gateway: 2,
+            unary_in_flight_per_identity: 1,
+            ..Default::default()
+        });
+        let tenant = Identity::Named("tenant".into());
+        let other = Identity::Named("other".into());
+        let u1 = a.unary(None, Read).unwrap();
+        // The identity's own limit first: a refusal there takes no gateway place.
+        let t1 = a.unary(Some(&tenant), Read).unwrap();
+        let e = Status::from(a.unary(Some(&tenant), Read).unwrap_err());
+        assert!(
+            e.message()
+                .contains("--max-unary-in-flight-per-identity = 1"),
+            "{e:?}"
+        );
+        // The gateway is full: refused without a policy and with one, and a refusal here
+        // gives the identity's place back.
+        for who in [None, Some(&other)] {
+            let e = Status::from(a.unary(who, Read).unwrap_err());
+            assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+            assert!(e.message().contains("--max-unary-in-flight = 2"), "{e:?}");
+        }
+        drop(u1);
+        let o1 = a.unary(Some(&other), Read).unwrap();
+        assert!(a.unary(None, Read).is_err(), "refusals took no place");
+        // Reads fill it, not the by-lease calls, which have a count of their own.
+        let _ends = (
+            a.unary(None, ByLease).unwrap(),
+            a.unary(None, ByLease).unwrap(),
+        );
+        let e = Status::from(a.unary(None, ByLease).unwrap_err());
+        assert!(e.message().contains("by-lease calls"), "{e:?}");
+        drop((t1, o1));
+        let _both = (a.unary(None, Read).unwrap(), a.unary(None, Read).unwrap());
+    }
+
     /// (rate, the times of successive takes in ms from a full bucket, which are granted)
     #[test]
     fn token_bucket_refills_at_its_rate_and_holds_one_second() {
@@ -779,15 +852,15 @@ mod tests {
             a.queue(Some(&flood), "c").is_err(),
             "a is still in use by _q1b"
         );
-        let u1 = a.unary(Some(&flood)).unwrap();
-        let _u2 = a.unary(Some(&flood)).unwrap();
-        let in_flight = message(a.unary(Some(&flood)).unwrap_err());
+        let u1 = a.unary(Some(&flood), Read).unwrap();
+        let _u2 = a.unary(Some(&flood), Read).unwrap();
+        let in_flight = message(a.unary(Some(&flood), Read).unwrap_err());
         drop(u1);
-        let _u3 = a.unary(Some(&flood)).unwrap();
+        let _u3 = a.unary(Some(&flood), Read).unwrap();
         drop(_u3);
-        let rate = message(a.unary(Some(&flood)).unwrap_err());
-        assert!(a.unary(Some(&quiet)).is_ok());
-        assert!(a.unary(None).is_ok());
+        let rate = message(a.unary(Some(&flood), Read).unwrap_err());
+        assert!(a.unary(Some(&quiet), Read).is_ok());
+        assert!(a.unary(None, Read).is_ok());
         let mut b1 = a.bytes(Some(&flood), 60).unwrap();
         let bytes = message(a.bytes(Some(&flood), 41).unwrap_err());
         let b2 = a.bytes(Some(&flood), 40).unwrap();

@@ -9,6 +9,7 @@ use super::limits::QueuePermit;
 use crate::auth::{self, audit, Verb};
 use crate::coord::lock::{AcquireSpec, LockEnd, LockEvent, LockHold, LockMode};
 use crate::coord::member::Member;
+use crate::coord::session::UnaryWork;
 use crate::coord::types::{FencingToken, InvalidInput, MemberInfo, Participant, QueueKind};
 use crate::coord::CoordError;
 use crate::proto as pb;
@@ -266,7 +267,7 @@ impl Lock for LockApi {
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
-        let _call = self.unary(&request)?;
+        let _call = self.unary(&request, UnaryWork::ByLease)?;
         let identity = auth::caller(&request);
         let lease = convert::lease(&request.into_inner().lease, QueueKind::Lock, &self.keys)?;
         self.auth
@@ -286,7 +287,7 @@ impl Lock for LockApi {
         &self,
         request: Request<pb::HoldersRequest>,
     ) -> Result<Response<pb::HoldersResponse>, Status> {
-        let _call = self.unary(&request)?;
+        let _call = self.unary(&request, UnaryWork::Read)?;
         let name = convert::queue_name(request.get_ref().name.clone(), "name")?;
         self.auth
             .check(&auth::caller(&request), Verb::Observe, name.as_str())?;
@@ -305,7 +306,7 @@ impl Lock for LockApi {
         &self,
         request: Request<pb::LockValidateRequest>,
     ) -> Result<Response<pb::LockValidateResponse>, Status> {
-        let _call = self.unary(&request)?;
+        let _call = self.unary(&request, UnaryWork::Read)?;
         let name = convert::queue_name(request.get_ref().name.clone(), "name")?;
         self.auth
             .check(&auth::caller(&request), Verb::Observe, name.as_str())?;

@@ -18,7 +18,7 @@ use super::member::{self, list_members, read_data, Member, MemberEvent};
 use super::pool::SessionPool;
 use super::queue::{QueueHandle, QueueView};
 use super::record::{ms_to_time, since, NodeRecord};
-use super::session::ZkSession;
+use super::session::{UnaryWork, ZkSession};
 use super::types::{
     FencingToken, Holder, Lease, MemberInfo, MemberMode, MemberName, Page, PageSpec, Participant,
     QueueKind, QueueName, Value,
@@ -381,7 +381,9 @@ fn leader_of(election: &QueueName, record: &NodeRecord, stat: &zkc::Stat) -> Hol
 
 /// [`Coordinator::leader`](super::Coordinator::leader), served over the pool.
 pub(super) async fn leader(pool: &SessionPool, election: &QueueName) -> Result<Holder, CoordError> {
-    leader_on(&*pool.session_for(QueueKind::Election, election)?, election).await
+    let session = pool.session_for(QueueKind::Election, election)?;
+    let _room = session.unary_room(UnaryWork::Read).await;
+    leader_on(&session, election).await
 }
 
 /// [`Coordinator::candidates`](super::Coordinator::candidates), served over the pool.
@@ -392,6 +394,7 @@ pub(super) async fn candidates(
 ) -> Result<Page<MemberInfo>, CoordError> {
     let kind = QueueKind::Election;
     let session = pool.session_for(kind, election)?;
+    let _room = session.unary_room(UnaryWork::Read).await;
     let path = session.queue_path(kind, election);
     let members = list_members(&session, &path).await?;
     let start = page
@@ -448,6 +451,7 @@ pub(super) async fn validate_leader(
     // A CheckSequencer must not answer from a follower that lags behind the quorum: a
     // `sync` first, on the session that then reads (one more round trip; see README).
     let session = pool.session_for(QueueKind::Election, election)?;
+    let _room = session.unary_room(UnaryWork::Read).await;
     session
         .zk
         .sync(&session.queue_path(QueueKind::Election, election))
@@ -472,7 +476,8 @@ pub(super) async fn proclaim(
 ) -> Result<Holder, CoordError> {
     let session = pool.session_for(lease.kind, &lease.queue)?;
     let value = value.into_bytes();
-    let _room = session.try_proclaim_room(value.len())?;
+    let _bytes = session.try_proclaim_room(value.len())?;
+    let _room = session.unary_room(UnaryWork::ByLease).await;
     let members = list_members(&session, &session.queue_path(lease.kind, &lease.queue)).await?;
     if !members.iter().any(|m| m == &lease.member) {
         return Err(CoordError::LeaseNotFound);

@@ -156,6 +156,8 @@ pub enum Limit {
     ObserveStreamsPerIdentity(String, usize),
     #[error("limit reached: distinct elections and locks identity {0:?} holds streams in on this gateway (--max-queues-per-identity = {1}); use fewer names at once")]
     QueuesPerIdentity(String, usize),
+    #[error("limit reached: unary {0} calls in flight on this gateway (--max-unary-in-flight = {1}, for each kind); wait for answers before sending more, or retry with backoff")]
+    UnaryInFlightPerGateway(super::session::UnaryWork, usize),
     #[error("limit reached: unary calls per second of identity {0:?} on this gateway (--max-unary-rate-per-identity = {1}); slow down and retry with backoff")]
     UnaryRatePerIdentity(String, u32),
     #[error("limit reached: unary calls in flight of identity {0:?} on this gateway (--max-unary-in-flight-per-identity = {1}); wait for answers before sending more")]
@@ -185,6 +187,7 @@ impl Limit {
             Limit::HolderStreamsPerIdentity(..) => "holder_streams_per_identity",
             Limit::ObserveStreamsPerIdentity(..) => "observe_streams_per_identity",
             Limit::QueuesPerIdentity(..) => "queues_per_identity",
+            Limit::UnaryInFlightPerGateway(..) => "unary_in_flight_per_gateway",
             Limit::UnaryRatePerIdentity(..) => "unary_rate_per_identity",
             Limit::UnaryInFlightPerIdentity(..) => "unary_in_flight_per_identity",
             Limit::BytesInFlightPerIdentity(..) => "bytes_in_flight_per_identity",

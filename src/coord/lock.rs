@@ -35,7 +35,7 @@ use super::link::LossReason;
 use super::member::{self, list_members, read_data, Member, MemberEvent};
 use super::pool::SessionPool;
 use super::record::{since, NodeRecord};
-use super::session::ZkSession;
+use super::session::{UnaryWork, ZkSession};
 use super::types::{
     FencingToken, Holder, InvalidInput, Lease, MemberInfo, MemberMode, PageSpec, Participant,
     QueueKind, QueueName,
@@ -442,7 +442,9 @@ async fn all_holders(
     pool: &SessionPool,
     name: &QueueName,
 ) -> Result<(Vec<MemberInfo>, u32), CoordError> {
-    all_holders_on(&*pool.session_for(QueueKind::Lock, name)?, name).await
+    let session = pool.session_for(QueueKind::Lock, name)?;
+    let _room = session.unary_room(UnaryWork::Read).await;
+    all_holders_on(&session, name).await
 }
 
 /// [`all_holders`] read through `session` (after its `sync`, for Validate).
@@ -520,6 +522,7 @@ pub(super) async fn validate_holder(
     // As for elections: a `sync` first, on the session that then reads, so a lagging
     // follower never vouches for a holder the quorum has already let go.
     let session = pool.session_for(QueueKind::Lock, name)?;
+    let _room = session.unary_room(UnaryWork::Read).await;
     session
         .zk
         .sync(&session.queue_path(QueueKind::Lock, name))

@@ -28,7 +28,7 @@ use super::link::{
 use super::pool::SessionPool;
 use super::queue::{Created, Enlisted, MemberSignal, QueueHandle, Refusal};
 use super::record::{now_ms, NodeRecord};
-use super::session::{Urgency, ZkSession};
+use super::session::{UnaryWork, Urgency, ZkSession};
 use super::types::{Holder, Lease, MemberMode, MemberName, ProtectedId, QueueKind};
 
 /// What a member's stream hears, in order.
@@ -582,7 +582,11 @@ pub(crate) const END_BY_LEASE_MARGIN: Duration = Duration::from_secs(1);
 /// gateway's session went before the end was confirmed.
 pub(crate) async fn end_by_lease(session: &ZkSession, lease: &Lease) -> Result<(), CoordError> {
     let path = lease_path(session, lease);
-    if !request_end(session, &path).await? {
+    let requested = {
+        let _room = session.unary_room(UnaryWork::ByLease).await;
+        request_end(session, &path).await?
+    };
+    if !requested {
         // Marked, then gone before we looked again: ended (by our request, or otherwise).
         return Ok(());
     }
@@ -600,6 +604,7 @@ pub(crate) async fn end_by_lease(session: &ZkSession, lease: &Lease) -> Result<(
         queue = %lease.queue, ?bound,
         "the member's gateway did not end it within its silence limit after a resign/release by lease; deleting it directly"
     );
+    let _room = session.unary_room(UnaryWork::ByLease).await;
     match session.delete_until_gone(&path, Urgency::Gather).await {
         // Gone either way: by this delete or by its own gateway meanwhile.
         Ok(_) => Ok(()),
