@@ -268,3 +268,95 @@ async fn an_explicit_silence_limit_is_clamped_to_the_granted_session_timeout() {
     assert!(limit < session.timing.silence_bound() && limit < configured);
     assert_eq!(session.timing.clamped_silence_limit, Some(configured));
 }
+
+/// The next event that is not a heartbeat answering no ping (`seq` 0), failing on any
+/// heartbeat that answers a ping in `refused`.
+async fn next_but_unsolicited(c: &mut Campaign, refused: impl Fn(u64) -> bool) -> Event {
+    loop {
+        match c.stream.event().await {
+            Ok(Some(Event::Heartbeat(h))) if refused(h.seq) => {
+                panic!("ping {} answered while the link was suspended", h.seq)
+            }
+            Ok(Some(Event::Heartbeat(h))) if h.seq == 0 => continue,
+            Ok(Some(e)) => return e,
+            other => panic!("stream ended: {other:?}"),
+        }
+    }
+}
+
+/// A pinging leader's lease is renewed only on a connected link (README "Timing", the lease on
+/// the holder's own clock). While ZooKeeper is down the gateway tells its leaders `suspended`;
+/// from then on a ping it reads is refused (`zkgate_holder_pings_total{result="unvouched"}`)
+/// although the session may still live, so a holder that cannot hear `suspended` stops by its
+/// own deadline; once the link is resumed, pings are answered again.
+#[tokio::test]
+async fn a_suspended_link_answers_no_ping_until_it_is_resumed() {
+    let mut zk = LocalZk::start_standalone(LocalZkOptions {
+        tick_time: RESTART_TICK,
+        ..Default::default()
+    })
+    .await
+    .expect("start ZooKeeper");
+    let gw = Gateway::start_with(
+        &zk.connect_string(),
+        GatewayOpts {
+            session_timeout: Duration::from_secs(16),
+            zk_tick_time: Some(RESTART_TICK),
+            ..Default::default()
+        },
+    )
+    .await;
+    let unvouched = || async {
+        metric_value(
+            &scrape_metrics(gw.http).await,
+            "zkgate_holder_pings_total",
+            &[("result", "unvouched")],
+        )
+    };
+    let mut c = gw.client().await;
+    let mut join = join_msg("pinged", "a", b"");
+    if let Some(Req::Join(j)) = &mut join.request {
+        j.ping_seq = 1;
+    }
+    let mut a = Campaign::queued(CampaignStream::open_with(&mut c, [join]).await.unwrap())
+        .await
+        .unwrap();
+    match next_but_unsolicited(&mut a, |s| s >= 1).await {
+        Event::Elected(e) => assert_eq!(e.ping_seq, 1, "the grant carries the join's ping"),
+        other => panic!("expected elected, got {other:?}"),
+    }
+    a.send(Req::Ping(pb::Ping { seq: 2 })).await;
+    match a.stream.event().await {
+        Ok(Some(Event::Heartbeat(h))) => assert_eq!(h.seq, 2, "a connected link answers"),
+        other => panic!("expected the ping's answer, got {other:?}"),
+    }
+
+    let before = unvouched().await;
+    zk.stop(0).await.unwrap();
+    match next_but_unsolicited(&mut a, |s| s >= 3).await {
+        Event::Suspended(s) => assert_eq!(s.reason, pb::SuspendReason::Connection as i32),
+        other => panic!("expected suspended, got {other:?}"),
+    }
+    // Two pings read while suspended: refused, each counted, neither answered.
+    for seq in [3, 4] {
+        a.send(Req::Ping(pb::Ping { seq })).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while unvouched().await < before + 2 {
+        if Instant::now() > deadline {
+            let next = tokio::time::timeout(Duration::from_secs(1), a.stream.event()).await;
+            panic!("the pings were not refused; the stream's next message: {next:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    zk.start(0).await.unwrap();
+    match next_but_unsolicited(&mut a, |s| s >= 3).await {
+        Event::Resumed(_) => {}
+        other => panic!("expected resumed, got {other:?}"),
+    }
+    a.send(Req::Ping(pb::Ping { seq: 5 })).await;
+    match next_but_unsolicited(&mut a, |s| s == 3 || s == 4).await {
+        Event::Heartbeat(h) => assert_eq!(h.seq, 5, "answered again once resumed"),
+        other => panic!("expected the ping's answer, got {other:?}"),
+    }
+}
