@@ -410,11 +410,7 @@ struct ReadTally {
 async fn a_read_flood_meets_the_limit_and_leaves_holds_on_time() {
     use zkgate::proto::lock_client::LockClient;
     let _serial = support::serial().lock().await;
-    let extra: Vec<String> = std::env::var("ZKGATE_ISOLATION_EXTRA")
-        .map(|v| v.split_whitespace().map(str::to_owned).collect())
-        .unwrap_or_default();
-    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    let s = setup("reads", &extra).await;
+    let s = setup("reads", &[]).await;
     let url = s.gw.url();
     let tally = Arc::new(ReadTally::default());
     let until = Instant::now() + Duration::from_secs(6);

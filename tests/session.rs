@@ -35,9 +35,10 @@ async fn wait_health(gw: &Gateway, want: ServingStatus) {
 /// so the restart has ample time within it even when a loaded machine starts the JVM slowly.
 const RESTART_TICK: Duration = Duration::from_secs(1);
 
-#[tokio::test]
-async fn restart_within_session_timeout_suspends_then_resumes_keeping_places() {
-    let mut zk = LocalZk::start_standalone(LocalZkOptions {
+/// A ZooKeeper of its own, to stop and start, and a gateway whose 16 s session outlives a
+/// restart.
+async fn restartable() -> (LocalZk, Gateway) {
+    let zk = LocalZk::start_standalone(LocalZkOptions {
         tick_time: RESTART_TICK,
         ..Default::default()
     })
@@ -52,6 +53,12 @@ async fn restart_within_session_timeout_suspends_then_resumes_keeping_places() {
         },
     )
     .await;
+    (zk, gw)
+}
+
+#[tokio::test]
+async fn restart_within_session_timeout_suspends_then_resumes_keeping_places() {
+    let (mut zk, gw) = restartable().await;
     assert_eq!(health(&gw).await, ServingStatus::Serving);
     let mut c = gw.client().await;
     let mut a = Campaign::join(&mut c, "restart", "a", b"").await;
@@ -291,21 +298,7 @@ async fn next_but_unsolicited(c: &mut Campaign, refused: impl Fn(u64) -> bool) -
 /// own deadline; once the link is resumed, pings are answered again.
 #[tokio::test]
 async fn a_suspended_link_answers_no_ping_until_it_is_resumed() {
-    let mut zk = LocalZk::start_standalone(LocalZkOptions {
-        tick_time: RESTART_TICK,
-        ..Default::default()
-    })
-    .await
-    .expect("start ZooKeeper");
-    let gw = Gateway::start_with(
-        &zk.connect_string(),
-        GatewayOpts {
-            session_timeout: Duration::from_secs(16),
-            zk_tick_time: Some(RESTART_TICK),
-            ..Default::default()
-        },
-    )
-    .await;
+    let (mut zk, gw) = restartable().await;
     let unvouched = || async {
         metric_value(
             &scrape_metrics(gw.http).await,
