@@ -62,8 +62,9 @@ pub const DEFAULT_UNARY_IN_FLIGHT_PER_IDENTITY: usize = 1_000;
 /// Unary calls in flight on the whole gateway, with or without a policy: twice one identity's,
 /// so one tenant at its own limit leaves the others half. The calls past the few whose work is
 /// on the ZooKeeper session at once (`coord::session::UNARY_WORK_IN_FLIGHT`) wait in the
-/// gateway; this bounds that wait (≈ 0.3–1 s of reads on this project's 2-core machine) and
-/// its memory, and turns a flood from one client without a policy into `RESOURCE_EXHAUSTED`
+/// gateway; this bounds that wait (1–3 s under the isolation test's flood on this project's
+/// 2-core machine, which answered ≈ 600 reads/s with a debug build, ≈ 1,700/s with a release
+/// one) and its memory, and turns a flood from one client without a policy into `RESOURCE_EXHAUSTED`
 /// instead of a queue.
 pub const DEFAULT_UNARY_IN_FLIGHT_PER_GATEWAY: usize = 2_000;
 /// 16 MiB of election values per identity (256 default-sized values of 64 KiB).
