@@ -4,7 +4,7 @@
 //! a loop, is `tests/large_queues.rs`) (b) opens 50,000 Campaign
 //! streams over a few connections (admitted up to the limits, the rest `RESOURCE_EXHAUSTED`),
 //! (c) joins and leaves 10,000 distinct elections (100,000 by hand), (d) proclaims 64 KiB values as fast as it
-//! can, (e) keeps 3,000 unary reads in flight without a policy while a prober acquires and
+//! can, (e) keeps 2,200 unary reads in flight without a policy while a prober acquires and
 //! releases a lock of its own (its holds stay on time; the flood meets `--max-unary-in-flight`).
 //! After each, the gateway is still `SERVING` and no member znode is left.
 //!
@@ -396,7 +396,7 @@ struct ReadTally {
     refused: AtomicU64,
 }
 
-/// (e) Unary reads as fast as they go, without a policy: 8 connections with 375 calls each
+/// (e) Unary reads as fast as they go, without a policy: 8 connections with 275 calls each
 /// always in flight (`Validate` of both kinds, `Leader`, `Candidates`, `Holders` of the
 /// bystanders' own names, so every read goes to their session), while a prober on its own
 /// connection acquires a lock of its own again and again, releasing every other hold by lease.
@@ -421,7 +421,7 @@ async fn a_read_flood_meets_the_limit_and_leaves_holds_on_time() {
             .connect()
             .await
             .unwrap();
-        for k in 0..375u64 {
+        for k in 0..275u64 {
             let (mut e, mut l) = (
                 ElectionClient::new(channel.clone()),
                 LockClient::new(channel.clone()),
@@ -492,7 +492,7 @@ async fn a_read_flood_meets_the_limit_and_leaves_holds_on_time() {
     }
     // The prober: its own lock, acquired and released in turn for as long as the flood runs,
     // on a thread and runtime of its own (another client, not a task queued behind the
-    // flood's 3,000 in this process).
+    // flood's 2,200 in this process).
     let prober_url = url.clone();
     let prober = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -558,9 +558,12 @@ async fn a_read_flood_meets_the_limit_and_leaves_holds_on_time() {
     );
     assert!(answered > 0, "the gateway answered no read of the flood");
     assert!(refused > 0, "the flood never met --max-unary-in-flight");
-    // With the reads let through to the session: 1 acquisition in 5 s (1.3 s), and its release
-    // by lease took 6.2 s. With them waiting in the gateway: 59–62, a median of 17–20 ms, the
-    // releases by lease a median of 51–54 ms (a debug build of the gateway; unflooded ≈ 7 ms).
+    // With the reads let through to the session: 2 acquisitions in 5 s (1.0 s), and the release
+    // by lease took 3.8 s. With them waiting in the gateway: 115–117, a median of 13–14 ms, the
+    // releases by lease a median of 38–42 ms (a debug build of the gateway; unflooded ≈ 7 ms).
+    // (With 3,000 callers, 1,000 of them refused and backing off, the debug gateway spent so
+    // much CPU refusing that the prober's median was 17–20 ms, and with 2,000 refused its
+    // session was once suspended: the flood is sized to meet the limit, not to starve the CPU.)
     assert!(
         waits.len() >= 10 && median(&waits) < T / 10 && median(&releases) < T / 10,
         "the prober's holds were late behind the reads: {waits:?}, releases {releases:?}"

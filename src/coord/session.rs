@@ -239,9 +239,9 @@ impl ZkSession {
 /// The session answers its requests in order, so every request a unary call has in flight is
 /// one more that a member's create or delete, a queue's listing or a heartbeat's probe can
 /// find ahead of it. Without this bound a flood of reads reached the session as fast as
-/// clients sent them: with 3,000 reads in flight over 8 connections, an unrelated lock on the
-/// same gateway was acquired once in 5 s, after 1.3 s, and released by lease in 6.2 s; with it,
-/// 59–62 times, a median of 17–20 ms, and released by lease in a median of 51–54 ms
+/// clients sent them: with 2,200 reads in flight over 8 connections, an unrelated lock on the
+/// same gateway was acquired twice in 5 s, after 1.0 s, and released by lease in 3.8 s; with
+/// it, 115–117 times, a median of 13–14 ms, and released by lease in a median of 38–42 ms
 /// (`isolation::a_read_flood_meets_the_limit_and_leaves_holds_on_time`). A hold's request
 /// now finds at most this many calls' requests (a `sync` and a read or two each) ahead of it.
 pub const UNARY_WORK_IN_FLIGHT: usize = 8;
