@@ -254,3 +254,121 @@ async fn a_silent_holder_stream_times_out_and_never_delays_a_drain() {
     let e = pending.await.unwrap();
     assert_eq!(e.code(), Code::Unavailable, "{e:?}");
 }
+
+/// Without a policy, one client address (every connection from it together) may have at most
+/// `--max-unary-in-flight-per-client` unary calls of a kind in flight, so a flood from one
+/// machine cannot fill `--max-unary-in-flight` for the others. Here the gateway admits 200
+/// reads, 100 per address: 250 callers on 127.0.0.1 keep reads in flight (backing off 20 ms
+/// when refused), and another client on 127.0.0.2 reads meanwhile. Every refusal names the
+/// per-address bound and 127.0.0.1; the other address is never refused. Without the
+/// per-address bound the flood fills the gateway's 200 and the other address's reads are
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_address_cannot_fill_the_unary_calls_in_flight() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use tonic::transport::{Channel, Endpoint};
+    use zkgate::proto::election_client::ElectionClient;
+
+    let _serial = serial().lock().await;
+    let zk = shared_zk();
+    let gw = Gateway::start_with(
+        &zk,
+        GatewayOpts {
+            limits: Some(StreamLimits {
+                unary_in_flight_per_gateway: 200,
+                unary_in_flight_per_client: 100,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    let before = rejections(&gw, "unary_in_flight_per_client").await;
+    let mut lc = gw.client().await;
+    let mut leader = Campaign::join(&mut lc, "read-me", "leader", b"").await;
+    let token = leader.elected().await.fencing_token;
+    let connect = |from: [u8; 4]| {
+        let url = gw.url();
+        async move {
+            Endpoint::from_shared(url)
+                .unwrap()
+                .local_address(Some(from.into()))
+                .connect()
+                .await
+                .unwrap()
+        }
+    };
+    let read = move |c: Channel| async move {
+        ElectionClient::new(c)
+            .validate(pb::ElectionValidateRequest {
+                election: "read-me".into(),
+                fencing_token: token,
+            })
+            .await
+    };
+    let until = Instant::now() + Duration::from_secs(3);
+    let (answered, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut flood = Vec::new();
+    for _ in 0..2 {
+        let channel = connect([127, 0, 0, 1]).await;
+        for _ in 0..125 {
+            let (channel, answered, refused) = (channel.clone(), answered.clone(), refused.clone());
+            flood.push(tokio::spawn(async move {
+                while Instant::now() < until {
+                    match read(channel.clone()).await {
+                        Ok(_) => answered.fetch_add(1, Ordering::Relaxed),
+                        Err(st) => {
+                            assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
+                            for part in ["--max-unary-in-flight-per-client = 100", "127.0.0.1"] {
+                                assert!(st.message().contains(part), "{st:?}");
+                            }
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            refused.fetch_add(1, Ordering::Relaxed)
+                        }
+                    };
+                }
+            }));
+        }
+    }
+    let other = connect([127, 0, 0, 2]).await;
+    let others: Vec<_> = (0..4)
+        .map(|_| {
+            let other = other.clone();
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    if let Err(st) = read(other.clone()).await {
+                        panic!("another address's read was refused: {st:?}");
+                    }
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    for f in flood {
+        f.await.unwrap();
+    }
+    let mut other_answered = 0;
+    for o in others {
+        other_answered += o.await.unwrap();
+    }
+    let (answered, refused) = (
+        answered.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+    );
+    eprintln!(
+        "127.0.0.1: {answered} answered, {refused} refused; 127.0.0.2: {other_answered} answered"
+    );
+    assert!(answered > 0 && other_answered > 0);
+    assert!(refused > 0, "the flood never met the per-address bound");
+    assert_eq!(
+        rejections(&gw, "unary_in_flight_per_client").await - before,
+        refused
+    );
+    // The leader heard nothing but heartbeats meanwhile.
+    leader.quiet_for(Duration::from_millis(300)).await;
+    drop(leader);
+    wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+}

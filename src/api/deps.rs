@@ -40,14 +40,19 @@ impl ApiDeps {
         self.auth.enforced().then(|| identity.clone())
     }
 
-    /// Admits a unary call of `kind` against the caller's per-identity limits and the
-    /// gateway's calls of that kind in flight (G10), before any work.
+    /// Admits a unary call of `kind` against the caller's per-identity limits (without a
+    /// policy: its client address's) and the gateway's calls of that kind in flight (G10),
+    /// before any work.
     pub fn unary<T>(
         &self,
         request: &Request<T>,
         kind: UnaryWork,
     ) -> Result<UnaryPermit, CoordError> {
         let identity = auth::caller(request);
-        self.admission.unary(self.limited(&identity).as_ref(), kind)
+        self.admission.unary(
+            self.limited(&identity).as_ref(),
+            request.remote_addr(),
+            kind,
+        )
     }
 }

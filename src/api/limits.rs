@@ -24,14 +24,17 @@
 //!
 //! The rejection is `RESOURCE_EXHAUSTED` naming the limit, the identity and the value, and
 //! `zkgate_identity_limit_rejections_total{limit,identity}` counts it (identities capped like
-//! names). Without a policy there are no tenants to tell apart, and only the limits above apply.
+//! names). Without a policy there are no tenants to tell apart, and only the limits above apply,
+//! with one stand-in for the per-identity unary limit: unary calls of each kind in flight per
+//! client address (IP, every connection from it together: `--max-unary-in-flight-per-client`),
+//! so one client machine cannot fill the gateway-wide `--max-unary-in-flight` for the others.
 //!
 //! A client connection is told apart by its peer address (one per TCP connection). The
 //! HTTP/2 limit on concurrent streams is set above these (`server::run_with`), so a client
 //! over the limit gets this status instead of waiting for an HTTP/2 slot.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -67,6 +70,10 @@ pub const DEFAULT_UNARY_IN_FLIGHT_PER_IDENTITY: usize = 1_000;
 /// one) and its memory, and turns a flood from one client without a policy into `RESOURCE_EXHAUSTED`
 /// instead of a queue.
 pub const DEFAULT_UNARY_IN_FLIGHT_PER_GATEWAY: usize = 2_000;
+/// Without a policy, unary calls of one kind in flight from one client address (IP, every
+/// connection from it together): half the gateway's, so one client machine's flood leaves the
+/// others at least half, as a tenant's does under a policy.
+pub const DEFAULT_UNARY_IN_FLIGHT_PER_CLIENT: usize = 1_000;
 /// 16 MiB of election values per identity (256 default-sized values of 64 KiB).
 pub const DEFAULT_BYTES_IN_FLIGHT_PER_IDENTITY: usize = 16 * 1024 * 1024;
 pub const DEFAULT_FIRST_MESSAGE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -108,6 +115,10 @@ pub struct StreamLimits {
     #[arg(id = "max_unary_in_flight", value_name = "MAX_UNARY_IN_FLIGHT", long = "max-unary-in-flight", env = "ZKGATE_MAX_UNARY_IN_FLIGHT", default_value_t = DEFAULT_UNARY_IN_FLIGHT_PER_GATEWAY)]
     #[serde(rename = "max_unary_in_flight")]
     pub unary_in_flight_per_gateway: usize,
+    /// Without --auth-policy: unary calls of each kind in flight at once from one client address (IP)
+    #[arg(id = "max_unary_in_flight_per_client", value_name = "MAX_UNARY_IN_FLIGHT_PER_CLIENT", long = "max-unary-in-flight-per-client", env = "ZKGATE_MAX_UNARY_IN_FLIGHT_PER_CLIENT", default_value_t = DEFAULT_UNARY_IN_FLIGHT_PER_CLIENT)]
+    #[serde(rename = "max_unary_in_flight_per_client")]
+    pub unary_in_flight_per_client: usize,
     /// Under --auth-policy: unary calls per second per identity (bursts of one second's worth)
     #[arg(id = "max_unary_rate_per_identity", value_name = "MAX_UNARY_RATE_PER_IDENTITY", long = "max-unary-rate-per-identity", env = "ZKGATE_MAX_UNARY_RATE_PER_IDENTITY", default_value_t = DEFAULT_UNARY_RATE_PER_IDENTITY)]
     #[serde(rename = "max_unary_rate_per_identity")]
@@ -138,6 +149,7 @@ impl Default for StreamLimits {
             observe_streams_per_identity: DEFAULT_OBSERVE_STREAMS_PER_IDENTITY,
             queues_per_identity: DEFAULT_QUEUES_PER_IDENTITY,
             unary_in_flight_per_gateway: DEFAULT_UNARY_IN_FLIGHT_PER_GATEWAY,
+            unary_in_flight_per_client: DEFAULT_UNARY_IN_FLIGHT_PER_CLIENT,
             unary_rate_per_identity: DEFAULT_UNARY_RATE_PER_IDENTITY,
             unary_in_flight_per_identity: DEFAULT_UNARY_IN_FLIGHT_PER_IDENTITY,
             bytes_in_flight_per_identity: DEFAULT_BYTES_IN_FLIGHT_PER_IDENTITY,
@@ -246,6 +258,9 @@ pub struct Admission {
     holders: AtomicUsize,
     /// Unary calls in flight on this gateway, per kind (`--max-unary-in-flight` each).
     unary: [AtomicUsize; 2],
+    /// Without a policy: unary calls in flight per client address and kind
+    /// (`--max-unary-in-flight-per-client`); entries leave at zero.
+    clients: Mutex<HashMap<(IpAddr, UnaryWork), usize>>,
     connections: Mutex<HashMap<SocketAddr, PerConnection>>,
     /// Under a policy: what each identity has open.
     identities: Mutex<HashMap<Identity, PerIdentity>>,
@@ -266,6 +281,7 @@ impl Admission {
             limits,
             holders: AtomicUsize::new(0),
             unary: Default::default(),
+            clients: Mutex::new(HashMap::new()),
             connections: Mutex::new(HashMap::new()),
             identities: Mutex::new(HashMap::new()),
         })
@@ -419,25 +435,37 @@ impl Admission {
         })
     }
 
-    /// Admits one unary call of `kind` by `identity` (`None`: no policy): first the identity's
-    /// calls in flight and its rate (a refused call takes no token), so a tenant's flood meets
-    /// its own limits first, then the gateway's calls of that kind in flight (so a flood of
-    /// reads never refuses a by-lease release, nor the reverse).
+    /// Admits one unary call of `kind` by `identity` from `peer`: first the identity's calls in
+    /// flight and its rate under a policy (a refused call takes no token), or without one
+    /// (`identity` `None`) the calls of that kind in flight from the peer's address, so one
+    /// tenant's or one client machine's flood meets its own limit first; then the gateway's
+    /// calls of that kind in flight (so a flood of reads never refuses a by-lease release, nor
+    /// the reverse).
     ///
     /// # Errors
     /// `RESOURCE_EXHAUSTED` past `--max-unary-in-flight-per-identity`,
-    /// `--max-unary-rate-per-identity` or `--max-unary-in-flight`.
+    /// `--max-unary-rate-per-identity`, `--max-unary-in-flight-per-client` or
+    /// `--max-unary-in-flight`.
     pub fn unary(
         self: &Arc<Self>,
         identity: Option<&Identity>,
+        peer: Option<SocketAddr>,
         kind: UnaryWork,
     ) -> Result<UnaryPermit, CoordError> {
-        if let Some(id) = identity {
-            self.count_unary(id)?;
-        }
+        let client = match identity {
+            Some(id) => {
+                self.count_unary(id)?;
+                None
+            }
+            None => match peer {
+                Some(addr) => Some(self.count_client(addr.ip(), kind)?),
+                None => None,
+            },
+        };
         let permit = UnaryPermit {
             admission: self.clone(),
             identity: identity.cloned(),
+            client,
             kind,
         };
         let max = self.limits.unary_in_flight_per_gateway;
@@ -447,6 +475,32 @@ impl Admission {
             return Err(Limit::UnaryInFlightPerGateway(kind, max).reject());
         }
         Ok(permit)
+    }
+
+    /// Counts one unary call of `kind` from `ip` (no policy) against its calls in flight.
+    fn count_client(&self, ip: IpAddr, kind: UnaryWork) -> Result<IpAddr, CoordError> {
+        let max = self.limits.unary_in_flight_per_client;
+        let mut map = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        let n = map.entry((ip, kind)).or_default();
+        if *n >= max {
+            if *n == 0 {
+                map.remove(&(ip, kind));
+            }
+            return Err(Limit::UnaryInFlightPerClient(kind, ip, max).reject());
+        }
+        *n += 1;
+        Ok(ip)
+    }
+
+    /// Gives back one unary call of `kind` from `ip`.
+    fn uncount_client(&self, ip: IpAddr, kind: UnaryWork) {
+        let mut map = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = map.get_mut(&(ip, kind)) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                map.remove(&(ip, kind));
+            }
+        }
     }
 
     /// Counts one unary call of `id` against its calls in flight and its rate.
@@ -582,12 +636,17 @@ impl Drop for QueuePermit {
 pub struct UnaryPermit {
     admission: Arc<Admission>,
     identity: Option<Identity>,
+    /// The client address it was counted for (no policy).
+    client: Option<IpAddr>,
     kind: UnaryWork,
 }
 
 impl Drop for UnaryPermit {
     fn drop(&mut self) {
         self.admission.unary[self.kind as usize].fetch_sub(1, Ordering::AcqRel);
+        if let Some(ip) = self.client {
+            self.admission.uncount_client(ip, self.kind);
+        }
         if let Some(id) = &self.identity {
             self.admission
                 .with_identity(id, |entry| entry.unary = entry.unary.saturating_sub(1));
@@ -752,10 +811,10 @@ mod tests {
         });
         let tenant = Identity::Named("tenant".into());
         let other = Identity::Named("other".into());
-        let u1 = a.unary(None, Read).unwrap();
+        let u1 = a.unary(None, None, Read).unwrap();
         // The identity's own limit first: a refusal there takes no gateway place.
-        let t1 = a.unary(Some(&tenant), Read).unwrap();
-        let e = Status::from(a.unary(Some(&tenant), Read).unwrap_err());
+        let t1 = a.unary(Some(&tenant), None, Read).unwrap();
+        let e = Status::from(a.unary(Some(&tenant), None, Read).unwrap_err());
         assert!(
             e.message()
                 .contains("--max-unary-in-flight-per-identity = 1"),
@@ -764,22 +823,62 @@ mod tests {
         // The gateway is full: refused without a policy and with one, and a refusal here
         // gives the identity's place back.
         for who in [None, Some(&other)] {
-            let e = Status::from(a.unary(who, Read).unwrap_err());
+            let e = Status::from(a.unary(who, None, Read).unwrap_err());
             assert_eq!(e.code(), tonic::Code::ResourceExhausted);
             assert!(e.message().contains("--max-unary-in-flight = 2"), "{e:?}");
         }
         drop(u1);
-        let o1 = a.unary(Some(&other), Read).unwrap();
-        assert!(a.unary(None, Read).is_err(), "refusals took no place");
+        let o1 = a.unary(Some(&other), None, Read).unwrap();
+        assert!(a.unary(None, None, Read).is_err(), "refusals took no place");
         // Reads fill it, not the by-lease calls, which have a count of their own.
         let _ends = (
-            a.unary(None, ByLease).unwrap(),
-            a.unary(None, ByLease).unwrap(),
+            a.unary(None, None, ByLease).unwrap(),
+            a.unary(None, None, ByLease).unwrap(),
         );
-        let e = Status::from(a.unary(None, ByLease).unwrap_err());
+        let e = Status::from(a.unary(None, None, ByLease).unwrap_err());
         assert!(e.message().contains("by-lease calls"), "{e:?}");
         drop((t1, o1));
-        let _both = (a.unary(None, Read).unwrap(), a.unary(None, Read).unwrap());
+        let _both = (
+            a.unary(None, None, Read).unwrap(),
+            a.unary(None, None, Read).unwrap(),
+        );
+    }
+
+    #[test]
+    fn without_a_policy_one_client_address_gets_half_the_gateway() {
+        let a = Admission::new(StreamLimits {
+            unary_in_flight_per_gateway: 4,
+            unary_in_flight_per_client: 2,
+            ..Default::default()
+        });
+        let (flood, other) = (addr(1), Some(SocketAddr::from(([10, 0, 0, 2], 1))));
+        let same_host = addr(2);
+        let f1 = a.unary(None, flood, Read).unwrap();
+        // Every connection from one address counts together.
+        let _f2 = a.unary(None, same_host, Read).unwrap();
+        let e = Status::from(a.unary(None, flood, Read).unwrap_err());
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        for part in ["127.0.0.1", "--max-unary-in-flight-per-client = 2", "read"] {
+            assert!(e.message().contains(part), "{e:?}");
+        }
+        // The other kind, and other addresses, still get in; the refusal took no place.
+        let _l = a.unary(None, flood, ByLease).unwrap();
+        let _o = (
+            a.unary(None, other, Read).unwrap(),
+            a.unary(None, other, Read).unwrap(),
+        );
+        let e = Status::from(
+            a.unary(None, Some(SocketAddr::from(([10, 0, 0, 3], 1))), Read)
+                .unwrap_err(),
+        );
+        assert!(e.message().contains("--max-unary-in-flight = 4"), "{e:?}");
+        // A gateway refusal gives the address's place back; a finished call too.
+        drop(f1);
+        let _f3 = a.unary(None, flood, Read).unwrap();
+        assert_eq!(a.clients.lock().unwrap()[&(flood.unwrap().ip(), Read)], 2);
+        // Under a policy the identity's limits count instead of the address.
+        let tenant = Identity::Named("tenant".into());
+        assert!(a.unary(Some(&tenant), flood, ByLease).is_ok());
     }
 
     /// (rate, the times of successive takes in ms from a full bucket, which are granted)
@@ -853,15 +952,15 @@ mod tests {
             a.queue(Some(&flood), "c").is_err(),
             "a is still in use by _q1b"
         );
-        let u1 = a.unary(Some(&flood), Read).unwrap();
-        let _u2 = a.unary(Some(&flood), Read).unwrap();
-        let in_flight = message(a.unary(Some(&flood), Read).unwrap_err());
+        let u1 = a.unary(Some(&flood), None, Read).unwrap();
+        let _u2 = a.unary(Some(&flood), None, Read).unwrap();
+        let in_flight = message(a.unary(Some(&flood), None, Read).unwrap_err());
         drop(u1);
-        let _u3 = a.unary(Some(&flood), Read).unwrap();
+        let _u3 = a.unary(Some(&flood), None, Read).unwrap();
         drop(_u3);
-        let rate = message(a.unary(Some(&flood), Read).unwrap_err());
-        assert!(a.unary(Some(&quiet), Read).is_ok());
-        assert!(a.unary(None, Read).is_ok());
+        let rate = message(a.unary(Some(&flood), None, Read).unwrap_err());
+        assert!(a.unary(Some(&quiet), None, Read).is_ok());
+        assert!(a.unary(None, None, Read).is_ok());
         let mut b1 = a.bytes(Some(&flood), 60).unwrap();
         let bytes = message(a.bytes(Some(&flood), 41).unwrap_err());
         let b2 = a.bytes(Some(&flood), 40).unwrap();

@@ -249,7 +249,7 @@ pub const UNARY_WORK_IN_FLIGHT: usize = 8;
 /// What a unary call does on the session, so a flood of one kind never delays or refuses the
 /// other: a client's by-lease resign or release (which ends a hold and lets the next one in)
 /// never waits behind a flood of `Validate`s, here or in `--max-unary-in-flight`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UnaryWork {
     /// `Leader`, `Candidates`, `Holders`, `Validate`.
     Read,
