@@ -34,6 +34,8 @@ pub struct BatchedWrites {
     yielded: bool,
     /// How it ends, and the dead-client read watch.
     fate: Tracked,
+    /// Its place among the gateway's connections (`--max-connections`), given back with it.
+    _place: Option<crate::api::limits::ConnectionPermit>,
 }
 
 impl BatchedWrites {
@@ -44,7 +46,14 @@ impl BatchedWrites {
             inner,
             yielded: false,
             fate,
+            _place: None,
         }
+    }
+
+    /// Holds `place` for as long as the connection is open.
+    pub fn holding(mut self, place: crate::api::limits::ConnectionPermit) -> Self {
+        self._place = Some(place);
+        self
     }
 
     /// `Pending` once before each write: waking itself sends the task to the back of the run

@@ -832,6 +832,8 @@ mod tests {
             "max_proclaim_bytes_in_flight" => i(19, 20),
             "max_unary_in_flight" => i(33, 34),
             "max_unary_in_flight_per_client" => i(35, 36),
+            "max_connections" => i(37, 38),
+            "max_connections_per_client" => i(39, 40),
             "first_message_timeout" => s("3s", "4s"),
             "zk_max_packet" => i(500_000, 600_000),
             "zk_batch" => Some((B(false), B(true))),

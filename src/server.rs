@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
 
-use crate::api::limits::{Admission, StreamLimits};
+use crate::api::limits::{Admission, Connections, StreamLimits};
 use crate::api::{ApiDeps, ElectionApi, LockApi};
 use crate::auth::{Auth, LeaseKeys};
 use crate::batched_writes::BatchedWrites;
@@ -155,6 +155,18 @@ pub async fn run_with(
     let timing = cfg.timing();
     let (ka_interval, ka_timeout) = (timing.keepalive_interval, timing.keepalive_timeout);
     let admission = Admission::new(cfg.limits);
+    let connections = Connections::new(&cfg.limits);
+    if let Some(files) = crate::api::limits::open_file_limit() {
+        let room = files.saturating_sub(crate::api::limits::CONNECTION_FD_RESERVE);
+        if connections.max() > room {
+            tracing::warn!(max_connections = connections.max(), open_file_limit = files, "--max-connections leaves fewer than 256 of the open-file limit for ZooKeeper and the HTTP port: a flood of connections can leave a ZooKeeper reconnect without a descriptor, and the session's holds would be lost");
+        }
+    }
+    tracing::info!(
+        max_connections = connections.max(),
+        per_client = cfg.limits.connections_per_client,
+        "client connections bounded"
+    );
     let mut builder = Server::builder()
         .max_concurrent_streams(cfg.limits.http2_max_concurrent_streams())
         .http2_keepalive_interval(Some(ka_interval))
@@ -213,7 +225,10 @@ pub async fn run_with(
             LockApi::new(deps),
             interceptor,
         ))
-        .serve_with_incoming_shutdown(incoming(listener, timing.dead_client_bound()), signal);
+        .serve_with_incoming_shutdown(
+            incoming(listener, timing.dead_client_bound(), connections),
+            signal,
+        );
     // After the drain every stream has ended on our side, but HTTP/2 still owes a client that
     // stopped reading the bytes its flow-control window has no room for, and graceful shutdown
     // would wait for them forever (G3c: a client that stops reading never delays a drain past
@@ -281,17 +296,53 @@ const CONNECTIONS_AFTER_DRAIN: Duration = Duration::from_secs(1);
 /// Each is wrapped in [`BatchedWrites`], so a change many streams follow leaves in few writes,
 /// and given up as dead once nothing was read from it for `dead_after` (the keepalive
 /// interval + timeout: a live client answers the pings sent every interval).
+///
+/// A connection past `--max-connections` or `--max-connections-per-client` is closed as soon as
+/// it is accepted (G10). An accept that fails (out of descriptors: `EMFILE`) is retried after
+/// [`ACCEPT_RETRY`], not at once: the listener stays readable while the backlog holds
+/// connections, and retrying at once spun a core (measured: 93 % of one with the open-file
+/// limit reached). The accepting task ends when the server drops the stream.
 fn incoming(
     listener: TcpListener,
     dead_after: Duration,
+    connections: Arc<Connections>,
 ) -> impl tokio_stream::Stream<Item = std::io::Result<BatchedWrites>> + Send + 'static {
-    use tokio_stream::StreamExt;
-    TcpListenerStream::new(listener).map(move |conn| {
-        let conn = conn?;
-        conn.set_nodelay(true)?;
-        Ok(BatchedWrites::new(conn, Some(dead_after)))
-    })
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = tx.closed() => return,
+            };
+            let (conn, peer) = match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a client connection failed; retrying shortly");
+                    tokio::time::sleep(ACCEPT_RETRY).await;
+                    continue;
+                }
+            };
+            let place = match connections.admit(peer.ip()) {
+                Ok(place) => place,
+                Err(limit) => {
+                    tracing::debug!(%peer, %limit, "connection refused");
+                    continue;
+                }
+            };
+            if conn.set_nodelay(true).is_err() {
+                continue;
+            }
+            let conn = BatchedWrites::new(conn, Some(dead_after)).holding(place);
+            if tx.send(Ok(conn)).await.is_err() {
+                return;
+            }
+        }
+    });
+    ReceiverStream::new(rx)
 }
+
+/// How long the accepting task waits after a failed accept before it tries again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 
 /// The names health answers for: the whole server (`""`) and each zkgate service. They all
 /// follow the ZooKeeper connection, and all turn `NOT_SERVING` on drain.

@@ -6,7 +6,10 @@
 //! (c) joins and leaves 10,000 distinct elections (100,000 by hand), (d) proclaims 64 KiB values as fast as it
 //! can, (e) keeps 2,200 unary reads in flight without a policy while a prober acquires and
 //! releases a lock of its own (its holds stay on time; the flood meets `--max-unary-in-flight`).
-//! After each, the gateway is still `SERVING` and no member znode is left.
+//! After each, the gateway is still `SERVING` and no member znode is left. (f) opens
+//! connections past the open-file limit of a gateway while its ZooKeeper connection is reset:
+//! the session comes back and the lock holder keeps its hold (it is told `suspended`, then
+//! `resumed`: the reset, not the flood, is what it hears).
 //!
 //! Scenarios run one at a time: each loads the machine on purpose.
 
@@ -576,4 +579,144 @@ async fn a_read_flood_meets_the_limit_and_leaves_holds_on_time() {
         "the prober's holds were late behind the reads: {waits:?}, releases {releases:?}"
     );
     s.finish("read flood").await;
+}
+
+/// Opens a gRPC connection to `url` and makes one health check on it: `Some` if the gateway
+/// admitted the connection, `None` if it closed it (`--max-connections`).
+async fn health_checked(url: &str) -> Option<Channel> {
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    let channel = Channel::from_shared(url.to_owned())
+        .unwrap()
+        .connect()
+        .await
+        .ok()?;
+    let mut health = HealthClient::new(channel.clone());
+    let check = health.check(HealthCheckRequest::default());
+    // A connection left in the listener's backlog (the gateway out of descriptors) is never
+    // answered: that is a refusal too.
+    match tokio::time::timeout(Duration::from_secs(2), check)
+        .await
+        .ok()?
+    {
+        Ok(_) => Some(channel),
+        // Closed as soon as accepted: the client sees the connection reset or closed
+        // (`UNAVAILABLE`, `UNKNOWN` or `CANCELLED`, by when it noticed), never an answer.
+        Err(st) => {
+            assert!(
+                std::error::Error::source(&st).is_some(),
+                "not a closed connection: {st:?}"
+            );
+            None
+        }
+    }
+}
+
+/// (f) As many connections as a client can open, against a gateway whose open-file limit is
+/// 320. The gateway admits `--max-connections` (by default that limit less 256) and closes the
+/// rest at once, so the flood never takes the descriptors the gateway needs for ZooKeeper.
+/// Then the gateway's ZooKeeper connection is reset: it must connect again within the session
+/// timeout, and the lock holder keeps its hold (it is told `suspended`, then `resumed`). With
+/// the flood admitted up to the open-file limit, the reconnect has no descriptor, the session
+/// expires and the hold is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_flood_leaves_descriptors_for_a_zookeeper_reconnect() {
+    use support::linkcut::{LinkCutter, LinkMode};
+    let _serial = support::serial().lock().await;
+    let zk = shared_zk();
+    let cut = LinkCutter::start(zk.parse().expect("one address"))
+        .await
+        .unwrap();
+    let root = support::named_root("iso");
+    let mut spec = GatewaySpec::binary(BIN, &cut.addr().to_string(), &root, T);
+    spec.command = vec![
+        "prlimit".into(),
+        "--nofile=320:320".into(),
+        BIN.into(),
+        "serve".into(),
+    ];
+    let gw = GatewayProc::spawn("fds", spec)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let url = gw.url();
+    let holder = StreamClient::acquire(&url, "fd-lock", "holder", 1, "fds")
+        .await
+        .unwrap();
+    holder
+        .wait_granted(Duration::from_secs(10))
+        .await
+        .expect("lock acquired");
+    let mut admitted = Vec::new();
+    let mut refused = 0;
+    // Up to 400 connections: far past the 64 admitted, and past the open-file limit.
+    while admitted.len() + refused < 400 && refused < 40 {
+        match health_checked(&url).await {
+            Some(c) => admitted.push(c),
+            None => refused += 1,
+        }
+    }
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", gw.pid))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    eprintln!(
+        "connection flood: {} admitted, {refused} refused; the gateway has {fds} descriptors open",
+        admitted.len()
+    );
+    assert!(refused > 0, "the flood never met --max-connections");
+    assert!(
+        admitted.len() >= 32,
+        "only {} connections admitted",
+        admitted.len()
+    );
+    // The ZooKeeper connection is reset (and refused for a moment) while the flood goes on
+    // connecting: the client library connects again, which takes a descriptor, and the
+    // listener's backlog always has a connection that would take it first.
+    let flooding = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let more = tokio::spawn({
+        let (url, flooding) = (url.clone(), flooding.clone());
+        async move {
+            let mut kept = Vec::new();
+            while flooding.load(Ordering::Relaxed) {
+                let url = url.clone();
+                let attempt = tokio::spawn(async move { health_checked(&url).await });
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                kept.push(attempt);
+            }
+            kept
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let since = Instant::now();
+    cut.set(LinkMode::Drop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cut.set(LinkMode::Pass);
+    let resumed = gw.wait_logged("ZooKeeper session resumed", 3 * T).await;
+    flooding.store(false, Ordering::Relaxed);
+    for attempt in more.await.unwrap() {
+        if let Some(c) = attempt.await.unwrap() {
+            admitted.push(c);
+        }
+    }
+    resumed.unwrap_or_else(|e| panic!("the gateway never got its session back: {e}"));
+    holder
+        .wait_for(Some(since), 3 * T, |e| matches!(e, Ev::Resumed))
+        .await
+        .expect("the holder was never told it holds again");
+    assert!(
+        !holder.ended(),
+        "the holder's stream ended: {:?}",
+        holder.log()
+    );
+    // The admitted connections still work, and places come back with them.
+    let some = admitted.pop().unwrap();
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    HealthClient::new(some)
+        .check(HealthCheckRequest::default())
+        .await
+        .expect("an admitted connection still answers");
+    drop(admitted);
+    let deadline = Instant::now() + 2 * T;
+    while health_checked(&url).await.is_none() {
+        assert!(Instant::now() < deadline, "places never given back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -17,6 +17,18 @@ async fn rejections(gw: &Gateway, limit: &str) -> u64 {
     metric_value(&body, "zkgate_limit_rejections_total", &[("limit", limit)])
 }
 
+/// A gateway on `zk` with these limits.
+async fn with_limits(zk: &str, limits: StreamLimits) -> Gateway {
+    Gateway::start_with(
+        zk,
+        GatewayOpts {
+            limits: Some(limits),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
 /// Opens a Campaign stream and returns its first answer: `Ok(lease)` or the refusal.
 async fn try_join(
     c: &mut zkgate::proto::election_client::ElectionClient<tonic::transport::Channel>,
@@ -36,14 +48,11 @@ async fn holder_streams_per_connection_and_per_gateway() {
     // counted by the per-gateway test when both ran at once).
     let _serial = serial().lock().await;
     let zk = shared_zk();
-    let gw = Gateway::start_with(
+    let gw = with_limits(
         &zk,
-        GatewayOpts {
-            limits: Some(StreamLimits {
-                holder_streams_per_gateway: 30,
-                holder_streams_per_connection: 20,
-                ..Default::default()
-            }),
+        StreamLimits {
+            holder_streams_per_gateway: 30,
+            holder_streams_per_connection: 20,
             ..Default::default()
         },
     )
@@ -191,13 +200,10 @@ async fn a_silent_holder_stream_times_out_and_never_delays_a_drain() {
     // counted by the per-gateway test when both ran at once).
     let _serial = serial().lock().await;
     let zk = shared_zk();
-    let gw = Gateway::start_with(
+    let gw = with_limits(
         &zk,
-        GatewayOpts {
-            limits: Some(StreamLimits {
-                first_message_timeout: Duration::from_millis(500),
-                ..Default::default()
-            }),
+        StreamLimits {
+            first_message_timeout: Duration::from_millis(500),
             ..Default::default()
         },
     )
@@ -214,14 +220,11 @@ async fn a_silent_holder_stream_times_out_and_never_delays_a_drain() {
 
     // A gateway whose first-message timeout is long: a silent stream must not hold up SIGTERM.
     // One holder stream per gateway, so a refusal proves the silent stream is being served.
-    let gw = Gateway::start_with(
+    let gw = with_limits(
         &zk,
-        GatewayOpts {
-            limits: Some(StreamLimits {
-                first_message_timeout: Duration::from_secs(60),
-                holder_streams_per_gateway: 1,
-                ..Default::default()
-            }),
+        StreamLimits {
+            first_message_timeout: Duration::from_secs(60),
+            holder_streams_per_gateway: 1,
             ..Default::default()
         },
     )
@@ -272,14 +275,11 @@ async fn one_client_address_cannot_fill_the_unary_calls_in_flight() {
 
     let _serial = serial().lock().await;
     let zk = shared_zk();
-    let gw = Gateway::start_with(
+    let gw = with_limits(
         &zk,
-        GatewayOpts {
-            limits: Some(StreamLimits {
-                unary_in_flight_per_gateway: 200,
-                unary_in_flight_per_client: 100,
-                ..Default::default()
-            }),
+        StreamLimits {
+            unary_in_flight_per_gateway: 200,
+            unary_in_flight_per_client: 100,
             ..Default::default()
         },
     )
@@ -371,4 +371,74 @@ async fn one_client_address_cannot_fill_the_unary_calls_in_flight() {
     leader.quiet_for(Duration::from_millis(300)).await;
     drop(leader);
     wait_no_members(&zk_client(&zk).await, &gw.root, Duration::from_secs(5)).await;
+}
+
+/// Client connections per address and per gateway (`--max-connections-per-client`,
+/// `--max-connections`): one past either is closed as soon as it is accepted, the rest keep
+/// working, and a place comes back with its connection.
+#[tokio::test]
+async fn connections_per_client_address_and_per_gateway() {
+    use tonic::transport::Endpoint;
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    let _serial = serial().lock().await;
+    let zk = shared_zk();
+    let gw = with_limits(
+        &zk,
+        StreamLimits {
+            connections_per_gateway: 6,
+            connections_per_client: 4,
+            ..Default::default()
+        },
+    )
+    .await;
+    let per_client = rejections(&gw, "connections_per_client").await;
+    let per_gateway = rejections(&gw, "connections_per_gateway").await;
+    // `Some` if admitted: one health check answered on a fresh connection from `from`.
+    let open = |from: [u8; 4]| {
+        let url = gw.url();
+        async move {
+            let channel = Endpoint::from_shared(url)
+                .unwrap()
+                .local_address(Some(from.into()))
+                .connect()
+                .await
+                .ok()?;
+            HealthClient::new(channel.clone())
+                .check(HealthCheckRequest::default())
+                .await
+                .ok()
+                .map(|_| channel)
+        }
+    };
+    let mut a = Vec::new();
+    for _ in 0..5 {
+        a.extend(open([127, 0, 0, 3]).await);
+    }
+    assert_eq!(a.len(), 4, "one address gets --max-connections-per-client");
+    let mut b = Vec::new();
+    for _ in 0..3 {
+        b.extend(open([127, 0, 0, 4]).await);
+    }
+    assert_eq!(b.len(), 2, "the gateway's 6 are full");
+    // At least once each: a refused channel may try to connect again for its request.
+    assert!(rejections(&gw, "connections_per_client").await > per_client);
+    assert!(rejections(&gw, "connections_per_gateway").await > per_gateway);
+    // The admitted ones still answer.
+    for c in a.iter().chain(&b) {
+        HealthClient::new(c.clone())
+            .check(HealthCheckRequest::default())
+            .await
+            .expect("an admitted connection answers");
+    }
+    // A connection closed gives its place back (once the gateway has seen it close).
+    a.pop();
+    let deadline = Instant::now() + STEP;
+    loop {
+        if let Some(c) = open([127, 0, 0, 4]).await {
+            b.push(c);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the place never came back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

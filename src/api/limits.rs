@@ -74,6 +74,15 @@ pub const DEFAULT_UNARY_IN_FLIGHT_PER_GATEWAY: usize = 2_000;
 /// connection from it together): half the gateway's, so one client machine's flood leaves the
 /// others at least half, as a tenant's does under a policy.
 pub const DEFAULT_UNARY_IN_FLIGHT_PER_CLIENT: usize = 1_000;
+/// Client connections from one client address (IP) open at once: a client process needs one
+/// per gateway, a machine a few hundred at most; a flood of connections from one machine stops
+/// here, leaving the gateway's other connections to everyone else.
+pub const DEFAULT_CONNECTIONS_PER_CLIENT: usize = 1_000;
+/// File descriptors left for everything but client connections when `--max-connections` is 0
+/// (its default): the ZooKeeper sessions and their reconnects, the HTTP port's scrapes, the
+/// files the gateway opens. A connection flood then meets `--max-connections` before the
+/// open-file limit, so a ZooKeeper reconnect always finds a descriptor.
+pub const CONNECTION_FD_RESERVE: usize = 256;
 /// 16 MiB of election values per identity (256 default-sized values of 64 KiB).
 pub const DEFAULT_BYTES_IN_FLIGHT_PER_IDENTITY: usize = 16 * 1024 * 1024;
 pub const DEFAULT_FIRST_MESSAGE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -119,6 +128,20 @@ pub struct StreamLimits {
     #[arg(id = "max_unary_in_flight_per_client", value_name = "MAX_UNARY_IN_FLIGHT_PER_CLIENT", long = "max-unary-in-flight-per-client", env = "ZKGATE_MAX_UNARY_IN_FLIGHT_PER_CLIENT", default_value_t = DEFAULT_UNARY_IN_FLIGHT_PER_CLIENT)]
     #[serde(rename = "max_unary_in_flight_per_client")]
     pub unary_in_flight_per_client: usize,
+    /// Client connections open at once; 0: the open-file limit less 256, the descriptors kept for ZooKeeper and the HTTP port
+    #[arg(
+        id = "max_connections",
+        value_name = "MAX_CONNECTIONS",
+        long = "max-connections",
+        env = "ZKGATE_MAX_CONNECTIONS",
+        default_value_t = 0
+    )]
+    #[serde(rename = "max_connections")]
+    pub connections_per_gateway: usize,
+    /// Client connections open at once from one client address (IP)
+    #[arg(id = "max_connections_per_client", value_name = "MAX_CONNECTIONS_PER_CLIENT", long = "max-connections-per-client", env = "ZKGATE_MAX_CONNECTIONS_PER_CLIENT", default_value_t = DEFAULT_CONNECTIONS_PER_CLIENT)]
+    #[serde(rename = "max_connections_per_client")]
+    pub connections_per_client: usize,
     /// Under --auth-policy: unary calls per second per identity (bursts of one second's worth)
     #[arg(id = "max_unary_rate_per_identity", value_name = "MAX_UNARY_RATE_PER_IDENTITY", long = "max-unary-rate-per-identity", env = "ZKGATE_MAX_UNARY_RATE_PER_IDENTITY", default_value_t = DEFAULT_UNARY_RATE_PER_IDENTITY)]
     #[serde(rename = "max_unary_rate_per_identity")]
@@ -150,6 +173,8 @@ impl Default for StreamLimits {
             queues_per_identity: DEFAULT_QUEUES_PER_IDENTITY,
             unary_in_flight_per_gateway: DEFAULT_UNARY_IN_FLIGHT_PER_GATEWAY,
             unary_in_flight_per_client: DEFAULT_UNARY_IN_FLIGHT_PER_CLIENT,
+            connections_per_gateway: 0,
+            connections_per_client: DEFAULT_CONNECTIONS_PER_CLIENT,
             unary_rate_per_identity: DEFAULT_UNARY_RATE_PER_IDENTITY,
             unary_in_flight_per_identity: DEFAULT_UNARY_IN_FLIGHT_PER_IDENTITY,
             bytes_in_flight_per_identity: DEFAULT_BYTES_IN_FLIGHT_PER_IDENTITY,
@@ -165,6 +190,97 @@ impl StreamLimits {
         (self.holder_streams_per_connection + self.observe_streams_per_connection + 1_000)
             .min(u32::MAX as usize) as u32
     }
+}
+
+/// Client connections open at once, gateway-wide and per client address (G10). A connection
+/// past either is closed as soon as it is accepted: before HTTP/2 there is no status to send,
+/// and the client sees `UNAVAILABLE`. The gateway-wide bound keeps the open-file limit out of
+/// a flood's reach: a ZooKeeper session that has to reconnect needs a descriptor, and without
+/// one it expires, and every hold on it is lost.
+#[derive(Debug)]
+pub struct Connections {
+    max: usize,
+    per_client: usize,
+    open: Mutex<(usize, HashMap<IpAddr, usize>)>,
+}
+
+impl Connections {
+    /// `max` 0 means the open-file limit less [`CONNECTION_FD_RESERVE`] (at least 16).
+    pub fn new(limits: &StreamLimits) -> Arc<Self> {
+        let max = match limits.connections_per_gateway {
+            0 => open_file_limit().map_or(usize::MAX, |n| {
+                n.saturating_sub(CONNECTION_FD_RESERVE).max(16)
+            }),
+            n => n,
+        };
+        Arc::new(Self {
+            max,
+            per_client: limits.connections_per_client,
+            open: Mutex::new((0, HashMap::new())),
+        })
+    }
+
+    /// The gateway-wide bound in force.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Admits a connection from `ip`, or names the bound it is past (counted in
+    /// `zkgate_limit_rejections_total`).
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<ConnectionPermit, Limit> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let (total, by_ip) = &mut *open;
+        let from_ip = by_ip.get(&ip).copied().unwrap_or(0);
+        let refused = if *total >= self.max {
+            Some(Limit::ConnectionsPerGateway(self.max))
+        } else if from_ip >= self.per_client {
+            Some(Limit::ConnectionsPerClient(ip, self.per_client))
+        } else {
+            None
+        };
+        if let Some(limit) = refused {
+            crate::metrics::limit_rejected(limit.label());
+            return Err(limit);
+        }
+        *total += 1;
+        by_ip.insert(ip, from_ip + 1);
+        Ok(ConnectionPermit {
+            connections: self.clone(),
+            ip,
+        })
+    }
+}
+
+/// One admitted connection's place; given back when the connection is dropped.
+#[derive(Debug)]
+pub struct ConnectionPermit {
+    connections: Arc<Connections>,
+    ip: IpAddr,
+}
+
+impl Drop for ConnectionPermit {
+    fn drop(&mut self) {
+        let mut open = self
+            .connections
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let (total, by_ip) = &mut *open;
+        *total = total.saturating_sub(1);
+        if let Some(n) = by_ip.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                by_ip.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// The process's soft open-file limit, `None` when unlimited.
+pub fn open_file_limit() -> Option<usize> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -842,6 +958,37 @@ mod tests {
             a.unary(None, None, Read).unwrap(),
             a.unary(None, None, Read).unwrap(),
         );
+    }
+
+    #[test]
+    fn connections_per_client_address_and_per_gateway() {
+        let c = Connections::new(&StreamLimits {
+            connections_per_gateway: 3,
+            connections_per_client: 2,
+            ..Default::default()
+        });
+        let (a, b): (IpAddr, IpAddr) = ([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
+        let a1 = c.admit(a).unwrap();
+        let _a2 = c.admit(a).unwrap();
+        assert_eq!(
+            c.admit(a).unwrap_err(),
+            Limit::ConnectionsPerClient(a, 2),
+            "the address's bound"
+        );
+        let b1 = c.admit(b).unwrap();
+        assert_eq!(c.admit(b).unwrap_err(), Limit::ConnectionsPerGateway(3));
+        // Places come back with the connections, refusals took none.
+        drop(a1);
+        let _b2 = c.admit(b).unwrap();
+        drop(b1);
+        assert_eq!(c.open.lock().unwrap().0, 2);
+        assert_eq!(c.open.lock().unwrap().1.get(&a), Some(&1));
+        // 0: the open-file limit less the reserve.
+        let auto = Connections::new(&StreamLimits::default());
+        match open_file_limit() {
+            Some(n) => assert_eq!(auto.max(), n.saturating_sub(CONNECTION_FD_RESERVE).max(16)),
+            None => assert_eq!(auto.max(), usize::MAX),
+        }
     }
 
     #[test]

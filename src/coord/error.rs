@@ -160,6 +160,10 @@ pub enum Limit {
     UnaryInFlightPerGateway(super::session::UnaryWork, usize),
     #[error("limit reached: unary {0} calls in flight from client address {1} on this gateway (--max-unary-in-flight-per-client = {2}, for each kind, without --auth-policy); wait for answers before sending more, or retry with backoff")]
     UnaryInFlightPerClient(super::session::UnaryWork, std::net::IpAddr, usize),
+    #[error("limit reached: client connections open on this gateway (--max-connections = {0})")]
+    ConnectionsPerGateway(usize),
+    #[error("limit reached: client connections open from client address {0} (--max-connections-per-client = {1})")]
+    ConnectionsPerClient(std::net::IpAddr, usize),
     #[error("limit reached: unary calls per second of identity {0:?} on this gateway (--max-unary-rate-per-identity = {1}); slow down and retry with backoff")]
     UnaryRatePerIdentity(String, u32),
     #[error("limit reached: unary calls in flight of identity {0:?} on this gateway (--max-unary-in-flight-per-identity = {1}); wait for answers before sending more")]
@@ -191,6 +195,8 @@ impl Limit {
             Limit::QueuesPerIdentity(..) => "queues_per_identity",
             Limit::UnaryInFlightPerGateway(..) => "unary_in_flight_per_gateway",
             Limit::UnaryInFlightPerClient(..) => "unary_in_flight_per_client",
+            Limit::ConnectionsPerGateway(..) => "connections_per_gateway",
+            Limit::ConnectionsPerClient(..) => "connections_per_client",
             Limit::UnaryRatePerIdentity(..) => "unary_rate_per_identity",
             Limit::UnaryInFlightPerIdentity(..) => "unary_in_flight_per_identity",
             Limit::BytesInFlightPerIdentity(..) => "bytes_in_flight_per_identity",
