@@ -155,6 +155,7 @@ pub async fn run_with(
     let timing = cfg.timing();
     let (ka_interval, ka_timeout) = (timing.keepalive_interval, timing.keepalive_timeout);
     let admission = Admission::new(cfg.limits);
+    crate::api::limits::raise_open_file_limit();
     let connections = Connections::new(&cfg.limits);
     if let Some(files) = crate::api::limits::open_file_limit() {
         let room = files.saturating_sub(crate::api::limits::CONNECTION_FD_RESERVE);

@@ -276,6 +276,21 @@ impl Drop for ConnectionPermit {
     }
 }
 
+/// Raises the process's soft open-file limit to its hard limit, as Go's runtime does for every
+/// Go server (etcd, Consul): a shell's soft limit is often 1,024 while the hard one allows
+/// far more, and `--max-connections` defaults to what the soft limit leaves. Nothing in the
+/// gateway uses `select(2)`, the only reason to keep descriptors below 1,024.
+pub fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::debug!(error = %e, "could not raise the open-file limit");
+        }
+    }
+}
+
 /// The process's soft open-file limit, `None` when unlimited.
 pub fn open_file_limit() -> Option<usize> {
     rustix::process::getrlimit(rustix::process::Resource::Nofile)
