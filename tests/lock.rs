@@ -871,33 +871,39 @@ async fn a_holder_released_by_lease_elsewhere_is_told_before_the_next_holder_acq
         let r = c2.release(pb::ReleaseRequest { lease }).await;
         (r, member_znodes(&zkc, &root).await.len(), c2)
     });
-    let told = loop {
-        match tokio::time::timeout(STEP, a.stream.event())
-            .await
-            .expect("in time")
-        {
-            Ok(Some(LEvent::Heartbeat(_))) => continue,
-            Ok(Some(LEvent::Suspended(s)))
-                if s.reason == pb::SuspendReason::EndRequested as i32 =>
+    let told = skipping_at_most("suspended (END_REQUESTED)", async {
+        loop {
+            match tokio::time::timeout(STEP, a.stream.event())
+                .await
+                .expect("in time")
             {
-                break Instant::now()
+                Ok(Some(LEvent::Heartbeat(_))) => continue,
+                Ok(Some(LEvent::Suspended(s)))
+                    if s.reason == pb::SuspendReason::EndRequested as i32 =>
+                {
+                    break Instant::now()
+                }
+                other => panic!("expected suspended (END_REQUESTED), got {other:?}"),
             }
-            other => panic!("expected suspended (END_REQUESTED), got {other:?}"),
         }
-    };
+    })
+    .await;
     // The holder stops its work, then cancels its stream.
     drop(a.stream);
-    let acquired = loop {
-        let (at, e) = tokio::time::timeout(STEP, b_events.recv())
-            .await
-            .expect("b acquires in time")
-            .expect("b's reader");
-        match e {
-            Ok(Some(LEvent::Acquired(_))) => break at,
-            Ok(Some(LEvent::Heartbeat(_))) => continue,
-            other => panic!("expected acquired, got {other:?}"),
+    let acquired = skipping_at_most("b acquires", async {
+        loop {
+            let (at, e) = tokio::time::timeout(STEP, b_events.recv())
+                .await
+                .expect("b acquires in time")
+                .expect("b's reader");
+            match e {
+                Ok(Some(LEvent::Acquired(_))) => break at,
+                Ok(Some(LEvent::Heartbeat(_))) => continue,
+                other => panic!("expected acquired, got {other:?}"),
+            }
         }
-    };
+    })
+    .await;
     assert!(
         told < acquired,
         "b acquired {:?} before a was told",

@@ -279,16 +279,19 @@ async fn an_explicit_silence_limit_is_clamped_to_the_granted_session_timeout() {
 /// The next event that is not a heartbeat answering no ping (`seq` 0), failing on any
 /// heartbeat that answers a ping in `refused`.
 async fn next_but_unsolicited(c: &mut Campaign, refused: impl Fn(u64) -> bool) -> Event {
-    loop {
-        match c.stream.event().await {
-            Ok(Some(Event::Heartbeat(h))) if refused(h.seq) => {
-                panic!("ping {} answered while the link was suspended", h.seq)
+    skipping_at_most("an event past unsolicited heartbeats", async {
+        loop {
+            match c.stream.event().await {
+                Ok(Some(Event::Heartbeat(h))) if refused(h.seq) => {
+                    panic!("ping {} answered while the link was suspended", h.seq)
+                }
+                Ok(Some(Event::Heartbeat(h))) if h.seq == 0 => continue,
+                Ok(Some(e)) => return e,
+                other => panic!("stream ended: {other:?}"),
             }
-            Ok(Some(Event::Heartbeat(h))) if h.seq == 0 => continue,
-            Ok(Some(e)) => return e,
-            other => panic!("stream ended: {other:?}"),
         }
-    }
+    })
+    .await
 }
 
 /// A pinging leader's lease is renewed only on a connected link (README "Timing", the lease on

@@ -100,15 +100,18 @@ async fn campaign_with(
 impl Held {
     /// The next event that is not a heartbeat; `Err` is the stream's end status.
     async fn next(&mut self) -> Result<Option<Event>, Status> {
-        loop {
-            let m = tokio::time::timeout(ANSWER, self.rx.message())
-                .await
-                .expect("an event in time")?;
-            match m.and_then(|m| m.event) {
-                Some(Event::Heartbeat(_)) => continue,
-                other => return Ok(other),
+        skipping_at_most("the next event", async {
+            loop {
+                let m = tokio::time::timeout(ANSWER, self.rx.message())
+                    .await
+                    .expect("an event in time")?;
+                match m.and_then(|m| m.event) {
+                    Some(Event::Heartbeat(_)) => continue,
+                    other => return Ok(other),
+                }
             }
-        }
+        })
+        .await
     }
 
     async fn elected(&mut self) -> pb::Leader {

@@ -64,21 +64,45 @@ impl EventStream for AcquireStream {
     }
 }
 
-/// The next event for which `skip` is false, within [`STEP`] (panics otherwise).
+/// The next event for which `skip` is false: each event within [`STEP`], and the one wanted
+/// within [`SKIPPING_AT_MOST`] however many skipped ones came before it (panics otherwise).
+///
+/// Why both: a stream sends heartbeats every few hundred milliseconds, so a per-event timeout
+/// alone never fires while the awaited event never comes — a test waiting for a `proclaimed`
+/// that was never to come read heartbeats until CI's 90 minutes ran out.
 pub async fn next_unless<S: EventStream>(
     stream: &mut S,
     skip: impl Fn(&S::Event) -> bool,
 ) -> Result<Option<S::Event>, Status> {
+    let deadline = tokio::time::Instant::now() + SKIPPING_AT_MOST;
+    let mut skipped = 0usize;
     loop {
-        let e = tokio::time::timeout(STEP, stream.next_event())
-            .await
-            .expect("an event in time")?;
+        let within = STEP.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        let e = match tokio::time::timeout(within, stream.next_event()).await {
+            Ok(e) => e?,
+            Err(_) if tokio::time::Instant::now() >= deadline => panic!(
+                "no wanted event within {SKIPPING_AT_MOST:?}: only {skipped} skipped ones (heartbeats, link events) came"
+            ),
+            Err(_) => panic!("no event within {STEP:?}"),
+        };
         match e {
-            Some(e) if skip(&e) => continue,
+            Some(e) if skip(&e) => skipped += 1,
             other => return Ok(other),
         }
     }
 }
+
+/// `f`, a loop that reads a stream past heartbeats, given at most [`SKIPPING_AT_MOST`]: its
+/// per-event timeouts never fire while heartbeats keep coming (see [`next_unless`]).
+pub async fn skipping_at_most<F: Future>(what: &str, f: F) -> F::Output {
+    tokio::time::timeout(SKIPPING_AT_MOST, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {SKIPPING_AT_MOST:?} of heartbeats"))
+}
+
+/// How long [`next_unless`] reads skipped events (heartbeats) before it gives up: far above any
+/// wait a test means (a session timeout or two of a few seconds), far below CI's limit.
+pub const SKIPPING_AT_MOST: Duration = Duration::from_secs(60);
 
 /// Asserts that only events `tolerated` arrive for `d`.
 pub async fn quiet_unless<S: EventStream>(
