@@ -532,6 +532,9 @@ struct World {
     /// Failpoint firings counted in the logs of gateways gone so far: lost create replies,
     /// deletes failed unsent, handles of given-up sessions kept.
     fired: Mutex<(u64, u64, u64)>,
+    /// Which member znode each stream was given (from its lease), a line per stream, for
+    /// reading beside the queue trace.
+    members: Mutex<Vec<String>>,
 }
 
 fn now_ns() -> u64 {
@@ -740,6 +743,20 @@ fn print_leader_kills(
 }
 
 impl World {
+    /// Notes the member znode `client`'s lease names ([`World::members`]).
+    fn note_member(&self, client: &StreamClient) {
+        let log = client.log();
+        self.members.lock().unwrap().push(format!(
+            "+{}ms {} {}#{} via {}: {}",
+            self.epoch.elapsed().as_millis(),
+            client.election,
+            log.client,
+            client.id,
+            log.via,
+            lease_member(&client.lease)
+        ));
+    }
+
     /// The leaders' silence limit: 0.35 × the granted session timeout.
     fn silence(&self) -> Duration {
         self.t * 35 / 100
@@ -1080,6 +1097,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
         injected: Mutex::new(Vec::new()),
         instream: Mutex::new(Vec::new()),
         fired: Mutex::new((0, 0, 0)),
+        members: Mutex::new(Vec::new()),
     });
     let mut tasks = Vec::new();
     for i in 0..world.slots.len() {
@@ -1503,6 +1521,9 @@ async fn soak(args: Args) -> std::process::ExitCode {
         ),
     );
     println!("recoveries, notes and the timeline: {}", dump.display());
+    let members = std::env::temp_dir().join(format!("zkgate-soak-{seed}-members.txt"));
+    let _ = std::fs::write(&members, world.members.lock().unwrap().join("\n"));
+    println!("the member znode of each stream: {}", members.display());
     for g in &world.gateways {
         let p = g.proc.lock().unwrap().take();
         if let Some(mut p) = p {
@@ -1667,6 +1688,7 @@ async fn run_slot(world: Arc<World>, i: usize) {
             }
         };
         world.logs.lock().unwrap().push(client.watch());
+        world.note_member(&client);
         let keepalive = slot.ttl.and_then(|ttl| client.keep_alive_every(ttl / 3));
         *slot.current.lock().unwrap() = Some(Active {
             client,
@@ -2630,6 +2652,30 @@ async fn trace_queues(
     }
 }
 
+/// A member znode's name as the traces print it: mode letter, the first 8 hex digits of its
+/// protected id, sequence (`e-1f2e3d4c-0000000012`), so two znodes of one create retried show
+/// as two with one id.
+fn short_member(node: &str) -> String {
+    let mut parts = node.splitn(3, '-');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(mode), Some(id), Some(seq)) => {
+            format!("{mode}-{}-{seq}", id.get(..8).unwrap_or(id))
+        }
+        _ => node.to_owned(),
+    }
+}
+
+/// The member znode a lease names (`zkg2.<hex of kind/queue/node>.<tag>`), short as in the
+/// queue trace; the soak's own forensics read it, clients never parse leases.
+fn lease_member(lease: &str) -> String {
+    let hex = lease.split('.').nth(1).unwrap_or_default();
+    let bytes: Vec<u8> = (0..hex.len() / 2)
+        .filter_map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect();
+    let text = String::from_utf8_lossy(&bytes);
+    short_member(text.rsplit('/').next().unwrap_or_default())
+}
+
 async fn trace_server(
     label: String,
     server: String,
@@ -2669,8 +2715,7 @@ async fn trace_server(
                         Ok(Some(st)) => format!("{:#x}", st.ephemeral_owner),
                         _ => "gone".to_owned(),
                     };
-                    let short = k.rsplit('-').next().unwrap_or(k);
-                    line.push(format!("{short}@{owner}"));
+                    line.push(format!("{}@{owner}", short_member(k)));
                 }
                 let line = line.join(" ");
                 if last.get(&q) != Some(&line) {
