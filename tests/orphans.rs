@@ -94,6 +94,48 @@ async fn the_search_after_a_lost_create_reply_syncs_first() {
     wait_no_members(&zkc, &gw.root, Duration::from_secs(5)).await;
 }
 
+/// A lost create attempt that ZooKeeper applies *after* the gateway's search for it found
+/// nothing and it created again: two znodes of one protected id, one adopted by the stream, the
+/// other nobody's (a soak saw ZooKeeper do it, session 25). The second is deleted as soon as the
+/// queue's watch shows it; before, it stayed until the session ended, and once the members
+/// ahead of it left, it headed the election with nobody elected (session 24's soak: 104 s).
+#[tokio::test]
+async fn a_create_applied_after_its_search_found_nothing_is_deleted() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = gw.client().await;
+    let zkc = zk_client(&zk).await;
+    let mut first = Campaign::join(&mut c, "late-create", "first", b"").await;
+    first.elected().await;
+
+    let zkg = gw.coord.session().unwrap().zk.clone();
+    zkg.delay_next_create(Duration::from_millis(300));
+    let mut a = Campaign::join(&mut c, "late-create", "a", b"").await;
+    assert_eq!(
+        a.position, 1,
+        "created again after the search found nothing"
+    );
+    wait_until("the lost attempt is applied", STEP, || {
+        std::future::ready(zkg.delayed_create_applied())
+    })
+    .await;
+    wait_until(
+        "the second znode of a's create is deleted",
+        STEP,
+        || async { member_znodes(&zkc, &gw.root).await.len() == 2 },
+    )
+    .await;
+    // b queues behind a, and nothing stands between them.
+    let mut b = Campaign::join(&mut c, "late-create", "b", b"").await;
+    assert_eq!(b.position, 2);
+    drop(first);
+    assert_eq!(a.elected().await.candidate, "a");
+    drop(a);
+    assert_eq!(b.elected().await.candidate, "b");
+    drop(b);
+    wait_no_members(&zkc, &gw.root, Duration::from_secs(5)).await;
+}
+
 /// A resign (in-stream) or a stream's end whose deletes keep failing on the link for longer
 /// than the session timeout, while the session itself lives on: the delete is retried until
 /// the znode is gone, so the waiter behind is elected and nothing is left. (Giving up after

@@ -62,6 +62,8 @@ pub(crate) enum MemberEvent {
 struct Cleanup {
     session: Arc<ZkSession>,
     queue: Arc<QueueHandle>,
+    /// The create's protected id, and its prefix (mode and id).
+    id: String,
     prefix: String,
     /// The znode's name, once created.
     node: Option<String>,
@@ -92,6 +94,9 @@ impl Drop for Cleanup {
                 ));
             }
             None => {
+                // The create may be applied yet, even after the search below finds nothing:
+                // the queue deletes any znode of this id it sees from now on.
+                self.queue.watch_strays(std::mem::take(&mut self.id));
                 let (session, queue_path) = (self.session.clone(), self.queue.path.clone());
                 let prefix = std::mem::take(&mut self.prefix);
                 self.session.releases.spawn(async move {
@@ -168,6 +173,7 @@ impl Member {
         let id = ProtectedId::random();
         let mut cleanup = Cleanup {
             session: session.clone(),
+            id: id.hex(),
             prefix: MemberName::prefix(mode, &id),
             queue,
             node: None,
@@ -177,9 +183,11 @@ impl Member {
         let created = match create_member(&session, &cleanup.queue, mode, &id, &record).await {
             Ok(c) => c,
             Err(e) => {
-                // Failed rather than dropped: whatever the create may have left is the
-                // session's (as before any member existed).
+                // Failed rather than dropped: the client is told and may retry. Whatever an
+                // attempt lost to the link may still leave is no stream's: the queue deletes
+                // any znode of this id it sees.
                 cleanup.armed = false;
+                cleanup.queue.watch_strays(id.hex());
                 return Err(e);
             }
         };
@@ -402,7 +410,9 @@ async fn create_member(
     let data = record.encode_to_vec();
     let mut with_queue = !queue.probably_exists();
     let mut made_folders = false;
-    let created = |sequence, czxid| Created {
+    // An attempt failed on the link: ZooKeeper may still apply it (see `queue::state::Strays`).
+    let mut retried = false;
+    let created = |sequence, czxid, retried| Created {
         member: MemberName {
             mode,
             id: id.hex(),
@@ -410,6 +420,7 @@ async fn create_member(
         },
         record: record.clone(),
         czxid,
+        retried,
     };
     for _attempt in 0..6 {
         let made = if with_queue {
@@ -426,7 +437,7 @@ async fn create_member(
                 .map(|(czxid, seq)| (seq, czxid))
         };
         match made {
-            Ok((sequence, czxid)) => return Ok(created(sequence, Some(czxid))),
+            Ok((sequence, czxid)) => return Ok(created(sequence, Some(czxid), retried)),
             // The queue exists after all (another member made it meanwhile).
             Err(zkc::Error::NodeExists) if with_queue => with_queue = false,
             // The queue is gone (reaped since the actor last saw it): make it with the member.
@@ -443,8 +454,9 @@ async fn create_member(
             }
             // The reply was lost: the create may have been applied (G5).
             Err(e) if super::zk::is_transport_failure(&e) => {
+                retried = true;
                 if let Some((member, czxid)) = find_protected(session, queue_path, &prefix).await? {
-                    return Ok(created(member.sequence, Some(czxid)));
+                    return Ok(created(member.sequence, Some(czxid), retried));
                 }
             }
             Err(e) => return Err(e.into()),
@@ -495,11 +507,20 @@ async fn find_protected(
             }
             Err(e) => return Err(e.into()),
         };
-        for child in children.iter().filter(|c| c.starts_with(prefix)) {
-            let path = format!("{queue_path}/{child}");
+        // Two attempts of one create may both have been applied (the first after an earlier
+        // search missed it): the earliest is adopted, the other deleted as a stray once the
+        // member registers (`queue::state::Strays`).
+        let mut ours: Vec<MemberName> = children
+            .iter()
+            .filter(|c| c.starts_with(prefix))
+            .filter_map(|c| MemberName::parse(c))
+            .collect();
+        ours.sort_by_key(|m| m.sequence);
+        for member in ours {
+            let path = format!("{queue_path}/{}", member.node_name());
             match session.zk.get_data(&path).await {
                 Ok((_, stat)) if stat.ephemeral_owner == session.session_id() => {
-                    return Ok(MemberName::parse(child).map(|m| (m, stat.czxid)));
+                    return Ok(Some((member, stat.czxid)));
                 }
                 // Not ours (cannot happen with a 128-bit id, but never adopt a stranger's node),
                 // or deleted since the listing.

@@ -249,6 +249,11 @@ pub struct Zk {
     batcher: Option<Arc<Batcher>>,
     /// Test seam: the next batch of several operations is applied but reports `ConnectionLoss`.
     lose_batch_reply: Arc<std::sync::atomic::AtomicBool>,
+    /// Test seam: the next member create reports `ConnectionLoss` and is sent this much later
+    /// ([`Zk::delay_next_create`]).
+    delay_create: Arc<std::sync::Mutex<Option<std::time::Duration>>>,
+    /// That delayed create has been applied.
+    delayed_create_applied: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The session's write batcher: creates and deletes waiting for the batch in flight.
@@ -352,6 +357,8 @@ impl Zk {
             fail_unsent: Arc::default(),
             batcher: None,
             lose_batch_reply: Arc::default(),
+            delay_create: Arc::default(),
+            delayed_create_applied: Arc::default(),
         }
     }
 
@@ -461,6 +468,25 @@ impl Zk {
     /// Creates an EPHEMERAL_SEQUENTIAL znode; returns its creation zxid (its fencing token) and
     /// sequence number, alone or batched.
     pub async fn create_member(&self, prefix_path: &str, data: &[u8]) -> ZkResult<(i64, i64)> {
+        if let Some(delay) = self
+            .delay_create
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let (client, acls) = (self.client.clone(), self.acls);
+            let (path, data) = (prefix_path.to_owned(), data.to_vec());
+            let applied = self.delayed_create_applied.clone();
+            applied.store(false, Ordering::Relaxed);
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let opts = CreateMode::EphemeralSequential.with_acls(acls);
+                if client.create(&path, &data, &opts).await.is_ok() {
+                    applied.store(true, Ordering::Relaxed);
+                }
+            });
+            return Err(zkc::Error::ConnectionLoss);
+        }
         let r = match &self.batcher {
             None => {
                 let opts = CreateMode::EphemeralSequential.with_acls(self.acls);
@@ -830,6 +856,21 @@ impl Zk {
     #[doc(hidden)]
     pub fn lose_next_create_reply(&self) {
         self.lose_create_reply.store(true, Ordering::Relaxed);
+    }
+
+    /// Test seam: the next member create fails with `ConnectionLoss` at once, and its request
+    /// reaches ZooKeeper `delay` later, where it is applied: a lost attempt applied *after* the
+    /// gateway's search for it found nothing and it created again, as a soak saw ZooKeeper do
+    /// when a connection was dropped while a frozen server woke up (`queue::state::Strays`).
+    #[doc(hidden)]
+    pub fn delay_next_create(&self, delay: std::time::Duration) {
+        *self.delay_create.lock().unwrap_or_else(|p| p.into_inner()) = Some(delay);
+    }
+
+    /// Whether the create delayed by [`Zk::delay_next_create`] has been applied.
+    #[doc(hidden)]
+    pub fn delayed_create_applied(&self) -> bool {
+        self.delayed_create_applied.load(Ordering::Relaxed)
     }
 
     /// Test seam: takes every request slot of the session ([`REQUESTS_IN_FLIGHT`]) until the

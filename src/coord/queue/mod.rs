@@ -70,6 +70,10 @@ enum Command {
     },
     /// A join ended without registering: a head it left unread is read now.
     Wake,
+    /// A create of this protected id met a transport failure and no member was adopted for it.
+    Strays {
+        id: String,
+    },
 }
 
 /// Protected ids of this gateway's members being created in a queue: their creation events
@@ -257,6 +261,13 @@ impl QueueHandle {
             })
             .map_err(|_| Refusal::Gone)?;
         rx.await.unwrap_or(Err(Refusal::Gone))
+    }
+
+    /// A create of protected id `id` met a transport failure and its join ended without a
+    /// member (failed or abandoned): any znode with that id that shows up is ours and no
+    /// stream's, and is deleted (`state::Strays`).
+    pub fn watch_strays(&self, id: String) {
+        let _ = self.cmd.send(Command::Strays { id });
     }
 
     pub fn unregister(&self, node: &str) {
@@ -641,6 +652,7 @@ impl Actor {
             }
             // The reconcile after every step does the rest.
             Command::Wake => Step::Continue,
+            Command::Strays { id } => self.apply(Event::Strays { id }).await,
         }
     }
 
@@ -776,6 +788,10 @@ impl Actor {
             // One attempt each, all at once: a suspect without an answer stays in the view
             // (it can only block) and is asked about again at the next listing, which a
             // transport failure brings about anyway.
+            Action::DeleteStray(node) => {
+                self.delete_stray(node);
+                Ok(vec![])
+            }
             Action::VerifyAtLeader(nodes) => {
                 let answers = futures::future::join_all(nodes.into_iter().map(|node| {
                     let path = format!("{}/{node}", self.path);
@@ -786,6 +802,28 @@ impl Actor {
                 Ok(vec![Event::Verified(answers)])
             }
         }
+    }
+
+    /// Deletes a stray (`state::Strays`) in a task of its own, once its owner is proven to be
+    /// this session: its protected id says so, and no znode of another session is ever
+    /// deleted on a name's word. Retried through the link like a member's release; a session
+    /// that ends first takes the znode with it.
+    fn delete_stray(&self, node: String) {
+        let (zk, mut link) = (self.io.zk.clone(), self.io.link.clone());
+        let (session, path) = (self.io.session_id, format!("{}/{node}", self.path));
+        tokio::spawn(async move {
+            match super::link::through_link(&mut link, || zk.get_data(&path)).await {
+                Ok(Ok((_, stat))) if stat.ephemeral_owner == session => {}
+                _ => return,
+            }
+            if let Ok(Err(e)) =
+                super::link::through_link(&mut link, || zk.delete(&path, Urgency::HandOver)).await
+            {
+                if !matches!(e, zkc::Error::NoNode) {
+                    tracing::warn!(error = %e, "deleting a stray znode failed; the session's end removes it");
+                }
+            }
+        });
     }
 
     /// Places the queue's watch again if a reconnect may have dropped it, then lists the

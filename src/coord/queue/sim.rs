@@ -246,6 +246,8 @@ enum Waiter {
     Lease(usize),
     /// The session supervisor's liveness probe (a `sync`), sent at this instant.
     Probe(usize, Instant),
+    /// A stray's delete: nothing waits for its answer.
+    Stray,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -936,7 +938,7 @@ impl Sim {
                 self.sessions[si].clock.answered(sent);
                 self.judge(si);
             }
-            Some(Waiter::Probe(..)) | None => {}
+            Some(Waiter::Probe(..) | Waiter::Stray) | None => {}
         }
     }
 
@@ -1385,6 +1387,13 @@ impl Sim {
                     self.members[m].mailbox.push_back(MemberIn::Signal(signal));
                 }
             }
+            // `Actor::delete_stray`, sent once while connected (the real one retries through
+            // the link and proves the owner first; a stray's id is its session's alone).
+            Action::DeleteStray(node) => {
+                if self.sessions[si].link == LinkState::Connected {
+                    self.send(si, Req::Delete(node), Waiter::Stray);
+                }
+            }
             Action::VerifyAtLeader(nodes) => self.actor_read(
                 si,
                 Req::CheckAtLeader(nodes.clone()),
@@ -1626,7 +1635,7 @@ impl Sim {
     }
 
     /// The znode is ours: register it, or release it if the client left meanwhile.
-    fn created(&mut self, m: usize, name: String, czxid: i64) {
+    fn created(&mut self, m: usize, name: String, czxid: i64, retried: bool) {
         let mb = &mut self.members[m];
         mb.node = Some(name.clone());
         mb.czxid = Some(czxid);
@@ -1642,6 +1651,7 @@ impl Sim {
                 ..Default::default()
             },
             czxid: Some(czxid),
+            retried,
         };
         mb.phase = Phase::Registering;
         let si = mb.session;
@@ -1752,7 +1762,7 @@ impl Sim {
             Phase::Creating { attempt } => {
                 if let Some(MemberIn::Reply(resp)) = self.members[m].mailbox.pop_front() {
                     match resp {
-                        Resp::Created { name, czxid } => self.created(m, name, czxid),
+                        Resp::Created { name, czxid } => self.created(m, name, czxid, attempt > 1),
                         _ => {
                             count(&COVERAGE.lost_creates);
                             self.search_step(m, attempt)
@@ -1786,7 +1796,7 @@ impl Sim {
                         match n.into_iter().next().flatten() {
                             Some(z) if z.owner == self.sessions[si].id => {
                                 count(&COVERAGE.adopted);
-                                self.created(m, name, z.czxid)
+                                self.created(m, name, z.czxid, true)
                             }
                             _ => self.read_next(m, attempt, rest),
                         }

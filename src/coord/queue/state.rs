@@ -185,6 +185,10 @@ pub struct Created {
     pub record: NodeRecord,
     /// The znode's creation zxid — its fencing token — when the reply carried it.
     pub czxid: Option<i64>,
+    /// An attempt of this create failed on the link before it succeeded or was found again:
+    /// ZooKeeper may apply that attempt too, even after the search found nothing, so another
+    /// znode with this protected id may show up and is deleted ([`Strays`]).
+    pub retried: bool,
 }
 
 /// What an ownership check found.
@@ -283,6 +287,11 @@ pub enum Event {
     /// Answer to [`Action::VerifyAtLeader`]: whether the leader has each suspect (`Err`: no
     /// answer).
     Verified(Vec<(String, Result<bool, zkc::Error>)>),
+    /// A create of protected id `id` met a transport failure and no member was adopted for it
+    /// (the join failed or was abandoned): every znode with that id is a stray ([`Strays`]).
+    Strays {
+        id: String,
+    },
 }
 
 /// Whether a read of a znode found it: `NoNode` is absence; any other failure (the link above
@@ -328,6 +337,58 @@ pub enum Action {
     /// Ask the ensemble's leader whether these members exist (see `QueueState::high_water`);
     /// answer [`Event::Verified`].
     VerifyAtLeader(Vec<String>),
+    /// Delete this znode if our session owns it: another copy of a retried create
+    /// ([`Strays`]). Nothing is answered; its deletion event removes it from the view.
+    DeleteStray(String),
+}
+
+/// Protected ids of this session's creates that met a transport failure, each with the znode
+/// adopted for it, if any. A znode with such an id that is not the adopted one is a *stray*:
+/// ours, but no stream's, and deleted as soon as the view shows it.
+///
+/// Why: after a lost create reply the gateway looks for its znode (a `sync`, then a listing)
+/// and, finding nothing, creates again. That is right only if the lost attempt can no longer be
+/// applied, and ZooKeeper does not promise it: a soak (session 25, seed 16462025610224106636)
+/// showed two znodes of one protected id, 24 and 25, both of the gateway's session, after its
+/// connection was dropped while a frozen server woke up. The stream adopted 24; 25 would have
+/// stayed until the session ended, and whoever queued behind it would have waited that long
+/// (session 24's soak: an election without a leader for 104 s). Curator's protected mode has
+/// the same window; deleting what shows up closes it.
+#[derive(Debug, Default)]
+struct Strays {
+    adopted: HashMap<String, Option<String>>,
+    /// Ids in the order they were watched, so the oldest go first past [`STRAY_IDS_KEPT`].
+    order: std::collections::VecDeque<String>,
+    /// Strays whose delete was asked for, until the view no longer shows them.
+    deleting: HashSet<String>,
+}
+
+/// Retried creates remembered per queue. A lost attempt is applied within moments if at all
+/// (it is a request already on its way), so the newest few thousand are plenty, and the map
+/// stays bounded however long the session lives.
+const STRAY_IDS_KEPT: usize = 4096;
+
+impl Strays {
+    /// Watches for copies of `id` other than `adopted`.
+    fn watch(&mut self, id: String, adopted: Option<String>) {
+        if self.adopted.insert(id.clone(), adopted).is_none() {
+            self.order.push_back(id);
+            if self.order.len() > STRAY_IDS_KEPT {
+                if let Some(old) = self.order.pop_front() {
+                    self.adopted.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// Whether `m` is a copy of a retried create that no stream owns, and not yet being deleted.
+    fn is_new_stray(&self, m: &MemberName) -> bool {
+        let node = m.node_name();
+        self.adopted
+            .get(&m.id)
+            .is_some_and(|a| a.as_deref() != Some(node.as_str()))
+            && !self.deleting.contains(&node)
+    }
 }
 
 /// The one rule that decides who holds, applied to a queue in sequence order.
@@ -469,6 +530,8 @@ pub struct QueueState {
     unproven: HashSet<String>,
     /// Whether a listing has been applied yet (the first one fills `unproven`).
     listed_once: bool,
+    /// Copies of retried creates to delete when seen.
+    strays: Strays,
 }
 
 impl QueueState {
@@ -501,6 +564,7 @@ impl QueueState {
             suspects: HashSet::new(),
             unproven: HashSet::new(),
             listed_once: false,
+            strays: Strays::default(),
         }
     }
 
@@ -546,8 +610,15 @@ impl QueueState {
             Event::MemberCreated(m) => {
                 if !self.ignored.contains(&m.node_name()) {
                     self.high_water = self.high_water.max(Some(m.sequence));
+                    if self.strays.is_new_stray(&m) {
+                        self.delete_stray(&m, &mut out);
+                    }
                     self.members.insert(key(&m), m);
                 }
+            }
+            Event::Strays { id } => {
+                self.strays.watch(id, None);
+                self.delete_strays(&mut out);
             }
             Event::Verified(answers) => self.verified(answers, &mut out),
             Event::MemberDeleted(m) => {
@@ -567,6 +638,11 @@ impl QueueState {
             }
             Event::Register(created) => {
                 self.after_gap = false;
+                if created.retried {
+                    self.strays
+                        .watch(created.member.id.clone(), Some(created.member.node_name()));
+                    self.delete_strays(&mut out);
+                }
                 self.register(created, &mut out);
             }
             Event::Present(Err(e)) => {
@@ -689,6 +765,9 @@ impl QueueState {
                 .map(|(_, n)| n.clone())
                 .collect();
         }
+        let shown: HashSet<String> = self.members.keys().map(|(_, n)| n.clone()).collect();
+        self.strays.deleting.retain(|n| shown.contains(n));
+        self.delete_strays(out);
         if !suspects.is_empty() {
             tracing::warn!(queue = %self.name, members = ?suspects, "members listed below the queue's highest sequence number that earlier listings did not have: asking the leader whether they exist");
             out.push(Action::VerifyAtLeader(suspects));
@@ -805,7 +884,28 @@ impl QueueState {
     }
 
     /// A member's znode is gone: drop it from the view and tell its local stream, if any.
+    /// Asks for the delete of every stray in the view ([`Strays`]).
+    fn delete_strays(&mut self, out: &mut Vec<Action>) {
+        let found: Vec<MemberName> = self
+            .members
+            .values()
+            .filter(|m| self.strays.is_new_stray(m))
+            .cloned()
+            .collect();
+        for m in found {
+            self.delete_stray(&m, out);
+        }
+    }
+
+    fn delete_stray(&mut self, m: &MemberName, out: &mut Vec<Action>) {
+        let node = m.node_name();
+        tracing::warn!(queue = %self.name, sequence = m.sequence, "a second znode of one retried create (the lost attempt was applied after all): deleting it");
+        self.strays.deleting.insert(node.clone());
+        out.push(Action::DeleteStray(node));
+    }
+
     fn forget(&mut self, sequence: i64, node: &str, out: &mut Vec<Action>) {
+        self.strays.deleting.remove(node);
         self.members.remove(&(sequence, node.to_owned()));
         match &mut self.recipe {
             Recipe::Lock { permits } => {
@@ -877,6 +977,7 @@ impl QueueState {
             member,
             record,
             czxid,
+            ..
         } = created;
         let ours = record.permits.max(1);
         let at = key(&member);
@@ -1249,6 +1350,7 @@ mod tests {
                 ..Default::default()
             },
             czxid,
+            retried: false,
         }
     }
 
@@ -1283,6 +1385,92 @@ mod tests {
             [Action::Reply(Ok(e))] => *e,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Member `sequence` whose protected id is `id`'s (two sequences, one id: two znodes of
+    /// one create).
+    fn copy(id: i64, sequence: i64) -> MemberName {
+        MemberName {
+            sequence,
+            ..member('c', id)
+        }
+    }
+
+    /// The znodes `actions` ask to delete as strays.
+    fn strays_deleted(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeleteStray(n) => Some(n.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Copies of a retried create are deleted — shown before the member registers or after it,
+    /// by a listing or by an event — each once; the adopted znode, other members and the
+    /// members of a create that was never retried are not. A join that ended without a member
+    /// makes every znode of its id a stray.
+    #[test]
+    fn copies_of_a_retried_create_are_deleted_and_nothing_else() {
+        type Case = (&'static str, bool, &'static [i64], &'static [i64]);
+        // (case, retried, later events' sequences of id 3, strays deleted by sequence)
+        let cases: [Case; 4] = [
+            ("a copy listed before the registration", true, &[], &[4]),
+            ("and one created after it", true, &[6], &[4, 6]),
+            ("never retried: nothing is a stray", false, &[6], &[]),
+            ("the adopted znode's own event", true, &[5], &[4]),
+        ];
+        for (case, retried, later, want) in cases {
+            // Listed: another member (1), a copy of id 3 (4), and id 3's adopted znode (5).
+            let mut s = QueueState::new(QueueKind::Election, QueueName::new("q").unwrap());
+            let listing = vec![node('c', 1), copy(3, 4).node_name(), copy(3, 5).node_name()];
+            let mut deleted = strays_deleted(&s.apply(Event::Listed(Some(listing.clone()))));
+            let c = Created {
+                member: copy(3, 5),
+                retried,
+                ..created('c', 5, 1, Some(50))
+            };
+            deleted.extend(strays_deleted(&s.apply(Event::Register(c))));
+            // Listed again while the delete is out: not asked twice.
+            deleted.extend(strays_deleted(&s.apply(Event::Listed(Some(listing)))));
+            for &seq in later {
+                deleted.extend(strays_deleted(&s.apply(Event::MemberCreated(copy(3, seq)))));
+            }
+            let want: Vec<String> = want.iter().map(|&q| copy(3, q).node_name()).collect();
+            assert_eq!(deleted, want, "{case}");
+        }
+
+        // A join that ended without a member: every znode of its id, now or later.
+        let mut s = state(QueueKind::Election, &[('c', 1)]);
+        s.apply(Event::MemberCreated(copy(7, 8)));
+        assert_eq!(
+            strays_deleted(&s.apply(Event::Strays {
+                id: member('c', 7).id
+            })),
+            [copy(7, 8).node_name()]
+        );
+        assert_eq!(
+            strays_deleted(&s.apply(Event::MemberCreated(copy(7, 9)))),
+            [copy(7, 9).node_name()]
+        );
+        assert!(strays_deleted(&s.apply(Event::MemberCreated(member('c', 10)))).is_empty());
+        // Once the deleted copy is gone, the same name listed again would be asked again.
+        s.apply(Event::MemberDeleted(copy(7, 8)));
+        assert!(!s.strays.deleting.contains(&copy(7, 8).node_name()));
+    }
+
+    /// The ids watched for strays stay bounded: the oldest go first.
+    #[test]
+    fn stray_ids_are_bounded() {
+        let mut strays = Strays::default();
+        for i in 0..=STRAY_IDS_KEPT {
+            strays.watch(format!("{i:032x}"), None);
+        }
+        assert_eq!(strays.adopted.len(), STRAY_IDS_KEPT);
+        assert!(!strays.adopted.contains_key(&format!("{:032x}", 0)));
+        assert!(strays.is_new_stray(&copy(STRAY_IDS_KEPT as i64, 1)));
+        assert!(!strays.is_new_stray(&copy(0, 1)));
     }
 
     fn data(participant: &str, czxid: i64, mzxid: i64) -> MemberData {
