@@ -67,6 +67,9 @@ struct Cleanup {
     prefix: String,
     /// The znode's name, once created.
     node: Option<String>,
+    /// An attempt of the create failed on the link: another znode of this id may still show
+    /// up, so the queue watches for it once the member is gone (`queue::state::Strays`).
+    retried: bool,
     armed: bool,
 }
 
@@ -87,6 +90,9 @@ impl Drop for Cleanup {
         match self.node.take() {
             Some(node) => {
                 self.queue.unregister(&node);
+                if self.retried {
+                    self.queue.watch_strays(std::mem::take(&mut self.id));
+                }
                 drop(release_in_background(
                     &self.session,
                     self.path(&node),
@@ -177,6 +183,7 @@ impl Member {
             prefix: MemberName::prefix(mode, &id),
             queue,
             node: None,
+            retried: false,
             armed: true,
         };
         let mut expecting = cleanup.queue.expect(id.hex());
@@ -194,6 +201,7 @@ impl Member {
         let member = created.member.clone();
         let record = created.record.clone();
         cleanup.node = Some(member.node_name());
+        cleanup.retried = created.retried;
         let path = cleanup.path(&member.node_name());
         let (tx, rx) = mpsc::unbounded_channel();
         let enlisted = match cleanup.queue.enlist(created, tx).await {
@@ -207,6 +215,9 @@ impl Member {
                     tracing::debug!(error = %e, "deleting a refused member failed; the session's end will remove it");
                 }
                 cleanup.armed = false;
+                if cleanup.retried {
+                    cleanup.queue.watch_strays(id.hex());
+                }
                 let kind = cleanup.queue.kind;
                 return Err(match refusal {
                     Refusal::PermitMismatch { recorded } => CoordError::PermitMismatch {
