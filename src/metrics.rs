@@ -59,6 +59,7 @@ pub const LOCKS_HELD: &str = "zkgate_locks_held";
 pub const LOCK_WAIT: &str = "zkgate_lock_wait_seconds";
 pub const ZK_CONNECTED: &str = "zkgate_zk_connected";
 pub const ZK_SESSION_EXPIRATIONS: &str = "zkgate_zk_session_expirations_total";
+pub const ZK_STRAYS_DELETED: &str = "zkgate_zk_stray_znodes_deleted_total";
 pub const ZK_REQUESTS: &str = "zkgate_zk_requests_total";
 pub const ZK_REQUEST_DURATION: &str = "zkgate_zk_request_duration_seconds";
 pub const GRPC_REQUESTS: &str = "zkgate_grpc_requests_total";
@@ -170,6 +171,10 @@ fn describe() {
     );
     describe_counter!(ZK_REQUESTS, "ZooKeeper requests by operation and result.");
     describe_counter!(
+        ZK_STRAYS_DELETED,
+        "Member znodes deleted as strays: a second znode of one create, its lost attempt applied after the search for it found nothing (G5)."
+    );
+    describe_counter!(
         HOLDER_PINGS,
         "Pings read on Campaign and Acquire streams, by result: answered (the lease renewed), waiting (recorded for the grant), unvouched (the session could not vouch: the holder's lease runs out)."
     );
@@ -202,6 +207,7 @@ fn describe() {
 /// registering can never overwrite a value already recorded.
 fn register_unlabelled() {
     counter!(ZK_SESSION_EXPIRATIONS).increment(0);
+    counter!(ZK_STRAYS_DELETED).increment(0);
     for g in [CAMPAIGNS_ACTIVE, OBSERVERS_ACTIVE, LOCKS_HELD, ZK_CONNECTED] {
         gauge!(g).increment(0.0);
     }
@@ -328,6 +334,11 @@ pub fn auth_policy_reload(result: &'static str) {
 /// A ping read on a holder stream: `answered`, `waiting` or `unvouched`.
 pub fn holder_ping(result: &'static str) {
     counter!(HOLDER_PINGS, "result" => result).increment(1);
+}
+
+/// A stray member znode deleted (`coord::queue::state::Strays`).
+pub fn stray_deleted() {
+    counter!(ZK_STRAYS_DELETED).increment(1);
 }
 
 pub fn zk_session_lost() {

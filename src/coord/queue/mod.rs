@@ -816,10 +816,11 @@ impl Actor {
                 Ok(Ok((_, stat))) if stat.ephemeral_owner == session => {}
                 _ => return,
             }
-            if let Ok(Err(e)) =
-                super::link::through_link(&mut link, || zk.delete(&path, Urgency::HandOver)).await
+            match super::link::through_link(&mut link, || zk.delete(&path, Urgency::HandOver)).await
             {
-                if !matches!(e, zkc::Error::NoNode) {
+                Ok(Ok(())) => crate::metrics::stray_deleted(),
+                Ok(Err(zkc::Error::NoNode)) | Err(_) => {}
+                Ok(Err(e)) => {
                     tracing::warn!(error = %e, "deleting a stray znode failed; the session's end removes it");
                 }
             }
