@@ -91,7 +91,8 @@ impl Drop for Cleanup {
             Some(node) => {
                 self.queue.unregister(&node);
                 if self.retried {
-                    self.queue.watch_strays(std::mem::take(&mut self.id));
+                    self.queue
+                        .watch_strays(std::mem::take(&mut self.id), Some(node.clone()));
                 }
                 drop(release_in_background(
                     &self.session,
@@ -102,7 +103,7 @@ impl Drop for Cleanup {
             None => {
                 // The create may be applied yet, even after the search below finds nothing:
                 // the queue deletes any znode of this id it sees from now on.
-                self.queue.watch_strays(std::mem::take(&mut self.id));
+                self.queue.watch_strays(std::mem::take(&mut self.id), None);
                 let (session, queue_path) = (self.session.clone(), self.queue.path.clone());
                 let prefix = std::mem::take(&mut self.prefix);
                 self.session.releases.spawn(async move {
@@ -194,7 +195,7 @@ impl Member {
                 // attempt lost to the link may still leave is no stream's: the queue deletes
                 // any znode of this id it sees.
                 cleanup.armed = false;
-                cleanup.queue.watch_strays(id.hex());
+                cleanup.queue.watch_strays(id.hex(), None);
                 return Err(e);
             }
         };
@@ -216,7 +217,9 @@ impl Member {
                 }
                 cleanup.armed = false;
                 if cleanup.retried {
-                    cleanup.queue.watch_strays(id.hex());
+                    cleanup
+                        .queue
+                        .watch_strays(id.hex(), Some(member.node_name()));
                 }
                 let kind = cleanup.queue.kind;
                 return Err(match refusal {

@@ -70,9 +70,11 @@ enum Command {
     },
     /// A join ended without registering: a head it left unread is read now.
     Wake,
-    /// A create of this protected id met a transport failure and no member was adopted for it.
+    /// A create of this protected id met a transport failure; `adopted`, the znode a member
+    /// took for it, if any.
     Strays {
         id: String,
+        adopted: Option<String>,
     },
 }
 
@@ -263,11 +265,11 @@ impl QueueHandle {
         rx.await.unwrap_or(Err(Refusal::Gone))
     }
 
-    /// A create of protected id `id` met a transport failure and its join ended without a
-    /// member (failed or abandoned): any znode with that id that shows up is ours and no
-    /// stream's, and is deleted (`state::Strays`).
-    pub fn watch_strays(&self, id: String) {
-        let _ = self.cmd.send(Command::Strays { id });
+    /// A create of protected id `id` met a transport failure and its join or its member ended:
+    /// any znode with that id that shows up, other than `adopted` (the member's own, which its
+    /// release deletes), is ours and no stream's, and is deleted (`state::Strays`).
+    pub fn watch_strays(&self, id: String, adopted: Option<String>) {
+        let _ = self.cmd.send(Command::Strays { id, adopted });
     }
 
     pub fn unregister(&self, node: &str) {
@@ -652,7 +654,7 @@ impl Actor {
             }
             // The reconcile after every step does the rest.
             Command::Wake => Step::Continue,
-            Command::Strays { id } => self.apply(Event::Strays { id }).await,
+            Command::Strays { id, adopted } => self.apply(Event::Strays { id, adopted }).await,
         }
     }
 
