@@ -60,6 +60,7 @@ pub const LOCK_WAIT: &str = "zkgate_lock_wait_seconds";
 pub const ZK_CONNECTED: &str = "zkgate_zk_connected";
 pub const ZK_SESSION_EXPIRATIONS: &str = "zkgate_zk_session_expirations_total";
 pub const ZK_STRAYS_DELETED: &str = "zkgate_zk_stray_znodes_deleted_total";
+pub const ZK_DIVERGED_SESSIONS: &str = "zkgate_zk_diverged_sessions";
 pub const ZK_REQUESTS: &str = "zkgate_zk_requests_total";
 pub const ZK_REQUEST_DURATION: &str = "zkgate_zk_request_duration_seconds";
 pub const GRPC_REQUESTS: &str = "zkgate_grpc_requests_total";
@@ -174,6 +175,10 @@ fn describe() {
         ZK_STRAYS_DELETED,
         "Member znodes deleted as strays: a second znode of one create, its lost attempt applied after the search for it found nothing (G5)."
     );
+    describe_gauge!(
+        ZK_DIVERGED_SESSIONS,
+        "Sessions of this gateway whose ZooKeeper server is proven diverged from its quorum (it lists a member the leader does not have, ZOOKEEPER-5010): their queues grant nothing until the server is restarted. Alert on > 0."
+    );
     describe_counter!(
         HOLDER_PINGS,
         "Pings read on Campaign and Acquire streams, by result: answered (the lease renewed), waiting (recorded for the grant), unvouched (the session could not vouch: the holder's lease runs out)."
@@ -208,7 +213,13 @@ fn describe() {
 fn register_unlabelled() {
     counter!(ZK_SESSION_EXPIRATIONS).increment(0);
     counter!(ZK_STRAYS_DELETED).increment(0);
-    for g in [CAMPAIGNS_ACTIVE, OBSERVERS_ACTIVE, LOCKS_HELD, ZK_CONNECTED] {
+    for g in [
+        CAMPAIGNS_ACTIVE,
+        OBSERVERS_ACTIVE,
+        LOCKS_HELD,
+        ZK_CONNECTED,
+        ZK_DIVERGED_SESSIONS,
+    ] {
         gauge!(g).increment(0.0);
     }
     for h in [LEADER_TENURE, FAILOVER, LOCK_WAIT] {
@@ -292,6 +303,26 @@ impl ZkConnected {
 }
 
 impl Drop for ZkConnected {
+    fn drop(&mut self) {
+        self.set(false);
+    }
+}
+
+/// One session's contribution to `zkgate_zk_diverged_sessions` (`coord::divergence`), taken
+/// back when the proof ends or the session does.
+#[derive(Debug, Default)]
+pub struct ZkDiverged(bool);
+
+impl ZkDiverged {
+    pub fn set(&mut self, diverged: bool) {
+        if self.0 != diverged {
+            self.0 = diverged;
+            gauge!(ZK_DIVERGED_SESSIONS).increment(if diverged { 1.0 } else { -1.0 });
+        }
+    }
+}
+
+impl Drop for ZkDiverged {
     fn drop(&mut self) {
         self.set(false);
     }

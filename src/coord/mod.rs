@@ -4,6 +4,7 @@
 //! Data flows one way: `api` → `coord` → ZooKeeper; events flow back through channels.
 //!
 //! - [`session`]: the session pool's supervisors, the G2 clock and the liveness probe;
+//!   [`divergence`]: a session's proof that its server diverged from the quorum;
 //!   [`link`]: the link state every stream and queue follows.
 //! - [`queue`]: one actor per queue per session around the pure [`queue::state::QueueState`]
 //!   (who holds, confirmation, what observers see), and the session's [`queue::QueueRegistry`].
@@ -24,6 +25,7 @@ pub mod bounds;
 pub mod clock;
 pub mod config;
 pub mod directory;
+pub mod divergence;
 pub mod election;
 pub mod error;
 pub mod fanout;

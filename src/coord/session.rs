@@ -63,6 +63,9 @@ pub struct ZkSession {
     /// The G2 clock, fed by `follow_session` (the only one to judge with it) and read for
     /// heartbeats: one rule for both ([`SessionClock`]).
     clock: Mutex<SessionClock>,
+    /// Whether the session's server is proven diverged from its quorum: then none of its
+    /// queues grants ([`super::divergence`]).
+    divergence: Arc<super::divergence::Divergence>,
 }
 
 impl ZkSession {
@@ -135,6 +138,7 @@ impl ZkSession {
             session_id: self.session_id(),
             link: self.link(),
             permit_reads: self.cfg.member_reads(QueueKind::Lock),
+            divergence: self.divergence.clone(),
         };
         self.queues
             .get_or_start(io, kind, name, self.queue_path(kind, name))
@@ -347,7 +351,13 @@ pub async fn supervise_slot(
             unary_reads: tokio::sync::Semaphore::new(UNARY_WORK_IN_FLIGHT),
             unary_writes: tokio::sync::Semaphore::new(UNARY_WORK_IN_FLIGHT),
             clock: Mutex::new(SessionClock::new(timing, Instant::now())),
+            divergence: Arc::default(),
         });
+        tokio::spawn(super::divergence::watch_healing(
+            session.zk.clone(),
+            session.link(),
+            session.divergence.clone(),
+        ));
         tracing::info!(
             session = format_args!("{:#x}", session.session_id()),
             negotiated_timeout = ?timing.negotiated,

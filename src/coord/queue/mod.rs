@@ -51,6 +51,8 @@ pub struct SessionIo {
     pub link: watch::Receiver<Link>,
     /// How to page the multi-read of members' permits.
     pub permit_reads: ReadPlan,
+    /// Whether the session's server is proven diverged (no queue of it grants then).
+    pub divergence: Arc<super::divergence::Divergence>,
 }
 
 /// What a local member's channel carries: boxed, because every member's channel allocates room
@@ -130,7 +132,9 @@ impl QueueHandle {
         let size = Arc::new(AtomicUsize::new(0));
         let present = Arc::new(AtomicBool::new(false));
         let creating = Creating::default();
+        let diverged = io.divergence.subscribe();
         let mut actor = Actor {
+            diverged,
             state: QueueState::new(kind, name.clone()),
             io,
             link_open: true,
@@ -422,6 +426,8 @@ type Pending = (
 /// The I/O around one [`QueueState`].
 struct Actor {
     state: QueueState,
+    /// The session's proofs of divergence: their end lets the queue grant again.
+    diverged: watch::Receiver<super::divergence::Proofs>,
     io: SessionIo,
     link_open: bool,
     path: String,
@@ -467,6 +473,15 @@ impl Actor {
                     tracing::debug!(queue = %self.path, link = ?*self.io.link.borrow(), "the link changed: the view is unsynced");
                     self.apply(Event::Unsynced).await
                 }
+                // A proof of the server's divergence made or ended (by any queue of the
+                // session): the reconcile below decides again.
+                r = self.diverged.changed() => {
+                    if r.is_err() {
+                        Step::Stop
+                    } else {
+                        Step::Continue
+                    }
+                }
                 // A failed re-listing is tried again (the reconcile below asks for it).
                 () = tokio::time::sleep(RELIST_RETRY), if self.state.unsynced() => Step::Continue,
                 // One registration at a time: one that waits for a listing holds the rest.
@@ -510,6 +525,8 @@ impl Actor {
         let link_up = matches!(*self.io.link.borrow(), Link::Connected);
         let creating = self.creating.lock().expect("creating set").clone();
         self.state.set_creating(creating);
+        self.state
+            .set_session_diverged(!self.diverged.borrow_and_update().is_empty());
         let unsynced = self.state.unsynced();
         if let Step::Stop = self.apply(Event::Reconcile { link_up }).await {
             return Step::Stop;
@@ -794,6 +811,18 @@ impl Actor {
                 self.delete_stray(node);
                 Ok(vec![])
             }
+            Action::ConfirmDivergence(node) => {
+                let path = format!("{}/{node}", self.path);
+                let still = match self.io.zk.sync(&path).await {
+                    Ok(()) => state::presence(self.io.zk.get_data(&path).await),
+                    Err(e) => Err(e),
+                };
+                Ok(vec![Event::StillListed(node, still)])
+            }
+            Action::Diverged(node) => {
+                self.io.divergence.prove(&self.path, node);
+                Ok(vec![])
+            }
             Action::VerifyAtLeader(nodes) => {
                 let answers = futures::future::join_all(nodes.into_iter().map(|node| {
                     let path = format!("{}/{node}", self.path);
@@ -846,6 +875,7 @@ impl Actor {
         }
         match absent_as_none(self.io.zk.list_children(&self.path).await) {
             Ok(listing) => {
+                self.io.divergence.listed(&self.path, listing.as_deref());
                 if reconnected {
                     // A data change while the watch was gone (an end asked by lease from
                     // another gateway during the disconnect) sent no event: read each local

@@ -205,13 +205,19 @@ enum Req {
     Sync,
     /// A `multi` of one `check` per node (`Zk::exists_at_leader`): decided by the leader.
     CheckAtLeader(Vec<String>),
+    /// `sync`, then a read of one node on the session's server (`Action::ConfirmDivergence`).
+    SyncRead(String),
 }
 
 impl Req {
     fn needs_quorum(&self) -> bool {
         matches!(
             self,
-            Req::Create { .. } | Req::Delete(_) | Req::Sync | Req::CheckAtLeader(_)
+            Req::Create { .. }
+                | Req::Delete(_)
+                | Req::Sync
+                | Req::CheckAtLeader(_)
+                | Req::SyncRead(_)
         )
     }
 }
@@ -348,6 +354,7 @@ enum Pending {
         node: String,
     },
     Verify(Vec<String>),
+    StillListed(String),
 }
 
 /// A mirror of `super::Actor` around the real [`QueueState`].
@@ -818,6 +825,11 @@ impl Sim {
                 let zxid = self.log.len() as i64;
                 self.catch_up(server, zxid);
                 Resp::Done
+            }
+            Req::SyncRead(name) => {
+                let zxid = self.log.len() as i64;
+                self.catch_up(server, zxid);
+                Resp::Nodes(vec![self.servers[server].tree.get(&name).cloned()])
             }
         };
         let s = &mut self.sessions[si];
@@ -1394,6 +1406,14 @@ impl Sim {
                     self.send(si, Req::Delete(node), Waiter::Stray);
                 }
             }
+            Action::ConfirmDivergence(node) => {
+                self.actor_read(si, Req::SyncRead(node.clone()), Pending::StillListed(node))
+            }
+            // The model's servers lag but never diverge: a proof here is a false one, which
+            // would stall every queue of the session.
+            Action::Diverged(node) => {
+                self.fail(format!("s{si} took its server for diverged over {node}"));
+            }
             Action::VerifyAtLeader(nodes) => self.actor_read(
                 si,
                 Req::CheckAtLeader(nodes.clone()),
@@ -1476,6 +1496,13 @@ impl Sim {
                     .map(|name| (name, Err(zkc::Error::ConnectionLoss)))
                     .collect(),
             }),
+            Pending::StillListed(name) => Event::StillListed(
+                name,
+                match nodes(&resp) {
+                    Some(n) => Ok(n.first().is_some_and(|z| z.is_some())),
+                    None => Err(zkc::Error::ConnectionLoss),
+                },
+            ),
             Pending::CheckPresent => Event::Present(match nodes(&resp) {
                 Some(n) => Ok(n.first().is_some_and(|z| z.is_some())),
                 None => Err(zkc::Error::ConnectionLoss),

@@ -294,6 +294,10 @@ pub enum Event {
         id: String,
         adopted: Option<String>,
     },
+    /// Answer to [`Action::ConfirmDivergence`]: whether the session's server, brought up to
+    /// date with the leader by a `sync`, still has the member the leader does not (`Err`: no
+    /// answer, taken as yes).
+    StillListed(String, Result<bool, zkc::Error>),
 }
 
 /// Whether a read of a znode found it: `NoNode` is absence; any other failure (the link above
@@ -342,6 +346,14 @@ pub enum Action {
     /// Delete this znode if our session owns it: another copy of a retried create
     /// ([`Strays`]). Nothing is answered; its deletion event removes it from the view.
     DeleteStray(String),
+    /// The leader does not have this member: `sync` the session's server and read whether it
+    /// still has it; answer [`Event::StillListed`]. (A member deleted after the listing
+    /// that showed it is also refused by the leader, and gone from a synced server.)
+    ConfirmDivergence(String),
+    /// The session's server has diverged from its quorum (it keeps this member, which the
+    /// leader does not have): tell every queue of the session, none of which may grant
+    /// from this server's views any more ([`QueueState::diverged`]).
+    Diverged(String),
 }
 
 /// Protected ids of this session's creates that met a transport failure, each with the znode
@@ -534,6 +546,14 @@ pub struct QueueState {
     listed_once: bool,
     /// Copies of retried creates to delete when seen.
     strays: Strays,
+    /// Members the leader does not have, awaiting [`Event::StillListed`].
+    refuting: HashSet<String>,
+    /// Members the leader does not have that the session's server still lists after a
+    /// `sync`: proof that the server diverged from its quorum ([`QueueState::diverged`]),
+    /// for as long as its listings show any of them.
+    refuted: HashSet<String>,
+    /// Another queue of the session proved its server diverged ([`QueueState::set_session_diverged`]).
+    session_diverged: bool,
 }
 
 impl QueueState {
@@ -567,6 +587,9 @@ impl QueueState {
             unproven: HashSet::new(),
             listed_once: false,
             strays: Strays::default(),
+            refuting: HashSet::new(),
+            refuted: HashSet::new(),
+            session_diverged: false,
         }
     }
 
@@ -582,6 +605,31 @@ impl QueueState {
     /// new leader by a round trip. Observers see the head once it is confirmed, as always.
     pub fn set_creating(&mut self, ids: HashSet<String>) {
         self.creating = ids;
+    }
+
+    /// Whether some queue of the session has proven the session's server diverged
+    /// ([`Action::Diverged`]; the session keeps the proof until a listing of that queue no
+    /// longer shows what proved it).
+    pub fn set_session_diverged(&mut self, diverged: bool) {
+        self.session_diverged = diverged;
+    }
+
+    /// Whether this view comes from a server that diverged from its quorum, so that it
+    /// grants nothing: no member is confirmed, none is told it holds at join, and no new
+    /// leader is shown to observers.
+    ///
+    /// Why nothing at all: a server that lists a member its leader does not have
+    /// (ZOOKEEPER-5010: a long-expired session's ephemerals kept after a restart) has lost
+    /// its place in the committed history, and the soak of session 25 saw such a server
+    /// also *lack* a committed member. Leaving the members it shows wrongly out of the view
+    /// is not enough: nobody can ask the leader about a member the view never showed, and
+    /// that member may hold elsewhere — there, a second leader was granted beside it for
+    /// 2 s. So the view decides nothing until it no longer shows any refuted member (the
+    /// server was restarted and synced again, or the session moved to another server).
+    /// Members confirmed before stay holders: their znodes are in the committed history,
+    /// and they lose them only through events or the session, as anywhere.
+    pub fn diverged(&self) -> bool {
+        self.session_diverged || !self.refuted.is_empty() || !self.refuting.is_empty()
     }
 
     /// Members in the view.
@@ -608,6 +656,7 @@ impl QueueState {
                 // A container made again numbers its children from zero.
                 self.present = false;
                 self.high_water = None;
+                self.refuted.clear();
             }
             Event::MemberCreated(m) => {
                 if !self.ignored.contains(&m.node_name()) {
@@ -623,9 +672,11 @@ impl QueueState {
                 self.delete_strays(&mut out);
             }
             Event::Verified(answers) => self.verified(answers, &mut out),
+            Event::StillListed(node, still) => self.still_listed(node, still, &mut out),
             Event::MemberDeleted(m) => {
                 let node = m.node_name();
                 self.ignored.remove(&node);
+                self.refuted.remove(&node);
                 self.forget(m.sequence, &node, &mut out)
             }
             Event::DataChanged(m, zxid) => {
@@ -733,6 +784,7 @@ impl QueueState {
         }
         let children = children.unwrap_or_default();
         self.ignored.retain(|n| children.contains(n));
+        self.refuted.retain(|n| children.contains(n));
         let before = std::mem::take(&mut self.members);
         self.members = children
             .iter()
@@ -834,9 +886,11 @@ impl QueueState {
                         .find(|(_, n)| *n == node)
                         .map(|(s, _)| *s);
                     if let Some(seq) = seq {
-                        tracing::warn!(queue = %self.name, member = %node, "the session's server lists a member the ensemble's leader does not have (a diverged server): left out of the queue");
+                        tracing::warn!(queue = %self.name, member = %node, "the session's server lists a member the ensemble's leader does not have: left out of the queue, and nothing is granted until the server, synced, shows whether it diverged");
                         self.ignored.insert(node.clone());
                         self.forget(seq, &node, out);
+                        self.refuting.insert(node.clone());
+                        out.push(Action::ConfirmDivergence(node));
                         left_out = true;
                     }
                 }
@@ -848,6 +902,35 @@ impl QueueState {
         if left_out {
             self.reconcile(out);
         }
+    }
+
+    /// The session's server, synced, still has (or could not say whether it has) a member the
+    /// leader does not: it diverged, and the view grants nothing while it shows that member
+    /// ([`QueueState::diverged`]); the session is told, so its other queues grant nothing
+    /// either. One it no longer has was deleted after the listing that showed it (a first
+    /// listing's head that left before the leader was asked): nothing diverged.
+    fn still_listed(
+        &mut self,
+        node: String,
+        still: Result<bool, zkc::Error>,
+        out: &mut Vec<Action>,
+    ) {
+        if !self.refuting.remove(&node) {
+            return;
+        }
+        match still {
+            Ok(false) => {}
+            Ok(true) => {
+                tracing::error!(queue = %self.name, member = %node, "the session's ZooKeeper server diverged from its quorum (ZOOKEEPER-5010): it keeps a member the leader does not have, and may lack members the leader has; this session grants nothing until a listing no longer shows it (restart that server, or let the session move to another)");
+                self.refuted.insert(node.clone());
+                out.push(Action::Diverged(node));
+            }
+            Err(e) => {
+                tracing::warn!(queue = %self.name, member = %node, error = %e, "could not read whether the session's server still has a member the leader does not; granting nothing until a listing no longer shows it");
+                self.refuted.insert(node);
+            }
+        }
+        self.reconcile(out);
     }
 
     /// Asks the leader about the members of the first listing not vouched for yet that stand
@@ -995,7 +1078,7 @@ impl QueueState {
             permits.insert(at.1.clone(), ours);
         }
         let ahead = self.members.range(..at.clone()).count() as u32;
-        let holds = self.would_hold(&at, member.mode, ours);
+        let holds = self.would_hold(&at, member.mode, ours) && !self.diverged();
         let after_gap = std::mem::take(&mut self.after_gap);
         self.local.insert(
             member.node_name(),
@@ -1052,7 +1135,7 @@ impl QueueState {
     /// hand-over costs the delete, one event and, only after a gap in the view, one read per
     /// new holder on its own gateway (G4).
     fn reconcile_holders(&mut self, out: &mut Vec<Action>) {
-        if !self.link_up {
+        if !self.link_up || self.diverged() {
             return;
         }
         let due = self.due_holders();
@@ -1135,8 +1218,9 @@ impl QueueState {
             self.publish(None, out);
         }
         if let Some(local) = self.local.get(&node).filter(|l| !l.confirmed) {
-            // Ours: confirmed by its own create reply or a read, never while suspended.
-            if self.link_up {
+            // Ours: confirmed by its own create reply or a read, never while suspended, nor
+            // from a diverged server's view.
+            if self.link_up && !self.diverged() {
                 out.push(Action::CheckOwnership(vec![Due {
                     sequence,
                     node,
@@ -1158,7 +1242,7 @@ impl QueueState {
         // Judged by the link now, when the answer arrives: a read answered after the link
         // went stale (the actor reports that as `Unsynced` first) proves nothing, and its
         // member stays due for the next reconcile (G2).
-        let may_confirm = self.link_up && !self.unsynced;
+        let may_confirm = self.link_up && !self.unsynced && !self.diverged();
         for (due, check) in checks {
             let Due { sequence, node, .. } = due;
             match check {
@@ -1264,12 +1348,19 @@ impl QueueState {
                 return;
             }
         };
+        let diverged = self.diverged();
         let Recipe::Election {
             head: Some(head), ..
         } = &mut self.recipe
         else {
             return;
         };
+        if diverged && head.leader.is_none() {
+            // A diverged server's head may not be the leader (the one before it may be
+            // missing here): observers are shown nobody rather than it. Read again at the
+            // next reconcile.
+            return;
+        }
         let leader = Holder {
             queue: self.name.clone(),
             participant: data.record.participant.clone(),
@@ -1318,6 +1409,7 @@ impl Action {
                 | Action::CheckOwnership(_)
                 | Action::ReadHead { .. }
                 | Action::List
+                | Action::ConfirmDivergence(_)
         )
     }
 }
@@ -2302,6 +2394,166 @@ mod tests {
         );
     }
 
+    /// The member whose presence `actions` ask the synced server about.
+    fn confirm_asked(actions: &[Action]) -> Option<String> {
+        actions.iter().find_map(|a| match a {
+            Action::ConfirmDivergence(n) => Some(n.clone()),
+            _ => None,
+        })
+    }
+
+    /// Whether `actions` tell the session its server diverged.
+    fn divergence_told(actions: &[Action]) -> bool {
+        actions.iter().any(|a| matches!(a, Action::Diverged(_)))
+    }
+
+    /// A member the leader refused that the session's server, synced, still lists proves the
+    /// server diverged: the view grants nothing — no confirmation, no `holds` at join, no new
+    /// leader for observers — until a listing no longer shows it. The soak of session 25:
+    /// server 0 listed `[92, 93, 94, 98, 99]` where the quorum had `[94, 95, 98, 99]`, the
+    /// ghosts 92 and 93 were left out, and 98 was granted beside 95.
+    #[test]
+    fn a_server_that_keeps_a_member_the_leader_refused_grants_nothing() {
+        // (the synced server's answer, whether it diverged)
+        let table: [(Result<bool, zkc::Error>, bool); 3] = [
+            (Ok(true), true),
+            // No answer: taken as still listed, but told to nobody else.
+            (Err(zkc::Error::ConnectionLoss), true),
+            // Gone once synced: deleted after the listing that showed it.
+            (Ok(false), false),
+        ];
+        for kind in [QueueKind::Election, QueueKind::Lock] {
+            for (still, diverged) in &table {
+                let case = format!("{kind:?} {still:?}");
+                let m = if kind == QueueKind::Election {
+                    'c'
+                } else {
+                    'w'
+                };
+                // Ours (98) waits behind 94; 95 is missing from this server's view.
+                let mut s = state(kind, &[(m, 94), (m, 98)]);
+                s.apply(Event::MemberCreated(member(m, 99)));
+                assert!(
+                    !enlist(&mut s, created(m, 98, 1, Some(980))).holds,
+                    "{case}"
+                );
+                // Reconnected to the restarted server: it lists the ghosts 92 and 93.
+                s.apply(Event::Unsynced);
+                let listing = vec![
+                    node(m, 92),
+                    node(m, 93),
+                    node(m, 94),
+                    node(m, 98),
+                    node(m, 99),
+                ];
+                let out = s.apply(Event::Listed(Some(listing.clone())));
+                assert_eq!(verify_asked(&out), vec![node(m, 92), node(m, 93)], "{case}");
+                let out = s.apply(Event::Verified(vec![
+                    (node(m, 92), Ok(false)),
+                    (node(m, 93), Ok(false)),
+                ]));
+                assert_eq!(confirm_asked(&out), Some(node(m, 92)), "{case}");
+                assert!(
+                    s.diverged(),
+                    "{case}: nothing is granted while the server is asked"
+                );
+                s.apply(Event::StillListed(node(m, 93), Ok(false)));
+                let out = s.apply(Event::StillListed(node(m, 92), still.clone()));
+                assert_eq!(divergence_told(&out), *diverged && still.is_ok(), "{case}");
+                assert_eq!(s.diverged(), *diverged, "{case}");
+                // 94 leaves: by this view 98 is next, but the view is not the quorum's.
+                s.apply(Event::MemberDeleted(member(m, 94)));
+                let out = s.apply(Event::Reconcile { link_up: true });
+                assert_eq!(
+                    ownership_asked(&out).len(),
+                    usize::from(!diverged),
+                    "{case}"
+                );
+                let out = s.apply(Event::Owned(vec![(
+                    Due {
+                        sequence: 98,
+                        node: node(m, 98),
+                        czxid: None,
+                    },
+                    Ownership::Ours(980),
+                )]));
+                assert_eq!(
+                    out.iter()
+                        .any(|a| matches!(a, Action::Signal(_, MemberSignal::Holds { .. }))),
+                    !diverged,
+                    "{case}: an answer already out confirms nothing either"
+                );
+                if !diverged {
+                    continue;
+                }
+                s.apply(Event::Listed(Some(vec![
+                    node(m, 92),
+                    node(m, 98),
+                    node(m, 99),
+                ])));
+                assert!(s.diverged(), "{case}: the server still shows 92");
+                let out = s.apply(Event::Reconcile { link_up: true });
+                assert!(ownership_asked(&out).is_empty(), "{case}");
+                // Restarted and synced again: 92 is gone, 95 is back and heads the queue.
+                s.apply(Event::Unsynced);
+                s.apply(Event::Listed(Some(vec![
+                    node(m, 95),
+                    node(m, 98),
+                    node(m, 99),
+                ])));
+                assert!(!s.diverged(), "{case}");
+                let out = s.apply(Event::Reconcile { link_up: true });
+                assert!(ownership_asked(&out).is_empty(), "{case}: 95 holds, not 98");
+                s.apply(Event::MemberDeleted(member(m, 95)));
+                let out = s.apply(Event::Reconcile { link_up: true });
+                assert_eq!(ownership_asked(&out).len(), 1, "{case}: 98 after 95");
+            }
+        }
+        // Another queue of the session proved it: this one grants nothing either — not at
+        // join (a try-lock is not told it holds), not after.
+        for diverged in [false, true] {
+            let mut s = state(QueueKind::Lock, &[('w', 1)]);
+            s.set_session_diverged(diverged);
+            assert_eq!(
+                enlist(&mut s, created('w', 1, 1, Some(10))).holds,
+                !diverged
+            );
+        }
+        let mut s = state(QueueKind::Lock, &[('w', 1), ('w', 2)]);
+        assert!(!enlist(&mut s, created('w', 2, 1, Some(20))).holds);
+        s.set_session_diverged(true);
+        s.apply(Event::MemberDeleted(member('w', 1)));
+        assert!(ownership_asked(&s.apply(Event::Reconcile { link_up: true })).is_empty());
+        s.set_session_diverged(false);
+        assert_eq!(
+            ownership_asked(&s.apply(Event::Reconcile { link_up: true })).len(),
+            1
+        );
+        // Observers are shown no head a diverged view reads (the one before it may be missing
+        // there): vacant until the proof ends.
+        let mut s = state(QueueKind::Election, &[('c', 5), ('c', 6), ('c', 7)]);
+        s.apply(Event::Reconcile { link_up: true });
+        assert_eq!(
+            published(&head_is(&mut s, 5, data("five", 5, 5))),
+            vec![Some(5)]
+        );
+        s.set_session_diverged(true);
+        s.apply(Event::MemberDeleted(member('c', 5)));
+        let out = s.apply(Event::Reconcile { link_up: true });
+        assert_eq!(published(&out), vec![None]);
+        assert!(published(&head_is(&mut s, 6, data("six", 6, 6))).is_empty());
+        s.set_session_diverged(false);
+        let out = s.apply(Event::Reconcile { link_up: true });
+        assert!(
+            matches!(out.as_slice(), [Action::ReadHead { sequence: 6, .. }]),
+            "{out:?}"
+        );
+        assert_eq!(
+            published(&head_is(&mut s, 6, data("six", 6, 6))),
+            vec![Some(6)]
+        );
+    }
+
     fn verify_asked(actions: &[Action]) -> Vec<String> {
         actions
             .iter()
@@ -2336,8 +2588,18 @@ mod tests {
                 ownership_asked(&s.apply(Event::Reconcile { link_up: true })).is_empty(),
                 "{case}"
             );
-            s.apply(Event::Verified(vec![(node('w', 1), answer)]));
+            let out = s.apply(Event::Verified(vec![(node('w', 1), answer)]));
             assert_eq!(s.members(), if kept { 2 } else { 1 }, "{case}");
+            assert_eq!(
+                confirm_asked(&out),
+                (!kept).then(|| node('w', 1)),
+                "{case}: the synced server is asked whether it still has it"
+            );
+            if !kept {
+                // It does not (deleted meanwhile): nothing diverged. (One it still has:
+                // `a_server_that_keeps_a_member_the_leader_refused_grants_nothing`.)
+                s.apply(Event::StillListed(node('w', 1), Ok(false)));
+            }
             let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
             assert_eq!(
                 due.len(),
@@ -2451,7 +2713,11 @@ mod tests {
         // by ghosts sees none).
         let out = s.apply(Event::Verified(vec![(node('w', 3), Ok(false))]));
         assert_eq!(verify_asked(&out), vec![node('w', 5)]);
-        let out = s.apply(Event::Verified(vec![(node('w', 5), Ok(false))]));
+        // Deleted meanwhile, by the synced server: nothing diverged.
+        let out = s.apply(Event::StillListed(node('w', 3), Ok(false)));
+        assert!(ownership_asked(&out).is_empty(), "w5 still blocks");
+        s.apply(Event::Verified(vec![(node('w', 5), Ok(false))]));
+        let out = s.apply(Event::StillListed(node('w', 5), Ok(false)));
         let due = ownership_asked(&out);
         assert_eq!(due.len(), 1, "w9 holds once both are out");
     }
