@@ -7,7 +7,9 @@
 //! [`LocalZk`] is the one standalone server of `zkgate dev`.  Ensembles and
 //! fault injection (pause, resume, restart, the leader's index, peer links
 //! through link cutters) are test tools and live in the test kit
-//! (`crates/testkit`), built on [`ServerSet`].
+//! (`crates/testkit`), built on [`ServerSet`]; only [`ServerSet::diverge`] and
+//! [`ServerSet::wipe`], which rewrite a stopped server's files with the install's own Java
+//! and ZooKeeper classes, are here.
 //!
 //! # Nothing is ever left running
 //!
@@ -53,8 +55,10 @@ use rand::Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod diverge;
 pub mod process;
 
+pub use diverge::Divergence;
 pub use process::{pid_alive, send_signal};
 
 /// The ZooKeeper main class; it runs standalone when the config has no
@@ -200,6 +204,27 @@ pub enum LocalZkError {
     InvalidSize {
         /// The requested size.
         size: usize,
+    },
+    /// [`ServerSet::diverge`] compiles a small Java tool, which needs a JDK's `javac`.
+    #[error(
+        "no `javac` beside {} or on PATH: rewriting a server's database compiles a Java \
+         tool, which needs a JDK (e.g. `apt-get install -y default-jdk-headless`)",
+        .java.display()
+    )]
+    NoJavac {
+        /// The `java` that runs ZooKeeper.
+        java: PathBuf,
+    },
+    /// The Java tool behind [`ServerSet::diverge`] could not be compiled, or failed (e.g. an
+    /// edit that the server's tree does not allow).
+    #[error("{what} failed ({status}):\n{output}")]
+    Tool {
+        /// What was run.
+        what: String,
+        /// How it ended.
+        status: String,
+        /// Its standard output and error.
+        output: String,
     },
     /// The process survived SIGKILL for longer than expected.
     #[error("ZooKeeper server {server} (pid {pid}) is still running after SIGKILL")]

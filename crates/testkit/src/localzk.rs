@@ -1,6 +1,7 @@
 //! Local ZooKeeper servers under a test's control: a standalone server or an ensemble, with
 //! fault injection (stop, kill, restart, pause, resume one server; find the leader; route the
-//! peer links of an ensemble through link cutters).
+//! peer links of an ensemble through link cutters; bring a server back diverged from its
+//! quorum, and heal it).
 //!
 //! Built on [`zkgate_localzk::ServerSet`], which starts the JVMs and guarantees that none
 //! outlives the test process (see that module's docs); this module adds only what tests need,
@@ -17,7 +18,7 @@ use zkgate_localzk::{
     ServerSet, ServerSetSpec, ZkServer,
 };
 
-pub use zkgate_localzk::LocalZkError;
+pub use zkgate_localzk::{Divergence, LocalZkError};
 
 /// Upper bound for one `srvr` exchange: a paused server accepts the TCP connection (the kernel
 /// does that) but never answers.
@@ -392,6 +393,27 @@ impl LocalZk {
             return Err(err);
         }
         Ok(())
+    }
+
+    /// Rewrites stopped server `i`'s database so that, started again, it lists what its quorum
+    /// does not ([`Divergence::ghosts`]) and lacks what its quorum has
+    /// ([`Divergence::delete`]) while following its leader for everything after: the
+    /// symptom of ZOOKEEPER-5010, made deterministic (see [`ServerSet::diverge`] for when
+    /// the leader would undo it). [`LocalZk::wipe`] heals it.
+    ///
+    /// # Errors
+    /// As for [`ServerSet::diverge`].
+    pub async fn diverge(&mut self, i: usize, edits: &Divergence) -> Result<(), LocalZkError> {
+        self.set.diverge(i, edits).await
+    }
+
+    /// Wipes stopped server `i`'s database (keeping `myid`), so that it comes back with the
+    /// leader's full state: how an operator heals a diverged server.
+    ///
+    /// # Errors
+    /// As for [`ServerSet::wipe`].
+    pub async fn wipe(&mut self, i: usize) -> Result<(), LocalZkError> {
+        self.set.wipe(i).await
     }
 
     /// Freezes server `i` with SIGSTOP: its sockets stay open but it answers

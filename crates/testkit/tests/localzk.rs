@@ -216,6 +216,133 @@ async fn ensemble_elects_a_new_leader_after_the_leader_dies() {
     }
 }
 
+/// A client of server `addr` alone (it never fails over to another one).
+async fn client_of(addr: SocketAddr) -> zookeeper_client::Client {
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        zookeeper_client::Client::connect(&addr.to_string()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("connecting to {addr} timed out"))
+    .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"))
+}
+
+/// The children of `/q` that `client`'s server lists, sorted.
+async fn children(client: &zookeeper_client::Client) -> Vec<String> {
+    let mut names = client.list_children("/q").await.expect("listing /q");
+    names.sort();
+    names
+}
+
+/// Polls until `client`'s server lists exactly `want` under `/q`.
+async fn wait_children(client: &zookeeper_client::Client, what: &str, want: &[&str]) {
+    zkgate_testkit::wait_until(what, Duration::from_secs(20), || async {
+        children(client).await == want
+    })
+    .await;
+}
+
+/// A follower diverged by `LocalZk::diverge` serves its own edits (a ghost ephemeral, a missing
+/// committed znode) while following the leader for everything else, writes that check a
+/// ghost fail at the leader, and `LocalZk::wipe` heals it.
+#[tokio::test]
+async fn diverged_follower_keeps_its_edits_until_wiped() {
+    use zkgate_testkit::localzk::{Divergence, LocalZkError};
+    use zookeeper_client::{Acls, CreateMode, Error};
+
+    if !installed() {
+        return;
+    }
+    let started = Instant::now();
+    let mut zk = LocalZk::start_ensemble(3, LocalZkOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("starting an ensemble failed: {e}"));
+    let leader = zk.leader_index().await.expect("a leader after start");
+    let (f, o) = ((leader + 1) % 3, (leader + 2) % 3);
+    assert_eq!(zk.mode(f).await.as_deref(), Some("follower"));
+
+    let quorum = client_of(zk.server_address(o)).await;
+    let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    quorum.create("/q", b"", &persistent).await.unwrap();
+    for child in ["a", "b"] {
+        quorum
+            .create(&format!("/q/{child}"), b"", &persistent)
+            .await
+            .unwrap();
+    }
+    quorum.create("/q/e", b"", &ephemeral).await.unwrap();
+    {
+        let follower = client_of(zk.server_address(f)).await;
+        wait_children(&follower, "f to have /q's children", &["a", "b", "e"]).await;
+    }
+
+    let ghost_owner: i64 = 0x0bad_c0de_0000_0001;
+    let edits = Divergence {
+        delete: vec!["/q/a".to_owned()],
+        ghosts: vec![("/q/ghost".to_owned(), ghost_owner)],
+    };
+    assert!(matches!(
+        zk.diverge(f, &edits).await,
+        Err(LocalZkError::AlreadyRunning { .. })
+    ));
+    zk.kill(f).await.unwrap();
+    // An impossible edit fails with the tool's word for it and changes nothing (the deletion
+    // of /q/a below would fail otherwise).
+    let impossible = Divergence {
+        delete: vec!["/q/a".to_owned(), "/q/nope".to_owned()],
+        ghosts: Vec::new(),
+    };
+    match zk.diverge(f, &impossible).await {
+        Err(LocalZkError::Tool { output, .. }) => {
+            assert!(output.contains("/q/nope: no such znode"), "{output}")
+        }
+        other => panic!("deleting a missing znode: {other:?}"),
+    }
+    zk.diverge(f, &edits)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Committed while f is down: the leader's DIFF brings it.
+    quorum.create("/q/c", b"", &persistent).await.unwrap();
+    zk.start(f).await.unwrap_or_else(|e| panic!("{e}"));
+
+    let follower = client_of(zk.server_address(f)).await;
+    wait_children(&follower, "f to serve its edits", &["b", "c", "e", "ghost"]).await;
+    let stat = follower
+        .check_stat("/q/ghost")
+        .await
+        .unwrap()
+        .expect("the ghost on f");
+    assert_eq!(stat.ephemeral_owner, ghost_owner);
+    assert_eq!(children(&quorum).await, ["a", "b", "c", "e"]);
+    // f still follows the leader: a new write shows up there, the edits stay.
+    quorum.create("/q/d", b"", &persistent).await.unwrap();
+    wait_children(
+        &follower,
+        "f to follow new writes",
+        &["b", "c", "d", "e", "ghost"],
+    )
+    .await;
+    // The leader has no ghost: a write that checks it fails.
+    let mut multi = follower.new_multi_writer();
+    multi.add_check_version("/q/ghost", -1).unwrap();
+    let err = multi
+        .commit()
+        .await
+        .expect_err("checking the ghost at the leader");
+    assert_eq!(Error::from(err), Error::NoNode);
+    drop(follower);
+
+    zk.kill(f).await.unwrap();
+    zk.wipe(f).await.unwrap();
+    zk.start(f).await.unwrap_or_else(|e| panic!("{e}"));
+    let healed = client_of(zk.server_address(f)).await;
+    wait_children(&healed, "f to be healed", &["a", "b", "c", "d", "e"]).await;
+    assert_eq!(children(&quorum).await, children(&healed).await);
+    eprintln!("diverge, follow, heal: {:?}", started.elapsed());
+    zk.shutdown().await;
+}
+
 const HELPER_ENV: &str = "ZKGATE_LOCALZK_DIE_HELPER";
 
 /// Not a test on its own: run by `zookeeper_dies_with_its_owner` in a child
