@@ -81,6 +81,12 @@ impl ZkSession {
         self.zk.session_id()
     }
 
+    /// Whether the session's server is proven diverged from its quorum, so that none of its
+    /// queues grants ([`super::divergence`]).
+    pub fn diverged(&self) -> bool {
+        self.divergence.diverged()
+    }
+
     /// Whether a heartbeat may be sent to this session's leaders now: the clock's one rule
     /// ([`SessionClock::may_heartbeat`]) — connected with a quorum-confirmed probe younger than
     /// [`Timing::probe_stale_after`], or suspended before the deadline with the streams already
