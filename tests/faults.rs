@@ -26,6 +26,7 @@ use support::checker::{self, Ev, StreamLog, Violation};
 use support::linkcut::LinkCutter;
 use support::procgw::{GatewayProc, GatewaySpec};
 use support::recorder::StreamClient;
+use support::TestEvent as _;
 use tokio::sync::watch;
 use tonic::Code;
 use zkgate::coord::timing::Timing;
@@ -2092,112 +2093,186 @@ async fn election_members(zk: &zookeeper_client::Client, root: &str, e: &str) ->
     members
 }
 
-/// G1 on a ZooKeeper server that diverged from its quorum (ZOOKEEPER-5010; session 25's soak,
-/// seed 7618311377105417409): a restarted follower kept a long-gone member *and* lacked a
-/// committed one, and the gateway single-linked to it, having left the ghost out, granted the
-/// member behind the missing one — beside its rightful leader on another gateway, for 2 s.
+/// A 3-server ensemble with follower `f` diverged from its quorum (ZOOKEEPER-5010; session
+/// 25's soak, seed 7618311377105417409, where a restarted follower kept a long-gone member
+/// *and* lacked a committed one, and the gateway single-linked to it, having left the ghost
+/// out, granted the member behind the missing one — beside its rightful leader on another
+/// gateway, for 2 s).
 ///
-/// ZooKeeper's bug cannot be caused on purpose, so its outcome is: with follower `f` killed,
-/// its database is rewritten (`LocalZk::diverge`, ZooKeeper's own classes, same zxid, so the
-/// leader resyncs it by an empty DIFF) to keep x, which left the election, and to lack b, which
-/// waits behind the leader a. Gateway g0 reaches `f` only; c campaigns there. The leader
-/// refuses x, the synced `f` still lists it: g0's session is proven diverged. When a resigns, b
-/// (on the healthy gateway) is elected and c is not, although by `f`'s view c is next. Only
-/// once `f` is restarted from a copy of the quorum's state (`LocalZk::wipe`: a full SNAP) does
-/// g0 grant again, and c is elected after b.
+/// ZooKeeper's bug cannot be caused on purpose, so its outcome is: with `f` killed, its
+/// database is rewritten (`LocalZk::diverge`, ZooKeeper's own classes, same zxid, so the leader
+/// resyncs it by an empty DIFF) to keep x, which left election `e`, and to lack b, which waits
+/// behind the leader a. Gateway `ga` reaches the other two servers only.
+struct DivergedFollower {
+    zk: LocalZk,
+    f: usize,
+    /// A server other than `f`.
+    other: usize,
+    ga: support::Gateway,
+    a: Option<support::Campaign>,
+    b: support::Campaign,
+    quorum: zookeeper_client::Client,
+}
+
+impl DivergedFollower {
+    const ELECTION: &'static str = "diverged";
+
+    async fn start() -> Self {
+        let e = Self::ELECTION;
+        let opts = LocalZkOptions {
+            // A session outlives its only server's restart with room to spare.
+            max_session_timeout: Some(Duration::from_secs(20)),
+            ..Default::default()
+        };
+        let mut zk = LocalZk::start_ensemble(3, opts)
+            .await
+            .expect("start a ZooKeeper ensemble");
+        let leader = zk.leader_index().await.expect("the ensemble has a leader");
+        let f = (leader + 1) % 3;
+        let healthy: Vec<String> = (0..3)
+            .filter(|&i| i != f)
+            .map(|i| zk.server_address(i).to_string())
+            .collect();
+        let healthy = healthy.join(",");
+        let ga = support::Gateway::start_with(&healthy, Self::gateway_opts(None)).await;
+        let mut ca = ga.client().await;
+        let mut x = support::Campaign::join(&mut ca, e, "x", b"").await;
+        x.elected().await;
+        let mut a = support::Campaign::join(&mut ca, e, "a", b"").await;
+        let b = support::Campaign::join(&mut ca, e, "b", b"").await;
+        let quorum = support::zk_client(&healthy).await;
+        let members = election_members(&quorum, &ga.root, e).await;
+        let [x_node, _a_node, b_node] = members.as_slice() else {
+            panic!("x, a and b: {members:?}");
+        };
+        let path = |node: &str| format!("{}/elections/{e}/{node}", ga.root);
+        drop(x);
+        assert_eq!(a.elected().await.candidate, "a");
+        // `f` must have b before it is killed, or there is nothing to lose.
+        let on_f = support::zk_client(&zk.server_address(f).to_string()).await;
+        support::wait_until("f lists a and b", Duration::from_secs(10), || async {
+            election_members(&on_f, &ga.root, e).await.len() == 2
+        })
+        .await;
+        drop(on_f);
+
+        zk.kill(f).await.unwrap();
+        let edits = support::localzk::Divergence {
+            delete: vec![path(b_node)],
+            // Owned by a session that never existed: nothing can remove it but a restart.
+            ghosts: vec![(path(x_node), 0x7a7a_0000_0000_0001)],
+        };
+        zk.diverge(f, &edits).await.expect("rewrite f's database");
+        zk.start(f).await.unwrap();
+        let on_f = support::zk_client(&zk.server_address(f).to_string()).await;
+        let diverged_view = election_members(&on_f, &ga.root, e).await;
+        assert!(
+            diverged_view.contains(x_node) && !diverged_view.contains(b_node),
+            "f lists x and lacks b: {diverged_view:?}"
+        );
+        Self {
+            zk,
+            f,
+            other: (f + 1) % 3,
+            ga,
+            a: Some(a),
+            b,
+            quorum,
+        }
+    }
+
+    fn gateway_opts(root: Option<String>) -> support::GatewayOpts {
+        support::GatewayOpts {
+            session_timeout: Duration::from_secs(10),
+            root,
+            ..Default::default()
+        }
+    }
+
+    /// c campaigns on a gateway whose session is on `f`, reaching it through `connect`: the
+    /// leader refuses x, the synced `f` still lists it, and the session is proven diverged.
+    /// When a resigns, b (on the healthy gateway) is elected and c is not, although by `f`'s
+    /// view c is next.
+    async fn c_is_not_elected_beside_b(
+        &mut self,
+        connect: &str,
+    ) -> (support::Gateway, support::Campaign) {
+        let e = Self::ELECTION;
+        let opts = Self::gateway_opts(Some(self.ga.root.clone()));
+        let g0 = support::Gateway::start_with(connect, opts).await;
+        let mut c0 = g0.client().await;
+        let mut c = support::Campaign::join(&mut c0, e, "c", b"").await;
+        support::wait_until("g0 finds f diverged", Duration::from_secs(10), || async {
+            g0.coord.session().is_ok_and(|s| s.diverged())
+        })
+        .await;
+        drop(self.a.take());
+        assert_eq!(self.b.elected().await.candidate, "b");
+        // By f's view c is next; without the rule g0 elected it within milliseconds. (A
+        // session moving away from f goes through `suspended` and `resumed`.)
+        support::quiet_unless(&mut c.stream, Duration::from_secs(2), |e| {
+            e.is_heartbeat() || e.is_link()
+        })
+        .await;
+        (g0, c)
+    }
+
+    /// Once g0 is back on a truthful view, it grants again: c is elected after b.
+    async fn c_is_elected_after_b(self, g0: support::Gateway, mut c: support::Campaign) {
+        let healed = || async {
+            g0.coord
+                .session()
+                .is_ok_and(|s| s.is_connected() && !s.diverged())
+        };
+        support::wait_until("g0 on a truthful view", Duration::from_secs(15), healed).await;
+        drop(self.b);
+        assert_eq!(c.elected().await.candidate, "c");
+        drop(c);
+        support::wait_no_members(&self.quorum, &self.ga.root, Duration::from_secs(10)).await;
+        g0.stop().await;
+        self.ga.stop().await;
+        self.zk.shutdown().await;
+    }
+}
+
+/// G1 on a diverged server ([`DivergedFollower`]): a gateway that reaches only `f` grants
+/// nothing until `f` is restarted from the quorum's state (`LocalZk::wipe`, a full SNAP), the
+/// operator's remedy when `zkgate_zk_diverged_sessions` > 0; its session rides the restart out
+/// (T = 10 s) and c is elected after b.
 ///
 /// Fails without the rule (`QueueState::diverged` always false): c is elected right after a
-/// resigns, beside b.
+/// resigns, beside b — the soak's violation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_on_a_diverged_server_grants_nothing_until_the_server_is_restarted() {
     let _serial = support::serial().lock().await;
-    let opts = LocalZkOptions {
-        // A session outlives its only server's restart with room to spare.
-        max_session_timeout: Some(Duration::from_secs(20)),
-        ..Default::default()
-    };
-    let mut zk = LocalZk::start_ensemble(3, opts)
-        .await
-        .expect("start a ZooKeeper ensemble");
-    let leader = zk.leader_index().await.expect("the ensemble has a leader");
-    let f = (leader + 1) % 3;
-    let healthy: Vec<String> = (0..3)
-        .filter(|&i| i != f)
-        .map(|i| zk.server_address(i).to_string())
-        .collect();
-    let healthy = healthy.join(",");
-    let only_f = zk.server_address(f).to_string();
-    let gw_opts = |root: Option<String>| support::GatewayOpts {
-        session_timeout: Duration::from_secs(10),
-        root,
-        ..Default::default()
-    };
-    let ga = support::Gateway::start_with(&healthy, gw_opts(None)).await;
-    let mut ca = ga.client().await;
-    let e = "diverged";
-    let mut x = support::Campaign::join(&mut ca, e, "x", b"").await;
-    x.elected().await;
-    let mut a = support::Campaign::join(&mut ca, e, "a", b"").await;
-    let mut b = support::Campaign::join(&mut ca, e, "b", b"").await;
-    let quorum = support::zk_client(&healthy).await;
-    let members = election_members(&quorum, &ga.root, e).await;
-    let [x_node, _a_node, b_node] = members.as_slice() else {
-        panic!("x, a and b: {members:?}");
-    };
-    let path = |node: &str| format!("{}/elections/{e}/{node}", ga.root);
-    drop(x);
-    assert_eq!(a.elected().await.candidate, "a");
-    // `f` must have b before it is killed, or there is nothing to lose.
-    let on_f = support::zk_client(&only_f).await;
-    support::wait_until("f lists a and b", Duration::from_secs(10), || async {
-        election_members(&on_f, &ga.root, e).await.len() == 2
-    })
-    .await;
-    drop(on_f);
-
-    zk.kill(f).await.unwrap();
-    let edits = support::localzk::Divergence {
-        delete: vec![path(b_node)],
-        // Owned by a session that never existed: nothing can remove it but a restart.
-        ghosts: vec![(path(x_node), 0x7a7a_0000_0000_0001)],
-    };
-    zk.diverge(f, &edits).await.expect("rewrite f's database");
-    zk.start(f).await.unwrap();
-    let on_f = support::zk_client(&only_f).await;
-    let diverged_view = election_members(&on_f, &ga.root, e).await;
+    let mut d = DivergedFollower::start().await;
+    let only_f = d.zk.server_address(d.f).to_string();
+    let (g0, c) = d.c_is_not_elected_beside_b(&only_f).await;
     assert!(
-        diverged_view.contains(x_node) && !diverged_view.contains(b_node),
-        "f lists x and lacks b: {diverged_view:?}"
+        g0.coord.session().is_ok_and(|s| s.diverged()),
+        "still diverged: nowhere else to go"
     );
+    d.zk.kill(d.f).await.unwrap();
+    d.zk.wipe(d.f).await.expect("wipe f's database");
+    d.zk.start(d.f).await.unwrap();
+    d.c_is_elected_after_b(g0, c).await;
+}
 
-    let g0 = support::Gateway::start_with(&only_f, gw_opts(Some(ga.root.clone()))).await;
-    let mut c0 = g0.client().await;
-    let mut c = support::Campaign::join(&mut c0, e, "c", b"").await;
-    let diverged = || async { g0.coord.session().is_ok_and(|s| s.diverged()) };
-    support::wait_until("g0 finds f diverged", Duration::from_secs(10), diverged).await;
-
-    drop(a);
-    assert_eq!(b.elected().await.candidate, "b");
-    // By f's view c is next; without the rule g0 elected it within milliseconds.
-    c.quiet_for(Duration::from_secs(2)).await;
-    assert!(diverged().await, "still diverged");
-
-    // The operator's remedy (`zkgate_zk_diverged_sessions` > 0): restart f from the quorum's
-    // state. g0's session rides it out (T = 10 s) and grants again.
-    zk.kill(f).await.unwrap();
-    zk.wipe(f).await.expect("wipe f's database");
-    zk.start(f).await.unwrap();
-    let healed = || async {
-        g0.coord
-            .session()
-            .is_ok_and(|s| s.is_connected() && !s.diverged())
-    };
-    support::wait_until("g0 back on f, healed", Duration::from_secs(15), healed).await;
-    drop(b);
-    assert_eq!(c.elected().await.candidate, "c");
-    drop(c);
-    support::wait_no_members(&quorum, &ga.root, Duration::from_secs(10)).await;
-    g0.stop().await;
-    ga.stop().await;
-    zk.shutdown().await;
+/// G1 on a diverged server ([`DivergedFollower`]), for a gateway whose connect string names
+/// another server too: its session leaves `f` (`Zk::move_server`, tried once a second while
+/// the proof stands) and grants again from the other server's truthful view, with no restart.
+/// The other server is reached through a link cutter that refuses connections until the
+/// proof is made, so the session starts on `f`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_on_a_diverged_server_moves_to_another_and_grants_again() {
+    let _serial = support::serial().lock().await;
+    let mut d = DivergedFollower::start().await;
+    let cutter = LinkCutter::start(d.zk.server_address(d.other))
+        .await
+        .unwrap();
+    cutter.drop_all();
+    let connect = format!("{},{}", d.zk.server_address(d.f), cutter.addr());
+    let (g0, c) = d.c_is_not_elected_beside_b(&connect).await;
+    cutter.pass();
+    d.c_is_elected_after_b(g0, c).await;
 }

@@ -131,6 +131,13 @@ impl CoordConfig {
     pub fn root_path(&self) -> &str {
         self.root.trim_end_matches('/')
     }
+
+    /// How many servers the connect string names (`host:port,host:port/chroot`): a session
+    /// can move away from a diverged server only if there is another ([`super::divergence`]).
+    pub fn zk_servers(&self) -> usize {
+        let hosts = self.zk.split('/').next().unwrap_or_default();
+        hosts.split(',').filter(|h| !h.trim().is_empty()).count()
+    }
 }
 
 /// TLS to ZooKeeper's `secureClientPort` (`--zk-tls-ca`, `--zk-tls-cert`, `--zk-tls-key`): the

@@ -12,9 +12,12 @@
 //! only when a listing of that queue no longer shows any of them: the server was restarted and
 //! synced again, or the session moved to another server. [`watch_healing`] makes that listing
 //! every [`HEAL_CHECK_EVERY`] while a proof stands, so it ends even when the queue's actor has
-//! stopped. The cost is liveness on that server alone (its sessions' queues wait), never a
-//! second holder; `zkgate_zk_diverged_sessions` tells operators which gateways wait, and the
-//! log names the queue.
+//! stopped; and when the connect string names other servers, it moves the session to another
+//! one first (`Zk::move_server`), as a client of a server that lies must: a session whose
+//! listings then no longer show the refuted members grants again, with no operator. A gateway
+//! that reaches the diverged server only waits for its restart. The cost is liveness on that
+//! server alone, never a second holder; `zkgate_zk_diverged_sessions` tells operators which
+//! gateways wait, and the log names the queue.
 //!
 //! [`Action::Diverged`]: super::queue::state::Action::Diverged
 
@@ -98,17 +101,26 @@ impl Divergence {
 }
 
 /// Lists each queue with a standing proof every [`HEAL_CHECK_EVERY`] while the link is up,
-/// ending proofs whose members are gone ([`Divergence::listed`]). Runs for the session's life.
+/// ending proofs whose members are gone ([`Divergence::listed`]), and, while a proof stands
+/// and `servers` (of the connect string) is more than one, moves the session to another
+/// server once per check. Runs for the session's life.
 pub async fn watch_healing(
     zk: Zk,
     mut link: watch::Receiver<Link>,
     divergence: std::sync::Arc<Divergence>,
+    servers: usize,
 ) {
     let mut proofs = divergence.subscribe();
     loop {
         tokio::select! {
             r = proofs.wait_for(|p| !p.is_empty()) => if r.is_err() { return },
             _ = link.wait_for(|l| matches!(l, Link::Lost(_))) => return,
+        }
+        if servers > 1 && matches!(*link.borrow(), Link::Connected) {
+            tracing::warn!(
+                "moving the session to another ZooKeeper server: its server diverged from the quorum"
+            );
+            zk.move_server();
         }
         tokio::time::sleep(HEAL_CHECK_EVERY).await;
         if matches!(*link.borrow(), Link::Lost(_)) {

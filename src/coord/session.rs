@@ -363,6 +363,7 @@ pub async fn supervise_slot(
             session.zk.clone(),
             session.link(),
             session.divergence.clone(),
+            cfg.zk_servers(),
         ));
         tracing::info!(
             session = format_args!("{:#x}", session.session_id()),

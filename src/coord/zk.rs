@@ -391,6 +391,14 @@ impl Zk {
     /// reconnect a session whose streams were all ended, and keep its members at the head of
     /// their queues for as long as it lives (docs/faults.md, "A given-up session kept open").
     /// Requests made through any handle afterwards fail at once.
+    /// Drops the connection and reconnects the session to another server of the connect
+    /// string (the vendored client's `move_server`, PATCHED.md item 8): for a server proven
+    /// diverged from its quorum ([`super::divergence`]). Requests in flight fail as on any
+    /// connection loss, and the link goes through `suspended` as on one.
+    pub fn move_server(&self) {
+        self.client.move_server();
+    }
+
     pub fn give_up(&self) {
         if env_failpoints().keep_given_up.fire() {
             tracing::warn!("failpoint: a handle of a session given up is kept");

@@ -206,6 +206,16 @@ impl IterableEndpoints {
         fastrand::shuffle(&mut self.endpoints);
     }
 
+    /// Makes the next iteration try another endpoint than `endpoint` first, when there is
+    /// another (patched in for zkgate, PATCHED.md item 8).
+    pub fn avoid_first(&mut self, endpoint: &Endpoint) {
+        if self.endpoints.len() > 1 && self.endpoints.get(self.next % self.endpoints.len()) == Some(endpoint) {
+            let at = self.next % self.endpoints.len();
+            let last = self.endpoints.len() - 1;
+            self.endpoints.swap(at, if at == last { 0 } else { last });
+        }
+    }
+
     /// Starts an new iteration at where `peek` stopped.
     pub fn start(&mut self) {
         self.start = self.next;
@@ -337,6 +347,27 @@ mod tests {
                 Chroot::new("/abc").unwrap()
             )
         );
+    }
+
+    #[test]
+    fn test_avoid_first() {
+        use super::{parse_connect_string, IterableEndpoints};
+        use crate::util::Ref as _;
+        let (endpoints, _) = parse_connect_string("host1:2181,host2:2181,host3:2181", false).unwrap();
+        for _ in 0..20 {
+            let mut endpoints = IterableEndpoints::from(endpoints.as_slice());
+            endpoints.reset();
+            let first = endpoints.peek().unwrap().to_value();
+            endpoints.avoid_first(&first);
+            assert!(endpoints.peek().unwrap().to_value() != first);
+            assert_eq!(endpoints.len(), 3);
+        }
+        // One endpoint: nowhere else to go.
+        let (one, _) = parse_connect_string("host1:2181", false).unwrap();
+        let mut one = IterableEndpoints::from(one.as_slice());
+        let first = one.peek().unwrap().to_value();
+        one.avoid_first(&first);
+        assert!(one.peek().unwrap().to_value() == first);
     }
 
     #[asyncs::test]

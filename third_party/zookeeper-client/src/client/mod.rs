@@ -294,6 +294,16 @@ impl Client {
         self.requester.close_channel();
     }
 
+    /// Drops the current connection and reconnects the session to another server of the
+    /// connect string, if it has another (the same one otherwise). Requests in flight fail
+    /// as on any connection loss. For a server that is proven to serve a view its quorum does
+    /// not have.
+    ///
+    /// Patched in for zkgate (PATCHED.md, item 8).
+    pub fn move_server(&self) {
+        let _ = self.requester.unbounded_send(Request::MoveServer);
+    }
+
     /// Latest session state.
     pub fn state(&self) -> SessionState {
         self.state_watcher.peek_state()

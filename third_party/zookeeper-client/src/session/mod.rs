@@ -34,10 +34,11 @@ pub use self::types::{EventType, SessionId, SessionInfo, SessionState, WatchedEv
 use self::watch::WatchManager;
 pub use self::watch::{OneshotReceiver, PersistentReceiver, WatchReceiver};
 use crate::deadline::Deadline;
-use crate::endpoint::IterableEndpoints;
+use crate::endpoint::{Endpoint, IterableEndpoints};
 use crate::error::Error;
 use crate::proto::{ConnectRequest, ConnectResponse, ErrorCode, OpCode, PredefinedXid, ReplyHeader};
 use crate::record;
+use crate::util::Ref as _;
 #[cfg(any(feature = "sasl-digest-md5", feature = "sasl-gssapi"))]
 use crate::sasl::{SaslInitiator, SaslOptions, SaslSession};
 #[cfg(feature = "tls")]
@@ -149,6 +150,8 @@ impl Builder {
 
             authes: self.authes,
             state_sender,
+            serving: None,
+            avoid: None,
             watch_manager,
         };
         let timeout = if self.session_timeout.is_zero() { DEFAULT_SESSION_TIMEOUT } else { self.session_timeout };
@@ -184,6 +187,11 @@ pub struct Session {
 
     pub authes: Vec<MarshalledRequest>,
     state_sender: sync::watch::Sender<SessionState>,
+
+    /// The server of the current connection, and the one to avoid on the next reconnect
+    /// (`Request::MoveServer`; PATCHED.md item 8).
+    serving: Option<Endpoint>,
+    avoid: Option<Endpoint>,
 
     watch_manager: WatchManager,
 }
@@ -223,6 +231,9 @@ impl Session {
         endpoints.reset();
         self.serve_once(conn, &mut endpoints, &mut buf, &mut depot, &mut requester).await;
         while !self.session_state.is_terminated() {
+            if let Some(avoid) = self.avoid.take() {
+                endpoints.avoid_first(&avoid);
+            }
             let conn = match self.start(&mut endpoints, &mut buf, &mut depot).await {
                 Err(err) => {
                     warn!("fail to connect to cluster {:?} due to {}", endpoints.endpoints(), err);
@@ -575,6 +586,11 @@ impl Session {
                         channel_halted = true;
                     }
                     Some(Request::Session(operation)) => depot.push_session(operation),
+                    Some(Request::MoveServer) => {
+                        info!("moving the session away from {:?} as asked", self.serving);
+                        self.avoid = self.serving.clone();
+                        return Err(Error::ConnectionLoss);
+                    },
                     Some(Request::RemoveWatcher {
                         id, responser
                     }) => {
@@ -675,6 +691,7 @@ impl Session {
             },
             _ => {
                 info!("succeeds to establish session to {}", endpoint);
+                self.serving = Some(endpoint.to_value());
                 Ok(conn)
             },
         }

@@ -129,6 +129,9 @@ pub enum Operation {
 pub enum Request {
     Session(SessionOperation),
     RemoveWatcher { id: WatcherId, responser: StateResponser },
+    /// Drop the connection and reconnect the session to another server (patched in for
+    /// zkgate, PATCHED.md item 8).
+    MoveServer,
 }
 
 impl From<SessionOperation> for Request {
@@ -142,6 +145,7 @@ impl Request {
         match self {
             Self::Session(operation) => operation.responser,
             Self::RemoveWatcher { responser, .. } => responser,
+            Self::MoveServer => StateResponser::default(),
         }
     }
 }
