@@ -681,6 +681,11 @@ impl Actor {
     async fn apply(&mut self, event: Event) -> Step {
         let mut queue = std::collections::VecDeque::from([event]);
         while let Some(event) = queue.pop_front() {
+            // Another queue's proof of divergence counts from the moment it is made, for a
+            // registration's `holds` and an answer's confirmation alike (its change also
+            // wakes the actor to decide again).
+            let diverged = !self.diverged.borrow().is_empty();
+            self.state.set_session_diverged(diverged);
             for action in self.state.apply(event) {
                 match self.perform(action).await {
                     Ok(answers) => queue.extend(answers),
