@@ -397,11 +397,13 @@ impl Strays {
 
     /// Whether `m` is a copy of a retried create that no stream owns, and not yet being deleted.
     fn is_new_stray(&self, m: &MemberName) -> bool {
+        // The id first: on every member's creation event, and almost always absent, so the
+        // node's name is formatted only for the ids of retried creates.
+        let Some(adopted) = self.adopted.get(&m.id) else {
+            return false;
+        };
         let node = m.node_name();
-        self.adopted
-            .get(&m.id)
-            .is_some_and(|a| a.as_deref() != Some(node.as_str()))
-            && !self.deleting.contains(&node)
+        adopted.as_deref() != Some(node.as_str()) && !self.deleting.contains(&node)
     }
 }
 
