@@ -25,13 +25,13 @@
 //! follower cut off from its quorum (every peer link blackholed, its clients still reach it)
 //! for T/2 or T + 2 s, mostly one that some gateway's session uses; a gateway's ZooKeeper
 //! frozen (its follower SIGSTOPped, or its links blackholed) for T/2 or T + 1.5 s while its
-//! clients send `proclaim{}`, `resign{}` and `release{}` on their streams. With
-//! `--client-gap` the client faults come from a second injector, concurrently with the
-//! others. Throughout, the gateways' test seams (`ZKGATE_FAILPOINT_*`, `src/coord/zk.rs`)
-//! lose the reply of every `--lose-create-every`th member create, fail every
-//! `--fail-delete-every`th delete unsent and keep a client handle of every
-//! `--keep-given-up-every`th session a gateway gives up; their firings are counted from the
-//! gateways' logs.
+//! clients send `proclaim{}`, `resign{}` and `release{}` on their streams; and, not at random,
+//! the operator's wipe of a diverged ZooKeeper server (below). With `--client-gap` the client
+//! faults come from a second injector, concurrently with the others. Throughout, the
+//! gateways' test seams (`ZKGATE_FAILPOINT_*`, `src/coord/zk.rs`) lose the reply of every
+//! `--lose-create-every`th member create, fail every `--fail-delete-every`th delete unsent and
+//! keep a client handle of every `--keep-given-up-every`th session a gateway gives up; their
+//! firings are counted from the gateways' logs.
 //!
 //! At the edges (issue 19 item 6): CLI verb slots (`--verbs`) run `zkgate elect soak-cmd-elect
 //! -- CMD` and `zkgate lock soak-cmd-lock --requeue -- CMD` through stable link cutters in front
@@ -44,6 +44,22 @@
 //! `DrainUnreachable` does so after blackholing every client link to it; both restart it, and
 //! a drain still running silence limit + 5 s after SIGTERM fails the run. `--granted-below D`
 //! sets the ensemble's `maxSessionTimeout` to D, below what the gateways ask.
+//!
+//! The operator (`--operator`, on by default) plays the runbook of docs/observability.md: a
+//! session on a ZooKeeper server diverged from its quorum (ZOOKEEPER-5010, which the soak's
+//! restarts cause now and then) grants nothing, and a gateway that reaches only that server
+//! waits for it to be healed. Every second the operator reads each gateway's
+//! `zkgate_zk_diverged_sessions` on `/metrics`; when one stays above 0 for `--operator-after`
+//! (3 s: the gauge also rises briefly on gateways whose session then moves away by itself),
+//! it reads each server alone, and a server that lists a member znode most servers do not
+//! (twice, a second apart) gets `OperatorWipeDivergedServer`: killed, its database wiped
+//! (keeping `myid`) and started again, to come back with the leader's full state (a restart
+//! alone can reload the diverged database). Never drawn at random, it takes the ensemble from
+//! the injector (one server down at a time, and only while the others are in the quorum) and
+//! is a fault like the others in the timeline and the recoveries. No server found diverged:
+//! said, and nothing done. The time before it acts is not excused: the summary gives the
+//! divergence proofs per gateway (the gauge seen going above 0, and the ERROR lines logged),
+//! the wipes, and the longest time from a gateway's first report to a wipe.
 //!
 //! Observers (`--observers`, per election): `Observe` streams on gateways picked at random,
 //! observing again on any gateway whenever a stream ends. Every state is logged with the instant
@@ -63,12 +79,13 @@
 //! verb is gone, or no command of a name running for longer than that stall bound, each fails
 //! the run. A ZooKeeper leader kill's recovery is measured from the moment a leader serves
 //! again (polled with `srvr`), not from the kill: the ensemble's own election is not the
-//! gateway's to bound. Exit status 1 on any safety or in-stream violation, stall, leftover
-//! znode or command, or held drain.
+//! gateway's to bound; an operator's wipe's from the moment the wiped server serves again.
+//! Exit status 1 on any safety or in-stream violation, stall, leftover znode or command, or
+//! held drain.
 
 use zkgate_testkit as support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -177,6 +194,16 @@ struct Args {
     /// Default: all.
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
+    /// The operator of docs/observability.md: polls each gateway's `zkgate_zk_diverged_sessions`
+    /// every second and, when one stays above 0 for `--operator-after`, wipes the ZooKeeper
+    /// server that lists a member most servers do not (`OperatorWipeDivergedServer`).
+    /// `false`: nobody heals a diverged server.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    operator: bool,
+    /// How long a gateway's `zkgate_zk_diverged_sessions` stays above 0 before the operator
+    /// acts (the gauge also rises briefly on gateways whose session then moves away by itself).
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    operator_after: Duration,
 }
 
 /// `soak gateway …`: the gateway, as `zkgate serve` runs it.
@@ -210,7 +237,9 @@ fn main() -> std::process::ExitCode {
 
 async fn gateway(cmd: GatewayCmd, matches: clap::ArgMatches) -> std::process::ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ZKGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+        // The line naming the `/metrics` address, which the soak's operator reads.
+        .add_directive("soak=info".parse().expect("a filter directive"));
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -233,6 +262,10 @@ async fn gateway(cmd: GatewayCmd, matches: clap::ArgMatches) -> std::process::Ex
         eprintln!("soak gateway: cannot bind");
         return std::process::ExitCode::FAILURE;
     };
+    // `GatewayProc` binds `--http 127.0.0.1:0`: the soak's operator learns the port here.
+    if let Ok(addr) = http.local_addr() {
+        tracing::info!(target: "soak", http = %addr, "{METRICS_LINE}");
+    }
     match zkgate::server::run(
         r.serve,
         listener,
@@ -285,6 +318,11 @@ enum Fault {
     /// The same after every client link to that gateway is blackholed: its holders cannot
     /// hear that they are revoked (G3c).
     DrainUnreachable,
+    /// Not drawn at random (not in [`FAULTS`]): the operator's remedy ([`run_operator`]) when a
+    /// gateway's `zkgate_zk_diverged_sessions` stays above 0 — the server that lists a member
+    /// most servers do not is killed, its database wiped (keeping `myid`) and started again,
+    /// to come back with the leader's full state (ZOOKEEPER-5010).
+    OperatorWipeDivergedServer,
 }
 
 const CLIENT_FAULTS: [Fault; 7] = [
@@ -535,6 +573,40 @@ struct World {
     /// Which member znode each stream was given (from its lease), a line per stream, for
     /// reading beside the queue trace.
     members: Mutex<Vec<String>>,
+    /// What the operator saw and did ([`run_operator`]).
+    operator: Mutex<OperatorLog>,
+}
+
+/// The first line of a soak gateway's log naming its `/metrics` address (field `http`).
+const METRICS_LINE: &str = "soak gateway: /metrics";
+
+/// What the operator ([`run_operator`]) saw and did, for the summary.
+#[derive(Debug, Default)]
+struct OperatorLog {
+    /// Per gateway: how many times its `zkgate_zk_diverged_sessions` was seen going above 0
+    /// (polled every second: a proof that ends within the second may go unseen).
+    proofs: BTreeMap<String, usize>,
+    /// Per gateway: the ERROR lines "diverged from its quorum" in its logs (one per queue
+    /// that proved it, however short the proof), counted like the failpoints.
+    logged: BTreeMap<String, u64>,
+    wipes: Vec<Wipe>,
+    /// Sustained reports for which no server listed a member most servers do not.
+    not_found: usize,
+}
+
+/// One wipe of a diverged ZooKeeper server by the operator.
+#[derive(Debug, Clone)]
+struct Wipe {
+    server: usize,
+    /// The kill.
+    at: Instant,
+    /// From the first poll showing a gateway's gauge above 0 (the earliest of those still
+    /// above 0) to the kill: the time the operator let pass.
+    waited: Duration,
+    /// The gateways that reported it, as `g0=1`.
+    by: String,
+    /// When the server served again.
+    back: Option<Instant>,
 }
 
 fn now_ns() -> u64 {
@@ -863,7 +935,8 @@ impl World {
         (!pool.is_empty()).then(|| pool[self.random(pool.len())])
     }
 
-    /// Counts the failpoint firings in a gateway's log (before the log goes with it).
+    /// Counts the failpoint firings and the proofs of divergence in a gateway's log (before
+    /// the log goes with it).
     fn count_fired(&self, p: &GatewayProc) {
         let text = std::fs::read_to_string(p.log_path()).unwrap_or_default();
         let creates = text
@@ -877,6 +950,16 @@ impl World {
         f.0 += creates;
         f.1 += deletes;
         f.2 += kept;
+        let proofs = text
+            .matches("the session's ZooKeeper server diverged from its quorum")
+            .count() as u64;
+        *self
+            .operator
+            .lock()
+            .unwrap()
+            .logged
+            .entry(p.name.clone())
+            .or_default() += proofs;
     }
 
     fn running_gateways(&self) -> Vec<usize> {
@@ -942,7 +1025,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
     std::fs::write(cmd_dir.path().join("starter.sh"), STARTER).expect("starter.sh");
     std::fs::write(cmd_dir.path().join("starter.sh.writer"), WRITER).expect("starter.sh.writer");
     // Peer links through link cutters, for follower partitions.
-    let (mut zk, peers) =
+    let (zk, peers) =
         support::ensemble::ensemble_with_peer_cutters_and(support::localzk::LocalZkOptions {
             sync_limit: args.sync_limit,
             max_session_timeout: args.granted_below,
@@ -1098,6 +1181,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
         instream: Mutex::new(Vec::new()),
         fired: Mutex::new((0, 0, 0)),
         members: Mutex::new(Vec::new()),
+        operator: Mutex::new(OperatorLog::default()),
     });
     let mut tasks = Vec::new();
     for i in 0..world.slots.len() {
@@ -1157,13 +1241,29 @@ async fn soak(args: Args) -> std::process::ExitCode {
         .filter(|k| !(concurrent_clients && CLIENT_FAULTS.contains(k)))
         .filter(|k| only.is_empty() || only.contains(k))
         .collect();
+    // The ensemble is the injector's and the operator's in turn: whoever holds it restarts a
+    // server, so two are never down at once (a fault heals before the lock goes).
+    let zk = Arc::new(tokio::sync::Mutex::new(zk));
+    let operator = args.operator.then(|| {
+        tokio::spawn(run_operator(
+            world.clone(),
+            zk.clone(),
+            root.clone(),
+            args.operator_after,
+            until,
+        ))
+    });
     while Instant::now() < until {
         if kinds.is_empty() {
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         }
         let kind = kinds[world.random(kinds.len())];
-        if let Some(f) = inject(&world, &mut zk, &peers, kind).await {
+        let injected = {
+            let mut zk = zk.lock().await;
+            inject(&world, &mut zk, &peers, kind).await
+        };
+        if let Some(f) = injected {
             world.injected.lock().unwrap().push(f);
         }
         let pause = Duration::from_secs_f64(args.gap) + world.millis(0, (args.gap * 1000.0) as u64);
@@ -1184,6 +1284,13 @@ async fn soak(args: Args) -> std::process::ExitCode {
     if let Some(task) = client_injector {
         let _ = task.await;
     }
+    if let Some(task) = operator {
+        let _ = task.await;
+    }
+    let zk = Arc::try_unwrap(zk)
+        .map_err(|_| "the operator still holds the ensemble")
+        .expect("the operator is done")
+        .into_inner();
     world.say("faults over: letting everything settle");
     tokio::time::sleep(t * 2).await;
     let injected: Vec<Injected> = world.injected.lock().unwrap().clone();
@@ -1430,6 +1537,9 @@ async fn soak(args: Args) -> std::process::ExitCode {
     }
     let zk_logs: Vec<std::path::PathBuf> = (0..zk.len()).map(|i| zk.log_path(i)).collect();
     print_leader_kills(&world, &logs, &report, &elections, &zk_logs);
+    if args.operator {
+        print_operator(&world);
+    }
     let stalled: Vec<String> = elections
         .iter()
         .flat_map(|e| {
@@ -1549,6 +1659,53 @@ async fn soak(args: Args) -> std::process::ExitCode {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::FAILURE
+    }
+}
+
+/// What the operator saw and did: the divergence proofs per gateway (the gauge seen going
+/// above 0, and the ERROR lines logged), its wipes, and the time it let pass before each —
+/// none of it hidden by the recoveries, which count from the wipe.
+fn print_operator(world: &World) {
+    let op = world.operator.lock().unwrap();
+    let per_gateway = |counts: &dyn Fn(&str) -> String| {
+        world
+            .gateways
+            .iter()
+            .map(|g| format!("{} {}", g.name, counts(&g.name)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "operator (zkgate_zk_diverged_sessions polled every second; above 0 for the time asked: wipe the diverged ZooKeeper server): \
+         {} wipes; longest from a gateway first reporting > 0 to the wipe: {}; reports with no server found diverged: {}",
+        op.wipes.len(),
+        op.wipes
+            .iter()
+            .map(|w| w.waited)
+            .max()
+            .map_or_else(|| "-".to_owned(), |d| format!("{:.1} s", d.as_secs_f64())),
+        op.not_found
+    );
+    println!(
+        "  divergence proofs seen by the operator (the gauge going > 0): {}",
+        per_gateway(&|g| op.proofs.get(g).copied().unwrap_or_default().to_string())
+    );
+    println!(
+        "  ERROR \"diverged from its quorum\" lines in the gateways' logs (one per queue that proved it): {}",
+        per_gateway(&|g| op.logged.get(g).copied().unwrap_or_default().to_string())
+    );
+    for w in &op.wipes {
+        println!(
+            "  {} wiped server {} ({} reported it; {:.1} s after the first report), serving again {}",
+            checker::ms(w.at, world.epoch),
+            w.server,
+            w.by,
+            w.waited.as_secs_f64(),
+            w.back.map_or_else(
+                || "never".to_owned(),
+                |b| format!("{:.1} s after the kill", (b - w.at).as_secs_f64())
+            )
+        );
     }
 }
 
@@ -2050,6 +2207,8 @@ async fn inject(
             Some(f)
         }
         Fault::Drain | Fault::DrainUnreachable => drain(world, kind).await,
+        // The operator's, never drawn at random (`run_operator`).
+        Fault::OperatorWipeDivergedServer => None,
         Fault::KillGateway | Fault::FreezeGateway => {
             let running = world.running_gateways();
             if running.len() < 2 {
@@ -2116,31 +2275,7 @@ async fn inject(
                 world.say(&format!("{what} failed: {e}"));
             }
             // When does a leader serve again? Polled beside the restart.
-            let quorum = (kind == Fault::KillZkLeader).then(|| {
-                let addrs: Vec<std::net::SocketAddr> =
-                    (0..zk.len()).map(|i| zk.server_address(i)).collect();
-                tokio::spawn(async move {
-                    let deadline = Instant::now() + Duration::from_secs(60);
-                    while Instant::now() < deadline {
-                        for (i, a) in addrs.iter().enumerate() {
-                            let answer = zkgate_localzk::four_letter_word(
-                                *a,
-                                "srvr",
-                                Duration::from_millis(500),
-                            )
-                            .await;
-                            if answer
-                                .as_deref()
-                                .is_ok_and(|s| zkgate_localzk::parse_mode(s) == Some("leader"))
-                            {
-                                return Some((Instant::now(), i));
-                            }
-                        }
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    None
-                })
-            });
+            let quorum = (kind == Fault::KillZkLeader).then(|| poll_quorum(zk));
             tokio::time::sleep(world.millis(1_000, 3_000)).await;
             if let Err(e) = zk.start(target).await {
                 world.say(&format!("restarting ZooKeeper server {target} failed: {e}"));
@@ -2305,6 +2440,314 @@ async fn inject(
             tokio::time::sleep(Duration::from_secs(1)).await;
             Some(Injected::new(kind, what, from, t + Duration::from_secs(1)))
         }
+    }
+}
+
+/// The first instant a server of `zk` answers `srvr` with `Mode: leader` (polled every 50 ms,
+/// up to a minute), and which: started right after a leader is killed, when the ensemble
+/// serves again.
+fn poll_quorum(zk: &LocalZk) -> tokio::task::JoinHandle<Option<(Instant, usize)>> {
+    let addrs: Vec<std::net::SocketAddr> = (0..zk.len()).map(|i| zk.server_address(i)).collect();
+    tokio::spawn(async move {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            for (i, a) in addrs.iter().enumerate() {
+                let answer =
+                    zkgate_localzk::four_letter_word(*a, "srvr", Duration::from_millis(500)).await;
+                if answer
+                    .as_deref()
+                    .is_ok_and(|s| zkgate_localzk::parse_mode(s) == Some("leader"))
+                {
+                    return Some((Instant::now(), i));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    })
+}
+
+/// A gateway as the operator watches it: the process (a restarted gateway is another, its
+/// gauge starting from 0), its `/metrics` address, and since when its
+/// `zkgate_zk_diverged_sessions` has been above 0.
+#[derive(Debug, Default)]
+struct Watched {
+    pid: Option<u32>,
+    http: Option<std::net::SocketAddr>,
+    since: Option<Instant>,
+    value: u64,
+}
+
+/// The operator of docs/observability.md's runbook ("alert on `zkgate_zk_diverged_sessions` >
+/// 0": heal the ZooKeeper server), with the remedy that heals ZOOKEEPER-5010 (a restart
+/// alone can reload the diverged database): every second it reads each gateway's gauge on
+/// `/metrics`; once one has been above 0 for `after` (counted from its last action), it takes
+/// the ensemble from the injector ([`operator_wipe`]). Runs until `until`, like the injectors.
+async fn run_operator(
+    world: Arc<World>,
+    zk: Arc<tokio::sync::Mutex<LocalZk>>,
+    root: String,
+    after: Duration,
+    until: Instant,
+) {
+    let mut watched: Vec<Watched> = world.gateways.iter().map(|_| Watched::default()).collect();
+    // A report counts from the last action: the gauges take a moment to show a wipe.
+    let mut acted = Instant::now();
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for (slot, w) in world.gateways.iter().zip(watched.iter_mut()) {
+            let proc = slot
+                .proc
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map(|p| (p.pid, p.log_path().to_owned()));
+            let Some((pid, log)) = proc else {
+                *w = Watched::default();
+                continue;
+            };
+            if w.pid != Some(pid) {
+                *w = Watched {
+                    pid: Some(pid),
+                    ..Watched::default()
+                };
+            }
+            if w.http.is_none() {
+                w.http = metrics_address(&log);
+            }
+            let Some(http) = w.http else { continue };
+            // A frozen or busy gateway does not answer: what it said last stands.
+            let Some(value) = diverged_gauge(http).await else {
+                continue;
+            };
+            match (value > 0, w.since) {
+                (true, None) => {
+                    w.since = Some(Instant::now());
+                    *world
+                        .operator
+                        .lock()
+                        .unwrap()
+                        .proofs
+                        .entry(slot.name.clone())
+                        .or_default() += 1;
+                    world.say(&format!(
+                        "operator: {} reports zkgate_zk_diverged_sessions={value}",
+                        slot.name
+                    ));
+                }
+                (false, Some(since)) => {
+                    w.since = None;
+                    world.say(&format!(
+                        "operator: {} reports zkgate_zk_diverged_sessions=0 again (above 0 for {:.1} s)",
+                        slot.name,
+                        since.elapsed().as_secs_f64()
+                    ));
+                }
+                _ => {}
+            }
+            w.value = value;
+        }
+        let now = Instant::now();
+        let due = watched.iter().any(|w| {
+            w.since
+                .is_some_and(|s| now.saturating_duration_since(s.max(acted)) >= after)
+        });
+        if !due {
+            continue;
+        }
+        let reports: Vec<(String, u64, Instant)> = world
+            .gateways
+            .iter()
+            .zip(&watched)
+            .filter_map(|(slot, w)| Some((slot.name.clone(), w.value, w.since?)))
+            .collect();
+        {
+            let mut zk = zk.lock().await;
+            operator_wipe(&world, &mut zk, &root, &reports).await;
+        }
+        acted = Instant::now();
+    }
+}
+
+/// The `/metrics` address a soak gateway logged ([`METRICS_LINE`], near the start of its log).
+fn metrics_address(log: &std::path::Path) -> Option<std::net::SocketAddr> {
+    use std::io::Read;
+    let mut head = String::new();
+    std::fs::File::open(log)
+        .ok()?
+        .take(64 * 1024)
+        .read_to_string(&mut head)
+        .ok()?;
+    head.lines()
+        .find(|l| l.contains(METRICS_LINE))?
+        .split("\"http\":\"")
+        .nth(1)?
+        .split('"')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// `zkgate_zk_diverged_sessions` of the gateway whose `/metrics` is at `http` (one HTTP/1.0
+/// `GET`, as a scraper would); `None` if it did not answer within a second.
+async fn diverged_gauge(http: std::net::SocketAddr) -> Option<u64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut s = tokio::net::TcpStream::connect(http).await.ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: soak\r\n\r\n")
+            .await
+            .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.ok()?;
+        Some(body)
+    })
+    .await
+    .ok()??;
+    body.lines()
+        .next()?
+        .contains(" 200")
+        .then(|| support::metric_value(&body, zkgate::metrics::ZK_DIVERGED_SESSIONS, &[]))
+}
+
+/// What the operator does about sustained reports (gateway, gauge, above 0 since), holding the
+/// ensemble: reads each server alone for member znodes most servers do not list
+/// ([`diverged_servers`]), and wipes each server that lists one — kill, `LocalZk::wipe`
+/// (keeping `myid`), start: it comes back with the leader's full state (a SNAP) — one at a
+/// time and only while every other server is in the quorum. A wipe is a fault like the
+/// others (`OperatorWipeDivergedServer`, the whole ensemble's; recovery counted from the
+/// moment the server serves again, bound T + 1 s); a wiped leader is also a leader kill (time
+/// without a quorum). No server found: said, and nothing done.
+async fn operator_wipe(
+    world: &Arc<World>,
+    zk: &mut LocalZk,
+    root: &str,
+    reports: &[(String, u64, Instant)],
+) {
+    let t = world.t;
+    let servers: Vec<String> = (0..zk.len())
+        .map(|i| zk.server_address(i).to_string())
+        .collect();
+    let said = |now: Instant| {
+        reports
+            .iter()
+            .map(|(g, v, since)| {
+                format!(
+                    "{g} reported zkgate_zk_diverged_sessions={v} for {:.1} s",
+                    now.saturating_duration_since(*since).as_secs_f64()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(diverged) = diverged_servers(&servers, root).await else {
+        world.say(&format!(
+            "operator: {}, but a ZooKeeper server could not be read: looking again later",
+            said(Instant::now())
+        ));
+        return;
+    };
+    if diverged.is_empty() {
+        world.operator.lock().unwrap().not_found += 1;
+        world.say(&format!(
+            "operator: {}, but no ZooKeeper server lists a member most servers do not: nothing to wipe",
+            said(Instant::now())
+        ));
+        return;
+    }
+    for (server, members) in diverged {
+        // Never two servers down at once: the others must all be in the quorum first.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut others = true;
+            for i in (0..zk.len()).filter(|&i| i != server) {
+                others &= zk.mode(i).await.is_some();
+            }
+            if others || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let mut serving = Vec::new();
+        for i in 0..zk.len() {
+            serving.push(zk.mode(i).await);
+        }
+        if (0..zk.len()).any(|i| i != server && serving[i].is_none()) {
+            world.say(&format!(
+                "operator: ZooKeeper server {server} diverged, but not every other server is in the quorum ({serving:?}): not wiping it now"
+            ));
+            continue;
+        }
+        let leader = serving[server].as_deref() == Some("leader");
+        world.say(&format!(
+            "operator: ZooKeeper server {server}{} lists {} member(s) most servers do not: {:?}",
+            if leader { " (the leader)" } else { "" },
+            members.len(),
+            members
+                .iter()
+                .map(|m| short_member(m.rsplit('/').next().unwrap_or(m)))
+                .collect::<Vec<_>>()
+        ));
+        let from = Instant::now();
+        let what = format!(
+            "operator: wipe diverged ZooKeeper server {server} ({})",
+            said(from)
+        );
+        world.say(&format!("FAULT {what}"));
+        if let Err(e) = zk.kill(server).await {
+            world.say(&format!("{what}: kill failed: {e}"));
+        }
+        let quorum = leader.then(|| poll_quorum(zk));
+        if let Err(e) = zk.wipe(server).await {
+            world.say(&format!("{what}: wipe failed: {e}"));
+        }
+        let mut started = zk.start(server).await;
+        if let Err(e) = &started {
+            world.say(&format!(
+                "restarting ZooKeeper server {server} failed: {e}; once more"
+            ));
+            started = zk.start(server).await;
+        }
+        let back = started.is_ok().then(Instant::now);
+        match back {
+            Some(b) => world.say(&format!(
+                "healed {what} (serving again {:?} after the kill)",
+                b - from
+            )),
+            None => world.say(&format!("{what}: server {server} did not come back")),
+        }
+        if let Some(quorum) = quorum {
+            let quorum = quorum.await.ok().flatten();
+            world.leader_kills.lock().unwrap().push(LeaderKill {
+                server,
+                at: from,
+                quorum: quorum.map(|q| q.0),
+                leader: quorum.map(|q| q.1),
+            });
+        }
+        world.operator.lock().unwrap().wipes.push(Wipe {
+            server,
+            at: from,
+            waited: reports
+                .iter()
+                .map(|r| from.saturating_duration_since(r.2))
+                .max()
+                .unwrap_or_default(),
+            by: reports
+                .iter()
+                .map(|(g, v, _)| format!("{g}={v}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            back,
+        });
+        world.injected.lock().unwrap().push(Injected {
+            recover_from: back.unwrap_or(from),
+            ..Injected::new(
+                Fault::OperatorWipeDivergedServer,
+                what,
+                from,
+                t + Duration::from_secs(1),
+            )
+        });
     }
 }
 
@@ -2590,29 +3033,78 @@ fn check_instream(world: &World, logs: &[StreamLog]) -> InStreamReport {
     }
 }
 
+/// The member znodes under `root` that each of `servers` lists, each read from that server
+/// alone (a client of its own) after a `sync`; `None` if some server could not be read.
+async fn member_views(servers: &[String], root: &str) -> Option<Vec<BTreeSet<String>>> {
+    let mut views = Vec::new();
+    for server in servers {
+        let read = async {
+            let client = zookeeper_client::Client::connect(server).await.ok()?;
+            let _ = client.sync(root).await;
+            Some(support::member_znodes(&client, root).await)
+        };
+        let view = tokio::time::timeout(Duration::from_secs(5), read)
+            .await
+            .ok()??;
+        views.push(view.into_iter().collect());
+    }
+    Some(views)
+}
+
+/// For each view, the members it lists that most views do not.
+fn minority_members(views: &[BTreeSet<String>]) -> Vec<BTreeSet<String>> {
+    let mut seen: BTreeMap<&String, usize> = BTreeMap::new();
+    for z in views.iter().flatten() {
+        *seen.entry(z).or_default() += 1;
+    }
+    views
+        .iter()
+        .map(|v| {
+            v.iter()
+                .filter(|z| 2 * seen[z] <= views.len())
+                .cloned()
+                .collect()
+        })
+        .collect()
+}
+
 /// The member znodes left under `root` on each server of `connect` alone, split into those most
 /// servers list (left by a gateway) and those only a minority lists (a diverged server's);
 /// `None` if some server could not be read (then nothing can be told apart).
 async fn left_by_majority(connect: &str, root: &str) -> Option<(Vec<String>, Vec<String>)> {
-    let servers: Vec<&str> = connect.split(',').collect();
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for server in &servers {
-        let client = tokio::time::timeout(
-            Duration::from_secs(5),
-            zookeeper_client::Client::connect(server),
-        )
-        .await
-        .ok()?
-        .ok()?;
-        for z in support::member_znodes(&client, root).await {
-            *seen.entry(z).or_default() += 1;
-        }
-    }
-    let (majority, minority) = seen
+    let servers: Vec<String> = connect.split(',').map(str::to_owned).collect();
+    let views = member_views(&servers, root).await?;
+    let minority: BTreeSet<String> = minority_members(&views).into_iter().flatten().collect();
+    let majority: BTreeSet<String> = views
         .into_iter()
-        .partition::<Vec<_>, _>(|(_, n)| 2 * n > servers.len());
-    let names = |v: Vec<(String, usize)>| v.into_iter().map(|(z, _)| z).collect();
-    Some((names(majority), names(minority)))
+        .flatten()
+        .filter(|z| !minority.contains(z))
+        .collect();
+    Some((
+        majority.into_iter().collect(),
+        minority.into_iter().collect(),
+    ))
+}
+
+/// The servers diverged from their quorum (by index in `servers`), each with the member
+/// znodes it lists that most servers do not, in two readings a second apart: a member
+/// created or deleted between two servers' reads shows on a minority once, a diverged
+/// server's ghost (ZOOKEEPER-5010) both times. `None` if some server could not be read.
+async fn diverged_servers(servers: &[String], root: &str) -> Option<BTreeMap<usize, Vec<String>>> {
+    let first = minority_members(&member_views(servers, root).await?);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let second = minority_members(&member_views(servers, root).await?);
+    Some(
+        first
+            .iter()
+            .zip(&second)
+            .enumerate()
+            .filter_map(|(i, (a, b))| {
+                let both: Vec<String> = a.intersection(b).cloned().collect();
+                (!both.is_empty()).then_some((i, both))
+            })
+            .collect(),
+    )
 }
 
 /// Writes every queue's members (znode name and owning session) to `path` each time they
