@@ -2104,7 +2104,19 @@ async fn run_verb(world: Arc<World>, i: usize) {
                     break;
                 }
                 if Instant::now() > deadline {
-                    world.say(&format!("verb {} did not exit: SIGKILL", slot.who));
+                    // What it last said (its signal received or not, what it waited on): this
+                    // is a verb that did not act on its signal, whose output is otherwise gone
+                    // with a passing run's files.
+                    let tail = std::fs::read_to_string(&run.out)
+                        .map(|t| {
+                            let lines: Vec<&str> = t.lines().collect();
+                            lines[lines.len().saturating_sub(8)..].join(" | ")
+                        })
+                        .unwrap_or_default();
+                    world.say(&format!(
+                        "verb {} did not exit: SIGKILL; its last lines: {tail}",
+                        slot.who
+                    ));
                     let _ = run.child.signal("KILL");
                 }
             }

@@ -626,6 +626,10 @@ impl Interrupts {
             let tx = tx.clone();
             tokio::spawn(async move {
                 while s.recv().await.is_some() {
+                    // Said where the signal is received, whatever the verb is doing: a soak
+                    // saw a queued verb not act on SIGTERM for 20 s, and this line tells a
+                    // signal never received from one received and not acted on.
+                    eprintln!("zkgate: received signal {signo}");
                     if tx.send(signo).is_err() {
                         break;
                     }
