@@ -561,3 +561,39 @@ async fn the_keeper_kills_the_whole_tree_after_the_grace() {
         .unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
 }
+
+/// A signal to the verb while it stops CMD after a loss still means "exit": the verb exits once
+/// CMD is gone, and does not campaign again. (It used to only kill CMD at once and campaign
+/// again: a soak saw a verb told to stop take the lock once more and start CMD again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_while_the_command_stops_after_a_loss_ends_the_verb() {
+    let mut zk = own_zk().await;
+    let gw = Gateway::start(&zk.connect_string()).await;
+    let s = Scripts::new();
+    // `slow`: CMD ignores SIGTERM for 1.5 s, so the stop lasts that long.
+    let mut a = Verb::start(
+        "elect",
+        "stop-after-loss",
+        "a",
+        &gw.url(),
+        &[],
+        &s.cmd("a", "slow"),
+    );
+    a.wait_line("elected: a");
+    zk.pause(0).await.unwrap();
+    let giving_up = std::panic::catch_unwind(|| a.wait_line("giving up leadership"));
+    a.signal("TERM");
+    zk.resume(0).await.unwrap();
+    giving_up.expect("a lost its hold during the blip");
+    a.wait_line("received signal 15");
+    a.wait_line("command stopped");
+    a.wait_exit(Duration::from_secs(10));
+    let rest: Vec<String> = a.out.try_iter().collect();
+    assert!(
+        !rest
+            .iter()
+            .any(|l| l.contains("zkgate: campaigning again in")),
+        "the verb campaigned again after its signal: {rest:?}"
+    );
+    gw.stop().await;
+}

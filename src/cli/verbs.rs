@@ -613,6 +613,11 @@ impl Target {
 /// working).
 struct Interrupts {
     int: tokio::sync::mpsc::UnboundedReceiver<i32>,
+    /// A signal taken while CMD was being stopped for another cause (a loss): it still means
+    /// "exit", so the verb exits once CMD is gone instead of campaigning again. (It used to
+    /// only kill CMD at once, and the verb queued again and ran CMD again: a soak saw a verb
+    /// told to stop take the lock once more.)
+    taken: Option<i32>,
 }
 
 impl Interrupts {
@@ -636,7 +641,7 @@ impl Interrupts {
                 }
             });
         }
-        Self { int }
+        Self { int, taken: None }
     }
 
     /// The next signal's number.
@@ -866,7 +871,10 @@ async fn stop_command(
         tokio::select! {
             biased;
             status = cmd.gone() => break status,
-            _ = interrupts.recv() => cmd.stop(Duration::ZERO).await,
+            signo = interrupts.recv() => {
+                interrupts.taken.get_or_insert(signo);
+                cmd.stop(Duration::ZERO).await;
+            }
             event = hold.next_event(), if stream_open => {
                 let cause = match event {
                     None => {
@@ -1011,7 +1019,7 @@ async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrup
     sup.lost(reason, granted);
     // CMD first, all of it: nobody else may take over while any of it still runs on our behalf.
     if let Some(c) = cmd.as_mut() {
-        stop_command(
+        let code = stop_command(
             c,
             &mut hold,
             sup,
@@ -1020,6 +1028,11 @@ async fn hold_round(mut hold: Hold, sup: &Supervision, interrupts: &mut Interrup
             suspended,
         )
         .await;
+        if let Some(signo) = interrupts.taken.take() {
+            hold.give_up().await;
+            eprintln!("zkgate: signal {signo} during the stop: exiting instead of queueing again");
+            return Round::Exit(code);
+        }
     }
     hold.give_up().await;
     Round::Lost { reason, endpoint }
