@@ -152,7 +152,7 @@ async fn respond(
             metrics.render(),
         ),
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
-        "/readyz" if coord.is_connected() && !coord.draining().is_cancelled() => (
+        "/readyz" if coord.is_serving() && !coord.draining().is_cancelled() => (
             StatusCode::OK,
             "text/plain",
             format!(
@@ -163,7 +163,15 @@ async fn respond(
         "/readyz" => (
             StatusCode::SERVICE_UNAVAILABLE,
             "text/plain",
-            format!("not ready: no ZooKeeper session\n{}", zk_auth_note(&coord)),
+            format!(
+                "not ready: {}\n{}",
+                if coord.is_connected() && !coord.draining().is_cancelled() {
+                    "every ZooKeeper session is on a server that diverged from its quorum"
+                } else {
+                    "no ZooKeeper session"
+                },
+                zk_auth_note(&coord)
+            ),
         ),
         _ => (
             StatusCode::NOT_FOUND,

@@ -288,41 +288,43 @@ pub fn lock_wait(wait: Duration) {
     histogram!(LOCK_WAIT).record(wait.as_secs_f64());
 }
 
-/// One pool session's contribution to `zkgate_zk_connected`: the gauge counts connected
-/// sessions (0 or 1 with the default pool of one), so sessions never overwrite each other.
-#[derive(Debug, Default)]
-pub struct ZkConnected(bool);
+/// One session's share of a gauge that counts sessions in some state
+/// (`zkgate_zk_connected`: connected sessions, 0 or 1 with the default pool of one;
+/// `zkgate_zk_diverged_sessions`: sessions proven on a diverged server, `coord::divergence`),
+/// so sessions never overwrite each other, and taken back when the session goes.
+#[derive(Debug)]
+pub struct SessionShare {
+    gauge: &'static str,
+    counted: bool,
+}
 
-impl ZkConnected {
-    pub fn set(&mut self, connected: bool) {
-        if self.0 != connected {
-            self.0 = connected;
-            gauge!(ZK_CONNECTED).increment(if connected { 1.0 } else { -1.0 });
+impl SessionShare {
+    /// A share of `zkgate_zk_connected`.
+    pub fn connected() -> Self {
+        Self::of(ZK_CONNECTED)
+    }
+
+    /// A share of `zkgate_zk_diverged_sessions`.
+    pub fn diverged() -> Self {
+        Self::of(ZK_DIVERGED_SESSIONS)
+    }
+
+    fn of(gauge: &'static str) -> Self {
+        Self {
+            gauge,
+            counted: false,
+        }
+    }
+
+    pub fn set(&mut self, counted: bool) {
+        if self.counted != counted {
+            self.counted = counted;
+            gauge!(self.gauge).increment(if counted { 1.0 } else { -1.0 });
         }
     }
 }
 
-impl Drop for ZkConnected {
-    fn drop(&mut self) {
-        self.set(false);
-    }
-}
-
-/// One session's contribution to `zkgate_zk_diverged_sessions` (`coord::divergence`), taken
-/// back when the proof ends or the session does.
-#[derive(Debug, Default)]
-pub struct ZkDiverged(bool);
-
-impl ZkDiverged {
-    pub fn set(&mut self, diverged: bool) {
-        if self.0 != diverged {
-            self.0 = diverged;
-            gauge!(ZK_DIVERGED_SESSIONS).increment(if diverged { 1.0 } else { -1.0 });
-        }
-    }
-}
-
-impl Drop for ZkDiverged {
+impl Drop for SessionShare {
     fn drop(&mut self) {
         self.set(false);
     }

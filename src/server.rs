@@ -349,13 +349,14 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 /// follow the ZooKeeper connection, and all turn `NOT_SERVING` on drain.
 const HEALTH_SERVICES: [&str; 3] = ["", "zkgate.v1.Election", "zkgate.v1.Lock"];
 
-/// Health is `SERVING` only while a ZooKeeper session is connected. The first time it is,
+/// Health is `SERVING` only while a ZooKeeper session serves: connected, and not stranded on
+/// a server that diverged from its quorum (`coord::divergence`). The first time it is,
 /// systemd (`Type=notify`, deploy/systemd/zkgate.service) hears `READY=1`.
 async fn follow_health(coord: Arc<Coordinator>, reporter: tonic_health::server::HealthReporter) {
     let mut told_ready = false;
     loop {
-        let connected = coord.is_connected();
-        let status = if connected {
+        let serving = coord.is_serving();
+        let status = if serving {
             ServingStatus::Serving
         } else {
             ServingStatus::NotServing
@@ -363,7 +364,7 @@ async fn follow_health(coord: Arc<Coordinator>, reporter: tonic_health::server::
         for svc in HEALTH_SERVICES {
             reporter.set_service_status(svc, status).await;
         }
-        if connected && !told_ready {
+        if serving && !told_ready {
             told_ready = true;
             notify_systemd(&[sd_notify::NotifyState::Ready]);
         }

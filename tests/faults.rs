@@ -2191,11 +2191,12 @@ impl DivergedFollower {
 
     /// c campaigns on a gateway whose session is on `f`, reaching it through `connect`: the
     /// leader refuses x, the synced `f` still lists it, and the session is proven diverged.
-    /// When a resigns, b (on the healthy gateway) is elected and c is not, although by `f`'s
-    /// view c is next.
+    /// `proven` runs then (a test lets the session move away). When a resigns, b (on the
+    /// healthy gateway) is elected and c is not, although by `f`'s view c is next.
     async fn c_is_not_elected_beside_b(
         &mut self,
         connect: &str,
+        proven: impl FnOnce(),
     ) -> (support::Gateway, support::Campaign) {
         let e = Self::ELECTION;
         let opts = Self::gateway_opts(Some(self.ga.root.clone()));
@@ -2206,6 +2207,7 @@ impl DivergedFollower {
             g0.coord.session().is_ok_and(|s| s.diverged())
         })
         .await;
+        proven();
         drop(self.a.take());
         assert_eq!(self.b.elected().await.candidate, "b");
         // By f's view c is next; without the rule g0 elected it within milliseconds. (A
@@ -2236,26 +2238,67 @@ impl DivergedFollower {
 }
 
 /// G1 on a diverged server ([`DivergedFollower`]): a gateway that reaches only `f` grants
-/// nothing until `f` is restarted from the quorum's state (`LocalZk::wipe`, a full SNAP), the
-/// operator's remedy when `zkgate_zk_diverged_sessions` > 0; its session rides the restart out
-/// (T = 10 s) and c is elected after b.
+/// nothing; once the proof has stood for `STRANDED_AFTER` (5 s) it is stranded there, and it
+/// must not hold up anyone else meanwhile: its waiting member c, which in the quorum's order
+/// heads the election once b leaves, ends `UNAVAILABLE` (its znode deleted), a new campaign on
+/// it is refused `UNAVAILABLE`, its health is `NOT_SERVING`, and d, queued behind c on the
+/// healthy gateway, is elected when b resigns. When `f` is restarted from the quorum's state
+/// (`LocalZk::wipe`, a full SNAP: the operator's remedy when `zkgate_zk_diverged_sessions`
+/// > 0), its session rides the restart out (T = 10 s) and serves again: e, campaigning there,
+/// is elected after d.
 ///
 /// Fails without the rule (`QueueState::diverged` always false): c is elected right after a
-/// resigns, beside b — the soak's violation.
+/// resigns, beside b — the soak's violation. Fails without the stranding: c's stream does not
+/// end, and d is never elected while `f` diverges.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gateway_on_a_diverged_server_grants_nothing_until_the_server_is_restarted() {
+async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nobody() {
     let _serial = support::serial().lock().await;
+    let e = DivergedFollower::ELECTION;
     let mut d = DivergedFollower::start().await;
     let only_f = d.zk.server_address(d.f).to_string();
-    let (g0, c) = d.c_is_not_elected_beside_b(&only_f).await;
+    let (g0, mut c) = d.c_is_not_elected_beside_b(&only_f, || ()).await;
+    let mut ca = d.ga.client().await;
+    let mut dd = support::Campaign::join(&mut ca, e, "d", b"").await;
+    tokio::time::timeout(
+        Duration::from_secs(15),
+        c.expect_end(Some(Code::Unavailable)),
+    )
+    .await
+    .expect("c, waiting on the stranded gateway, ends UNAVAILABLE");
     assert!(
-        g0.coord.session().is_ok_and(|s| s.diverged()),
-        "still diverged: nowhere else to go"
+        g0.coord.session().is_err() && !g0.coord.is_serving() && g0.coord.is_connected(),
+        "stranded: connected, but serving nothing"
     );
+    let mut c0 = g0.client().await;
+    let refused = support::refusal(support::CampaignStream::open_with(
+        &mut c0,
+        [support::join_msg(e, "e", b"")],
+    ))
+    .await;
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("diverged"), "{refused:?}");
+    drop(d.b);
+    assert_eq!(
+        dd.elected().await.candidate,
+        "d",
+        "nobody holds up d: c's znode is gone"
+    );
+
     d.zk.kill(d.f).await.unwrap();
     d.zk.wipe(d.f).await.expect("wipe f's database");
     d.zk.start(d.f).await.unwrap();
-    d.c_is_elected_after_b(g0, c).await;
+    support::wait_until("g0 serves again", Duration::from_secs(20), || async {
+        g0.coord.is_serving()
+    })
+    .await;
+    let mut ee = support::Campaign::join(&mut c0, e, "e", b"").await;
+    drop(dd);
+    assert_eq!(ee.elected().await.candidate, "e");
+    drop(ee);
+    support::wait_no_members(&d.quorum, &d.ga.root, Duration::from_secs(10)).await;
+    g0.stop().await;
+    d.ga.stop().await;
+    d.zk.shutdown().await;
 }
 
 /// G1 on a diverged server ([`DivergedFollower`]), for a gateway whose connect string names
@@ -2272,7 +2315,10 @@ async fn a_session_on_a_diverged_server_moves_to_another_and_grants_again() {
         .unwrap();
     cutter.drop_all();
     let connect = format!("{},{}", d.zk.server_address(d.f), cutter.addr());
-    let (g0, c) = d.c_is_not_elected_beside_b(&connect).await;
-    cutter.pass();
+    // The other server is reachable once the proof is made: the session moves there well
+    // before the proof would strand it (`STRANDED_AFTER`), so c keeps its place.
+    let (g0, c) = d
+        .c_is_not_elected_beside_b(&connect, || cutter.pass())
+        .await;
     d.c_is_elected_after_b(g0, c).await;
 }

@@ -145,6 +145,9 @@ impl HolderStream for CampaignStream {
             CandidacyEvent::Ended(CandidacyEnd::Lost(reason)) => {
                 Step::Fail(CoordError::SessionLost(reason))
             }
+            CandidacyEvent::Ended(CandidacyEnd::Unserved) => {
+                Step::Fail(crate::coord::error::Retry::Stranded.into())
+            }
         }
     }
 

@@ -177,6 +177,9 @@ impl HolderStream for AcquireStream {
             LockEvent::EndRequested => Step::Revoke(Suspension::EndRequested, None),
             LockEvent::Ended(LockEnd::Released) => Step::Done,
             LockEvent::Ended(LockEnd::Lost(reason)) => Step::Fail(CoordError::SessionLost(reason)),
+            LockEvent::Ended(LockEnd::Unserved) => {
+                Step::Fail(crate::coord::error::Retry::Stranded.into())
+            }
         }
     }
 

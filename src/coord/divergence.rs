@@ -19,11 +19,25 @@
 //! server alone, never a second holder; `zkgate_zk_diverged_sessions` tells operators which
 //! gateways wait, and the log names the queue.
 //!
+//! # Stranded: a proof that outlasts the moves
+//! Waiting there is not free for everyone else. The session's waiting members keep their
+//! znodes, and in the quorum's order one of them may head its queue: nobody on any gateway is
+//! then granted until the server is healed, and observers everywhere show a leader that was
+//! never told it leads. So a proof that has stood for [`STRANDED_AFTER`] (the move was tried
+//! every second meanwhile) *strands* the session: its queues end their waiting members with
+//! `UNAVAILABLE` (their znodes go, and their clients retry on another gateway,
+//! `QueueState::set_session_stranded`), and the pool gives it no new member or read
+//! (`SessionPool::session_from`; with every session stranded the gateway's health is
+//! `NOT_SERVING`). Holders confirmed before keep their holds, as under any proof. The
+//! session is no longer stranded once the proof ends.
+//!
 //! [`Action::Diverged`]: super::queue::state::Action::Diverged
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::sync::watch;
 
@@ -33,6 +47,10 @@ use super::zk::Zk;
 /// How often a standing proof is checked against a fresh listing of its queue.
 pub const HEAL_CHECK_EVERY: Duration = Duration::from_secs(1);
 
+/// How long a proof stands before the session is stranded (see the module docs): five tries
+/// of the move, each a second apart, and short beside the stall it ends.
+pub const STRANDED_AFTER: Duration = Duration::from_secs(5);
+
 /// Queue path → the members the leader does not have that the session's server listed.
 pub type Proofs = BTreeMap<String, BTreeSet<String>>;
 
@@ -40,14 +58,20 @@ pub type Proofs = BTreeMap<String, BTreeSet<String>>;
 #[derive(Debug)]
 pub struct Divergence {
     proofs: watch::Sender<Proofs>,
-    gauge: Mutex<crate::metrics::ZkDiverged>,
+    /// Since when a proof has stood (`None` while none does).
+    since: Mutex<Option<Instant>>,
+    /// Whether the standing proof has outlasted [`STRANDED_AFTER`] (module docs).
+    stranded: watch::Sender<bool>,
+    gauge: Mutex<crate::metrics::SessionShare>,
 }
 
 impl Default for Divergence {
     fn default() -> Self {
         Self {
             proofs: watch::Sender::new(Proofs::new()),
-            gauge: Mutex::default(),
+            since: Mutex::default(),
+            stranded: watch::Sender::new(false),
+            gauge: Mutex::new(crate::metrics::SessionShare::diverged()),
         }
     }
 }
@@ -63,12 +87,45 @@ impl Divergence {
         self.proofs.subscribe()
     }
 
+    /// Whether the session is stranded on its diverged server (module docs): it serves no
+    /// waiting member, no new member and no read until the proof ends.
+    pub fn stranded(&self) -> bool {
+        *self.stranded.borrow()
+    }
+
+    /// Changes of [`Divergence::stranded`].
+    pub fn subscribe_stranded(&self) -> watch::Receiver<bool> {
+        self.stranded.subscribe()
+    }
+
+    /// Strands the session if a proof has stood for [`STRANDED_AFTER`] by `now`; returns
+    /// whether it is stranded.
+    pub fn strand_if_standing(&self, now: Instant) -> bool {
+        let since = *self.since.lock().unwrap_or_else(|p| p.into_inner());
+        if since.is_some_and(|since| now.saturating_duration_since(since) >= STRANDED_AFTER) {
+            let newly = self
+                .stranded
+                .send_if_modified(|s| !std::mem::replace(s, true));
+            if newly {
+                tracing::error!(
+                    after = ?STRANDED_AFTER,
+                    "the session's ZooKeeper server still diverges from its quorum: its waiting members end UNAVAILABLE and it takes no new ones until the server is healed (restart it from an empty data directory); holders keep their holds"
+                );
+            }
+        }
+        self.stranded()
+    }
+
     /// The leader does not have `member` of the queue at `queue`, which the session's server
     /// still lists after a `sync`.
     pub fn prove(&self, queue: &str, member: String) {
         self.proofs.send_modify(|p| {
             p.entry(queue.to_owned()).or_default().insert(member);
         });
+        self.since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(Instant::now);
         self.update_gauge();
     }
 
@@ -82,6 +139,10 @@ impl Divergence {
             self.proofs.send_modify(|p| {
                 p.remove(queue);
             });
+            if !self.diverged() {
+                *self.since.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                self.stranded.send_if_modified(std::mem::take);
+            }
             tracing::warn!(
                 queue,
                 diverged = self.diverged(),
@@ -139,6 +200,7 @@ pub async fn watch_healing(
                 }
             }
         }
+        divergence.strand_if_standing(Instant::now());
     }
 }
 
@@ -171,5 +233,32 @@ mod tests {
             d.listed(queue, listing.as_deref());
             assert_eq!(d.diverged(), diverged, "{queue} {listing:?}");
         }
+    }
+
+    #[test]
+    fn a_proof_strands_the_session_once_it_has_stood_for_the_bound() {
+        let d = Divergence::default();
+        let start = Instant::now();
+        assert!(!d.strand_if_standing(start + STRANDED_AFTER), "no proof");
+        d.prove("/q1", "g1".into());
+        let stranded = d.subscribe_stranded();
+        // (seconds after the proof, another proof meanwhile, stranded)
+        for (after, stranded_then) in [(0, false), (4, false), (5, true), (6, true)] {
+            let now = Instant::now() + Duration::from_secs(after);
+            assert_eq!(d.strand_if_standing(now), stranded_then, "{after} s");
+            assert_eq!(d.stranded(), stranded_then, "{after} s");
+        }
+        assert!(*stranded.borrow(), "subscribers hear it");
+        // Another queue's proof does not restart the clock, and the first one's end alone
+        // does not end the stranding.
+        d.prove("/q2", "h1".into());
+        d.listed("/q1", Some(&[]));
+        assert!(d.stranded(), "/q2 still stands");
+        d.listed("/q2", None);
+        assert!(!d.stranded() && !*stranded.borrow(), "no proof stands");
+        // A new proof counts from its own moment.
+        d.prove("/q1", "g2".into());
+        assert!(!d.strand_if_standing(Instant::now() + Duration::from_secs(4)));
+        assert!(d.strand_if_standing(Instant::now() + STRANDED_AFTER));
     }
 }

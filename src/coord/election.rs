@@ -55,6 +55,9 @@ pub enum CandidacyEnd {
     Resigned,
     /// The session is over (or presumed over). Ends `ABORTED`, or `UNAVAILABLE` when draining.
     Lost(super::link::LossReason),
+    /// Waiting on a session stranded on a diverged server (`coord::divergence`): its znode is
+    /// deleted so that the election moves on without it. Ends `UNAVAILABLE`.
+    Unserved,
 }
 
 /// One open Campaign stream's candidacy: its [`Member`] plus what only elections have — the
@@ -143,6 +146,7 @@ impl Candidacy {
             MemberEvent::EndRequested => CandidacyEvent::EndRequested,
             MemberEvent::Left => self.end(CandidacyEnd::Resigned),
             MemberEvent::Lost(reason) => self.end(CandidacyEnd::Lost(reason)),
+            MemberEvent::Unserved => self.end(CandidacyEnd::Unserved),
         }
     }
 

@@ -94,6 +94,10 @@ pub enum CoordError {
 pub enum Retry {
     #[error("the gateway is not connected to ZooKeeper at {0}")]
     NotConnected(String),
+    /// Every connected session is on a ZooKeeper server proven diverged from its quorum for
+    /// longer than the session's moves could mend (`coord::divergence`, "Stranded").
+    #[error("the gateway's ZooKeeper server diverged from its quorum, so this gateway cannot tell who holds; retry on another gateway")]
+    Stranded,
     /// The request was lost with the connection, or the session ended under it.
     #[error("ZooKeeper request failed: {0}")]
     RequestFailed(zkc::Error),

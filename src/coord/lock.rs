@@ -172,6 +172,9 @@ pub enum LockEnd {
     Released,
     /// The session is over (or presumed over). Ends `ABORTED`, or `UNAVAILABLE` when draining.
     Lost(LossReason),
+    /// Waiting on a session stranded on a diverged server (`coord::divergence`): its znode is
+    /// deleted so that the lock's queue moves on without it. Ends `UNAVAILABLE`.
+    Unserved,
 }
 
 /// While held: the token for the log line and the gauge that counts held locks.
@@ -319,6 +322,7 @@ impl LockHold {
                 MemberEvent::EndRequested => LockEvent::EndRequested,
                 MemberEvent::Left => self.end(LockEnd::Released),
                 MemberEvent::Lost(reason) => self.end(LockEnd::Lost(reason)),
+                MemberEvent::Unserved => self.end(LockEnd::Unserved),
             };
         }
     }

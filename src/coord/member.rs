@@ -53,6 +53,9 @@ pub(crate) enum MemberEvent {
     Left,
     /// The session is over (or presumed over).
     Lost(LossReason),
+    /// The session is stranded on a diverged server and this member does not hold
+    /// ([`MemberSignal::Unserved`]): dropping it deletes its znode.
+    Unserved,
 }
 
 /// Deletes a member's znode when dropped while armed: by name once the create answered, else
@@ -230,6 +233,7 @@ impl Member {
                     },
                     Refusal::Gone => Retry::VanishedAfterCreate(kind).into(),
                     Refusal::Zk(e) => e.into(),
+                    Refusal::Stranded => Retry::Stranded.into(),
                 });
             }
         };
@@ -320,6 +324,7 @@ impl Member {
                 Some(MemberSignal::Holds { holder, failover }) => MemberEvent::Holds { holder, failover },
                 Some(MemberSignal::Proclaimed(holder)) => MemberEvent::Proclaimed(holder),
                 Some(MemberSignal::EndRequested) => MemberEvent::EndRequested,
+                Some(MemberSignal::Unserved) => MemberEvent::Unserved,
                 gone @ (Some(MemberSignal::Gone) | None) => {
                     self.pending_gone = Some(gone.is_none());
                     self.resolve_gone(gone.is_none()).await

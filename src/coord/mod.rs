@@ -138,6 +138,11 @@ impl Coordinator {
         self.pool.is_connected()
     }
 
+    /// True while a session serves: connected and not stranded on a diverged server.
+    pub fn is_serving(&self) -> bool {
+        self.pool.is_serving()
+    }
+
     /// Resolves whenever any slot changes (a session appears, goes, or its link changes).
     pub async fn connection_changed(&self) {
         self.pool.connection_changed().await;

@@ -50,7 +50,16 @@ impl SessionPool {
             .any(|s| s.borrow().as_ref().is_some_and(|s| s.is_connected()))
     }
 
-    /// Resolves whenever any slot changes (a session appears, goes, or its link changes).
+    /// True while at least one pool session serves: connected, and not stranded on a diverged
+    /// server ([`super::divergence`]). Health and `/readyz` follow this.
+    pub fn is_serving(&self) -> bool {
+        self.slots
+            .iter()
+            .any(|s| s.borrow().as_ref().is_some_and(|s| s.is_serving()))
+    }
+
+    /// Resolves whenever any slot changes (a session appears, goes, its link changes, or it is
+    /// stranded or no longer).
     pub async fn connection_changed(&self) {
         let mut futs = Vec::new();
         for s in &self.slots {
@@ -60,14 +69,17 @@ impl SessionPool {
             let link = slot.borrow_and_update().as_ref().map(|s| {
                 let mut link = s.link();
                 link.borrow_and_update();
-                link
+                let mut stranded = s.stranded_changes();
+                stranded.borrow_and_update();
+                (link, stranded)
             });
             futs.push(Box::pin(async move {
                 match link {
-                    Some(mut link) => {
+                    Some((mut link, mut stranded)) => {
                         tokio::select! {
                             _ = slot.changed() => {},
                             _ = link.changed() => {},
+                            _ = stranded.changed() => {},
                         }
                     }
                     None => {
@@ -105,21 +117,28 @@ impl SessionPool {
         self.session_from(h.finish() as usize)
     }
 
-    /// The first connected session from slot `start` on.
+    /// The first serving session from slot `start` on: connected, and not stranded on a
+    /// diverged server, whose view can neither grant nor be trusted by a read.
     ///
     /// # Errors
-    /// As [`SessionPool::session`].
+    /// As [`SessionPool::session`]; `Unavailable` (`Retry::Stranded`) when every connected
+    /// session is stranded.
     pub(super) fn session_from(&self, start: usize) -> Result<Arc<ZkSession>, CoordError> {
         if self.draining.is_cancelled() {
             return Err(CoordError::Draining);
         }
         let n = self.slots.len();
+        let mut stranded = false;
         for i in 0..n {
             if let Some(s) = self.slots[(start + i) % n].borrow().as_ref() {
-                if s.is_connected() {
+                if s.is_serving() {
                     return Ok(s.clone());
                 }
+                stranded |= s.is_connected();
             }
+        }
+        if stranded {
+            return Err(Retry::Stranded.into());
         }
         Err(Retry::NotConnected(self.cfg.zk.clone()).into())
     }

@@ -87,6 +87,22 @@ impl ZkSession {
         self.divergence.diverged()
     }
 
+    /// Whether the session is stranded on a diverged server ([`super::divergence`]): it serves
+    /// no waiting member, no new member and no read until the proof ends.
+    pub fn stranded(&self) -> bool {
+        self.divergence.stranded()
+    }
+
+    /// Changes of [`ZkSession::stranded`].
+    pub fn stranded_changes(&self) -> watch::Receiver<bool> {
+        self.divergence.subscribe_stranded()
+    }
+
+    /// Whether the session may take new members and reads: connected, and not stranded.
+    pub fn is_serving(&self) -> bool {
+        self.is_connected() && !self.stranded()
+    }
+
     /// Whether a heartbeat may be sent to this session's leaders now: the clock's one rule
     /// ([`SessionClock::may_heartbeat`]) — connected with a quorum-confirmed probe younger than
     /// [`Timing::probe_stale_after`], or suspended before the deadline with the streams already
@@ -379,7 +395,7 @@ pub async fn supervise_slot(
                 "{clamp} (G2, G3b)"
             );
         }
-        let mut connected = m::ZkConnected::default();
+        let mut connected = m::SessionShare::connected();
         connected.set(true);
         slot.send_replace(Some(session.clone()));
 
@@ -542,7 +558,7 @@ async fn follow_session(
     link: &watch::Sender<Link>,
     timing: &Timing,
     shutdown: &CancellationToken,
-    connected: &mut m::ZkConnected,
+    connected: &mut m::SessionShare,
 ) -> LossReason {
     type ProbeFuture =
         std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), zkc::Error>> + Send>>;

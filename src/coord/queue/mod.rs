@@ -133,8 +133,10 @@ impl QueueHandle {
         let present = Arc::new(AtomicBool::new(false));
         let creating = Creating::default();
         let diverged = io.divergence.subscribe();
+        let stranded = io.divergence.subscribe_stranded();
         let mut actor = Actor {
             diverged,
+            stranded,
             state: QueueState::new(kind, name.clone()),
             io,
             link_open: true,
@@ -428,6 +430,8 @@ struct Actor {
     state: QueueState,
     /// The session's proofs of divergence: their end lets the queue grant again.
     diverged: watch::Receiver<super::divergence::Proofs>,
+    /// Whether the session is stranded on its diverged server: its waiting members end.
+    stranded: watch::Receiver<bool>,
     io: SessionIo,
     link_open: bool,
     path: String,
@@ -476,6 +480,15 @@ impl Actor {
                 // A proof of the server's divergence made or ended (by any queue of the
                 // session): the reconcile below decides again.
                 r = self.diverged.changed() => {
+                    if r.is_err() {
+                        Step::Stop
+                    } else {
+                        Step::Continue
+                    }
+                }
+                // Stranded on that server, or no longer: the reconcile below ends the
+                // waiting members.
+                r = self.stranded.changed() => {
                     if r.is_err() {
                         Step::Stop
                     } else {
@@ -686,6 +699,8 @@ impl Actor {
             // wakes the actor to decide again).
             let diverged = !self.diverged.borrow().is_empty();
             self.state.set_session_diverged(diverged);
+            self.state
+                .set_session_stranded(*self.stranded.borrow_and_update());
             for action in self.state.apply(event) {
                 match self.perform(action).await {
                     Ok(answers) => queue.extend(answers),
@@ -796,7 +811,7 @@ impl Actor {
                 Ok(vec![])
             }
             Action::Signal(node, signal) => {
-                let gone = matches!(signal, MemberSignal::Gone);
+                let gone = matches!(signal, MemberSignal::Gone | MemberSignal::Unserved);
                 if let Some(tx) = self.signals.get(&node) {
                     let _ = tx.send(Box::new(signal));
                 }

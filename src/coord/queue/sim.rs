@@ -1390,7 +1390,7 @@ impl Sim {
                     self.fail(format!("{node} confirmed while the link is {link:?}"));
                 }
                 let a = self.sessions[si].actor.as_mut().expect("actor");
-                let gone = matches!(signal, MemberSignal::Gone);
+                let gone = matches!(signal, MemberSignal::Gone | MemberSignal::Unserved);
                 let to = a.signals.get(&node).copied();
                 if gone {
                     a.signals.remove(&node);

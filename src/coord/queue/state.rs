@@ -154,6 +154,10 @@ pub enum MemberSignal {
     /// record carries `end_requested_ms`. Sent by the actor, not by this state (the state
     /// never reads a local member's data); the member's stream ends the hold by G3c.
     EndRequested,
+    /// The session is stranded on a diverged server ([`QueueState::set_session_stranded`])
+    /// and this member does not hold: its stream ends `UNAVAILABLE` and deletes its znode, so
+    /// that the queue moves on without it. The member is forgotten, as after `Gone`.
+    Unserved,
 }
 
 /// A member's place in the queue when it registered.
@@ -175,6 +179,8 @@ pub enum Refusal {
     PermitMismatch { recorded: u32 },
     /// Reading the members ahead (to compare permits) failed.
     Zk(zkc::Error),
+    /// The session is stranded on a diverged server ([`QueueState::set_session_stranded`]).
+    Stranded,
 }
 
 /// A member znode this session has just created (or found again after a lost create reply),
@@ -556,6 +562,8 @@ pub struct QueueState {
     refuted: HashSet<String>,
     /// Another queue of the session proved its server diverged ([`QueueState::set_session_diverged`]).
     session_diverged: bool,
+    /// The session is stranded on its diverged server ([`QueueState::set_session_stranded`]).
+    session_stranded: bool,
 }
 
 impl QueueState {
@@ -592,6 +600,7 @@ impl QueueState {
             refuting: HashSet::new(),
             refuted: HashSet::new(),
             session_diverged: false,
+            session_stranded: false,
         }
     }
 
@@ -614,6 +623,19 @@ impl QueueState {
     /// longer shows what proved it).
     pub fn set_session_diverged(&mut self, diverged: bool) {
         self.session_diverged = diverged;
+    }
+
+    /// Whether the session's proof of divergence has stood long enough to strand it
+    /// (`coord::divergence`, "Stranded"). Then no local member that does not hold is kept:
+    /// each is told [`MemberSignal::Unserved`] and forgotten (its stream deletes its znode),
+    /// and registrations are refused ([`Refusal::Stranded`]).
+    ///
+    /// Why: such a member keeps its znode, and in the quorum's order — which this view cannot
+    /// show — it may head its queue. It cannot be granted from here, so nobody behind it on
+    /// any gateway would be either, until the server is healed; elsewhere it can be.
+    /// Holders are kept: their znodes are committed, and ending them would only add a loss.
+    pub fn set_session_stranded(&mut self, stranded: bool) {
+        self.session_stranded = stranded;
     }
 
     /// Whether this view comes from a server that diverged from its quorum, so that it
@@ -1060,6 +1082,10 @@ impl QueueState {
             self.waiting_sync = Some(created);
             return;
         }
+        if self.session_stranded {
+            out.push(Action::Reply(Err(Refusal::Stranded)));
+            return;
+        }
         let Created {
             member,
             record,
@@ -1118,6 +1144,9 @@ impl QueueState {
     }
 
     fn reconcile(&mut self, out: &mut Vec<Action>) {
+        if self.session_stranded {
+            self.end_unserved(out);
+        }
         if self.unsynced {
             // Nothing is decided from a view that may have missed events; list it first.
             if self.link_up {
@@ -1129,6 +1158,21 @@ impl QueueState {
         match self.recipe {
             Recipe::Election { .. } => self.reconcile_head(out),
             Recipe::Lock { .. } => self.reconcile_holders(out),
+        }
+    }
+
+    /// Tells every local member that does not hold that it is not served, and forgets it
+    /// ([`QueueState::set_session_stranded`]).
+    fn end_unserved(&mut self, out: &mut Vec<Action>) {
+        let unserved: Vec<String> = self
+            .local
+            .iter()
+            .filter(|(_, l)| !l.confirmed)
+            .map(|(node, _)| node.clone())
+            .collect();
+        for node in unserved {
+            self.local.remove(&node);
+            out.push(Action::Signal(node, MemberSignal::Unserved));
         }
     }
 
@@ -2414,6 +2458,77 @@ mod tests {
     /// leader for observers — until a listing no longer shows it. The soak of session 25:
     /// server 0 listed `[92, 93, 94, 98, 99]` where the quorum had `[94, 95, 98, 99]`, the
     /// ghosts 92 and 93 were left out, and 98 was granted beside 95.
+    #[test]
+    fn a_stranded_session_ends_its_waiting_members_and_keeps_its_holders() {
+        for kind in [QueueKind::Election, QueueKind::Lock] {
+            let m = if kind == QueueKind::Election {
+                'c'
+            } else {
+                'w'
+            };
+            let mut s = state(kind, &[(m, 1), (m, 2), (m, 3)]);
+            assert!(enlist(&mut s, created(m, 1, 1, Some(10))).holds);
+            let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
+            let out = s.apply(Event::Owned(
+                due.into_iter().map(|d| (d, Ownership::Ours(10))).collect(),
+            ));
+            assert!(
+                matches!(signalled(&out).as_slice(), [(n, MemberSignal::Holds { .. })] if n == &node(m, 1)),
+                "{kind:?}: {out:?}"
+            );
+            assert!(!enlist(&mut s, created(m, 2, 1, Some(20))).holds);
+            assert!(!enlist(&mut s, created(m, 3, 1, Some(30))).holds);
+            // (diverged, stranded, the waiting members ended)
+            for (diverged, stranded, ended) in [
+                (false, false, false),
+                (true, false, false),
+                (true, true, true),
+            ] {
+                s.set_session_diverged(diverged);
+                s.set_session_stranded(stranded);
+                let out = s.apply(Event::Reconcile { link_up: true });
+                let mut told: Vec<_> = signalled(&out)
+                    .into_iter()
+                    .map(|(n, sig)| (n, sig.clone()))
+                    .collect();
+                told.sort_by(|a, b| a.0.cmp(&b.0));
+                let want = if ended {
+                    vec![
+                        (node(m, 2), MemberSignal::Unserved),
+                        (node(m, 3), MemberSignal::Unserved),
+                    ]
+                } else {
+                    vec![]
+                };
+                assert_eq!(
+                    told, want,
+                    "{kind:?} diverged {diverged} stranded {stranded}"
+                );
+            }
+            // Told once: they are forgotten, and their znodes' deletions tell nobody.
+            assert!(signalled(&s.apply(Event::Reconcile { link_up: true })).is_empty());
+            assert!(signalled(&s.apply(Event::MemberDeleted(member(m, 2)))).is_empty());
+            // A newcomer is refused (its caller deletes its znode); the holder stays.
+            s.apply(Event::MemberCreated(member(m, 4)));
+            let out = s.apply(Event::Register(created(m, 4, 1, Some(40))));
+            assert!(
+                matches!(out.as_slice(), [Action::Reply(Err(Refusal::Stranded))]),
+                "{kind:?}: {out:?}"
+            );
+            assert!(signalled(&s.apply(Event::MemberDeleted(member(m, 3)))).is_empty());
+            // The proof ends: a newcomer is served again, behind the holder.
+            s.set_session_diverged(false);
+            s.set_session_stranded(false);
+            s.apply(Event::MemberCreated(member(m, 5)));
+            assert!(!enlist(&mut s, created(m, 5, 1, Some(50))).holds);
+            let out = s.apply(Event::MemberDeleted(member(m, 1)));
+            assert!(
+                matches!(signalled(&out).as_slice(), [(n, MemberSignal::Gone)] if n == &node(m, 1)),
+                "{kind:?}: the holder was kept until its znode went: {out:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_server_that_keeps_a_member_the_leader_refused_grants_nothing() {
         // (the synced server's answer, whether it diverged)
