@@ -2192,16 +2192,22 @@ impl DivergedFollower {
     /// c campaigns on a gateway whose session is on `f`, reaching it through `connect`: the
     /// leader refuses x, the synced `f` still lists it, and the session is proven diverged.
     /// `proven` runs then (a test lets the session move away). When a resigns, b (on the
-    /// healthy gateway) is elected and c is not, although by `f`'s view c is next.
+    /// healthy gateway) is elected and c is not, although by `f`'s view c is next. Also
+    /// returns an Observe stream of the election on g0, opened before the proof.
     async fn c_is_not_elected_beside_b(
         &mut self,
         connect: &str,
         proven: impl FnOnce(),
-    ) -> (support::Gateway, support::Campaign) {
+    ) -> (
+        support::Gateway,
+        support::Campaign,
+        tonic::Streaming<pb::ObserveResponse>,
+    ) {
         let e = Self::ELECTION;
         let opts = Self::gateway_opts(Some(self.ga.root.clone()));
         let g0 = support::Gateway::start_with(connect, opts).await;
         let mut c0 = g0.client().await;
+        let observer = support::observe(&mut c0, e).await;
         let mut c = support::Campaign::join(&mut c0, e, "c", b"").await;
         support::wait_until("g0 finds f diverged", Duration::from_secs(10), || async {
             g0.coord.session().is_ok_and(|s| s.diverged())
@@ -2216,7 +2222,7 @@ impl DivergedFollower {
             e.is_heartbeat() || e.is_link()
         })
         .await;
-        (g0, c)
+        (g0, c, observer)
     }
 
     /// Once g0 is back on a truthful view, it grants again: c is elected after b.
@@ -2242,7 +2248,8 @@ impl DivergedFollower {
 /// must not hold up anyone else meanwhile: its waiting member c, which in the quorum's order
 /// heads the election once b leaves, ends `UNAVAILABLE` (its znode deleted), a new campaign on
 /// it is refused `UNAVAILABLE`, its health is `NOT_SERVING`, and d, queued behind c on the
-/// healthy gateway, is elected when b resigns. When `f` is restarted from the quorum's state
+/// healthy gateway, is elected when b resigns; an Observe on it ends `UNAVAILABLE`. When `f`
+/// is restarted from the quorum's state
 /// (`LocalZk::wipe`, a full SNAP: the operator's remedy when `zkgate_zk_diverged_sessions`
 /// > 0), its session rides the restart out (T = 10 s) and serves again: e, campaigning there,
 /// is elected after d.
@@ -2256,7 +2263,7 @@ async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nob
     let e = DivergedFollower::ELECTION;
     let mut d = DivergedFollower::start().await;
     let only_f = d.zk.server_address(d.f).to_string();
-    let (g0, mut c) = d.c_is_not_elected_beside_b(&only_f, || ()).await;
+    let (g0, mut c, mut observer) = d.c_is_not_elected_beside_b(&only_f, || ()).await;
     let mut ca = d.ga.client().await;
     let mut dd = support::Campaign::join(&mut ca, e, "d", b"").await;
     tokio::time::timeout(
@@ -2265,6 +2272,21 @@ async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nob
     )
     .await
     .expect("c, waiting on the stranded gateway, ends UNAVAILABLE");
+    // Its observers, shown a vacancy there while b leads, observe again elsewhere.
+    let observed_end = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match observer.message().await {
+                Ok(Some(_)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("the observer on the stranded gateway ends");
+    assert!(
+        matches!(&observed_end, Err(s) if s.code() == Code::Unavailable),
+        "{observed_end:?}"
+    );
     assert!(
         g0.coord.session().is_err() && !g0.coord.is_serving() && g0.coord.is_connected(),
         "stranded: connected, but serving nothing"
@@ -2317,7 +2339,7 @@ async fn a_session_on_a_diverged_server_moves_to_another_and_grants_again() {
     let connect = format!("{},{}", d.zk.server_address(d.f), cutter.addr());
     // The other server is reachable once the proof is made: the session moves there well
     // before the proof would strand it (`STRANDED_AFTER`), so c keeps its place.
-    let (g0, c) = d
+    let (g0, c, _observer) = d
         .c_is_not_elected_beside_b(&connect, || cutter.pass())
         .await;
     d.c_is_elected_after_b(g0, c).await;

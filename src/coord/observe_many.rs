@@ -156,6 +156,9 @@ pub struct ManyObservation {
     _directory: Arc<Directory>,
     folder: watch::Receiver<DirectoryView>,
     link: watch::Receiver<Link>,
+    /// Whether the folder's session is stranded on a diverged server (`coord::divergence`):
+    /// the stream then ends `UNAVAILABLE`, as a single Observe does.
+    stranded: watch::Receiver<bool>,
     followed: HashMap<QueueName, Followed>,
     views: StreamMap<QueueName, Views>,
     /// Elections still owed their first state before `snapshot_complete`; `None` once sent.
@@ -189,6 +192,7 @@ pub(super) async fn observe_many(
         folder: directory.view(),
         _directory: directory,
         link: session.link(),
+        stranded: session.stranded_changes(),
         followed: HashMap::new(),
         views: StreamMap::new(),
         snapshot: Some(HashSet::new()),
@@ -213,7 +217,8 @@ impl ManyObservation {
     ///
     /// # Errors
     /// `SessionLost` when the gateway's session ends, `WatchEnded` when an election's watch
-    /// ends (the client observes again, on any gateway); `LimitReached` when more elections
+    /// ends, `Unavailable` (`Retry::Stranded`) when the folder's session is stranded on a
+    /// diverged server (the client observes again, on any gateway); `LimitReached` when more elections
     /// than `max_elections` (or the gateway's `max_queues`) would be followed.
     ///
     /// # Cancellation safety
@@ -240,6 +245,9 @@ impl ManyObservation {
                     if let Link::Lost(reason) = &*self.link.borrow_and_update() {
                         return Err(CoordError::SessionLost(*reason));
                     }
+                }
+                () = super::election::stranded(&mut self.stranded) => {
+                    return Err(Retry::Stranded.into());
                 }
                 Some((name, view)) = self.views.next() => match view {
                     Some(view) => self.on_view(name, &view),
