@@ -2879,15 +2879,18 @@ fn check_instream(world: &World, logs: &[StreamLog]) -> InStreamReport {
     let slack = Duration::from_millis(300);
     let records = world.instream.lock().unwrap().clone();
     let faulted = world.client_faulted.lock().unwrap().clone();
-    // (gateway, when) of every gateway SIGSTOP or SIGKILL.
-    let gateway_stops: Vec<(String, Instant)> = world
-        .injected
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|f| matches!(f.kind, Fault::FreezeGateway | Fault::KillGateway))
-        .filter_map(|f| Some((f.what.split_whitespace().nth(1)?.to_owned(), f.from)))
-        .collect();
+    // (gateway, when) of every fault of these kinds.
+    let gateway_faults = |kinds: &[Fault]| -> Vec<(String, Instant)> {
+        world
+            .injected
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|f| kinds.contains(&f.kind))
+            .filter_map(|f| Some((f.what.split_whitespace().nth(1)?.to_owned(), f.from)))
+            .collect()
+    };
+    let gateway_stops = gateway_faults(&[Fault::FreezeGateway, Fault::KillGateway]);
     // A drain ends its holders by G7 (`suspended`, then the end once the silence limit and
     // the keepalive timeout have passed), not by the silence rule checked here; its own bound
     // is checked with the drains. A request sent while its gateway drains (a drain lasts at
@@ -2895,14 +2898,7 @@ fn check_instream(world: &World, logs: &[StreamLog]) -> InStreamReport {
     // a proclaim sent 2 ms after g2's drain began was told `suspended` and ended 3 s later,
     // as G7 says, and was counted here as 3 s of silence.)
     const DRAIN_AT_MOST: Duration = Duration::from_secs(10);
-    let drains: Vec<(String, Instant)> = world
-        .injected
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|f| matches!(f.kind, Fault::Drain | Fault::DrainUnreachable))
-        .filter_map(|f| Some((f.what.split_whitespace().nth(1)?.to_owned(), f.from)))
-        .collect();
+    let drains = gateway_faults(&[Fault::Drain, Fault::DrainUnreachable]);
     let mut violations = Vec::new();
     let (mut proclaims, mut answered, mut resumed, mut ended_after_suspend, mut undisturbed) =
         (0usize, 0usize, 0usize, 0usize, 0usize);
