@@ -2316,6 +2316,10 @@ async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nob
     let mut ee = support::Campaign::join(&mut c0, e, "e", b"").await;
     drop(dd);
     assert_eq!(ee.elected().await.candidate, "e");
+    // Observers are served there again, with the election's state.
+    let mut observer = support::observe(&mut c0, e).await;
+    let shown = support::next_observed(&mut observer).await;
+    assert_eq!(shown.map(|l| l.candidate).as_deref(), Some("e"));
     drop(ee);
     support::wait_no_members(&d.quorum, &d.ga.root, Duration::from_secs(10)).await;
     g0.stop().await;

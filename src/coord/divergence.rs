@@ -26,9 +26,9 @@
 //! never told it leads. So a proof that has stood for [`STRANDED_AFTER`] (the move was tried
 //! every second meanwhile) *strands* the session: its queues end their waiting members with
 //! `UNAVAILABLE` (their znodes go, and their clients retry on another gateway,
-//! `QueueState::set_session_stranded`), so do its observers (`election::stranded`), and the pool gives it no new member or read
-//! (`SessionPool::session_from`; with every session stranded the gateway's health is
-//! `NOT_SERVING`). Holders confirmed before keep their holds, as under any proof. The
+//! `QueueState::set_session_stranded`), so do its observers (`QueueView::stranded`), and
+//! the pool gives it no new member or read (`SessionPool::session_from`; with every session
+//! stranded the gateway's health is `NOT_SERVING`). Holders confirmed before keep their holds, as under any proof. The
 //! session is no longer stranded once the proof ends.
 //!
 //! [`Action::Diverged`]: super::queue::state::Action::Diverged

@@ -221,8 +221,6 @@ pub struct Observation {
     view: watch::Receiver<QueueView>,
     draining: CancellationToken,
     link: watch::Receiver<Link>,
-    /// Whether the session is stranded on a diverged server (`coord::divergence`).
-    stranded: watch::Receiver<bool>,
     /// The view has closed: the observation is over.
     ended: bool,
     sent: Sent,
@@ -283,18 +281,6 @@ async fn session_lost(mut link: watch::Receiver<Link>) {
     }
 }
 
-/// Resolves when the session is stranded on a diverged server (`coord::divergence`): its
-/// observers would be shown a vacancy there for as long as it lasts, while another gateway
-/// shows the leader; they end `UNAVAILABLE` and observe again elsewhere. Each observation
-/// waits for it itself: the queue's fan-out, closed, could not open again when the proof
-/// ends, and the queue may outlive it.
-pub(super) async fn stranded(stranded: &mut watch::Receiver<bool>) {
-    if stranded.wait_for(|s| *s).await.is_err() {
-        // The session is gone: its view closes too, and says why.
-        std::future::pending::<()>().await;
-    }
-}
-
 /// [`Coordinator::observe`](super::Coordinator::observe), served over the pool. Not counted as
 /// a stream for the drain: an observation holds nothing to hand over or delete, it ends
 /// `UNAVAILABLE` once the drain starts if its client reads, and the drain must not wait for one
@@ -323,7 +309,6 @@ pub(super) async fn observe(
         _queue: queue,
         draining,
         link,
-        stranded: session.stranded_changes(),
         ended: false,
         sent: Sent::default(),
         _gauge: m::GaugeGuard::raise(m::observers_active),
@@ -355,6 +340,12 @@ impl Observation {
         loop {
             {
                 let view = self.view.borrow_and_update();
+                if view.is_stranded() {
+                    // There it would be shown a vacancy while another gateway shows the
+                    // leader (`QueueView::stranded`).
+                    self.ended = true;
+                    return Err(Retry::Stranded.into());
+                }
                 if let Some(bytes) = self.sent.next(&view, &encode) {
                     return Ok(bytes);
                 }
@@ -362,15 +353,9 @@ impl Observation {
             if self.ended {
                 return Err(Retry::ObserveClosed.into());
             }
-            tokio::select! {
-                r = self.view.changed() => if r.is_err() {
-                    self.ended = true;
-                    return Err(self.why_ended());
-                },
-                () = stranded(&mut self.stranded) => {
-                    self.ended = true;
-                    return Err(Retry::Stranded.into());
-                }
+            if self.view.changed().await.is_err() {
+                self.ended = true;
+                return Err(self.why_ended());
             }
         }
     }

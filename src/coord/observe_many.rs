@@ -169,6 +169,15 @@ pub struct ManyObservation {
     _stream: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
+/// Resolves when the folder's session is stranded on a diverged server (`coord::divergence`):
+/// its listings of the folder cannot be trusted either.
+async fn stranded(stranded: &mut watch::Receiver<bool>) {
+    if stranded.wait_for(|s| *s).await.is_err() {
+        // The session is gone: its link says so.
+        std::future::pending::<()>().await;
+    }
+}
+
 /// [`Coordinator::observe_many`](super::Coordinator::observe_many), served over the pool.
 pub(super) async fn observe_many(
     pool: &Arc<SessionPool>,
@@ -246,10 +255,12 @@ impl ManyObservation {
                         return Err(CoordError::SessionLost(*reason));
                     }
                 }
-                () = super::election::stranded(&mut self.stranded) => {
+                () = stranded(&mut self.stranded) => {
                     return Err(Retry::Stranded.into());
                 }
                 Some((name, view)) = self.views.next() => match view {
+                    // An election of a stranded session (`QueueView::stranded`).
+                    Some(view) if view.is_stranded() => return Err(Retry::Stranded.into()),
                     Some(view) => self.on_view(name, &view),
                     None => return Err(Retry::WatchEnded.into()),
                 },

@@ -516,6 +516,7 @@ impl Actor {
             }
             let step = self.reconcile().await;
             self.send_answer();
+            self.show_stranding();
             if let Step::Stop = step {
                 break;
             }
@@ -524,6 +525,23 @@ impl Actor {
         // Whatever is still local hears nothing more; its stream follows the session link.
         self.view_tx
             .send_modify(|v| *v = QueueView::new(v.synced(), None));
+    }
+
+    /// Shows observers [`QueueView::stranded`] while the session is stranded on a diverged
+    /// server, so that they end `UNAVAILABLE` and observe again elsewhere (there they would
+    /// be shown a vacancy while another gateway shows the leader), and the state's own view
+    /// again when it no longer is. Through the queue's one view, so observers pay nothing for
+    /// it until it happens (10,000 observers of one election, issue 21).
+    fn show_stranding(&mut self) {
+        let stranded = *self.stranded.borrow();
+        if stranded != self.view_tx.borrow().is_stranded() {
+            let view = if stranded {
+                QueueView::stranded()
+            } else {
+                self.state.published().clone()
+            };
+            self.view_tx.send_replace(view);
+        }
     }
 
     /// Whether confirmations may run: only while the link is up. A follower cut off from its
@@ -821,7 +839,10 @@ impl Actor {
                 Ok(vec![])
             }
             Action::Publish(view) => {
-                self.view_tx.send_replace(view);
+                // A stranded session's observers are shown that only ([`Actor::show_stranding`]).
+                if !*self.stranded.borrow() {
+                    self.view_tx.send_replace(view);
+                }
                 Ok(vec![])
             }
             // One attempt each, all at once: a suspect without an answer stays in the view

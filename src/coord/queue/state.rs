@@ -98,6 +98,9 @@ pub struct QueueView {
     /// This state as sent to observers, encoded by the first that sends it and shared with the
     /// rest (issue 21: 10,000 observers of one election each encoded the same message).
     encoded: Arc<OnceLock<Bytes>>,
+    /// The queue's session is stranded on a diverged server (`coord::divergence`): observers
+    /// end `UNAVAILABLE` and observe again elsewhere. Shown by the actor, not by the state.
+    stranded: bool,
 }
 
 impl QueueView {
@@ -106,7 +109,21 @@ impl QueueView {
             synced,
             leader,
             encoded: Arc::default(),
+            stranded: false,
         }
+    }
+
+    /// What observers of a stranded session are shown: nothing but that it is stranded.
+    pub fn stranded() -> Self {
+        QueueView {
+            stranded: true,
+            ..Self::new(true, None)
+        }
+    }
+
+    /// Whether the queue's session is stranded on a diverged server ([`QueueView::stranded`]).
+    pub fn is_stranded(&self) -> bool {
+        self.stranded
     }
 
     /// False until the actor has listed the queue once.
@@ -130,7 +147,9 @@ impl QueueView {
 /// Equal states, whatever their encoded forms (which are the same bytes whenever made).
 impl PartialEq for QueueView {
     fn eq(&self, other: &Self) -> bool {
-        self.synced == other.synced && self.leader == other.leader
+        self.synced == other.synced
+            && self.leader == other.leader
+            && self.stranded == other.stranded
     }
 }
 
@@ -654,6 +673,11 @@ impl QueueState {
     /// and they lose them only through events or the session, as anywhere.
     pub fn diverged(&self) -> bool {
         self.session_diverged || !self.refuted.is_empty() || !self.refuting.is_empty()
+    }
+
+    /// What observers were last shown by this state.
+    pub fn published(&self) -> &QueueView {
+        &self.published
     }
 
     /// Members in the view.
