@@ -45,6 +45,15 @@ pub const ELECTION_GAUGES: &[&str] = &[ELECTION_CANDIDATES, ELECTION_LEADERS];
 /// The per-name metrics (contract "Observability": waiters, wait time, hold time per name).
 pub const NAME_METRICS: &[&str] = &[NAME_WAITERS, NAME_WAIT, NAME_HOLD];
 
+/// The gauges and counters of ZooKeeper's own faults that the alert rules use
+/// (deploy/prometheus/zkgate-rules.yml, docs/observability.md), beyond the contract.
+pub const ZK_FAULT_METRICS: &[&str] = &[
+    ZK_DIVERGED_SESSIONS,
+    ZK_DIVERGENCE_PROOFS,
+    ZK_STRANDED_SESSIONS,
+    ZK_STRAYS_DELETED,
+];
+
 /// The histograms among them.
 pub const HISTOGRAMS: &[&str] = &[
     LEADER_TENURE,
@@ -61,6 +70,8 @@ pub const ZK_CONNECTED: &str = "zkgate_zk_connected";
 pub const ZK_SESSION_EXPIRATIONS: &str = "zkgate_zk_session_expirations_total";
 pub const ZK_STRAYS_DELETED: &str = "zkgate_zk_stray_znodes_deleted_total";
 pub const ZK_DIVERGED_SESSIONS: &str = "zkgate_zk_diverged_sessions";
+pub const ZK_DIVERGENCE_PROOFS: &str = "zkgate_zk_divergence_proofs_total";
+pub const ZK_STRANDED_SESSIONS: &str = "zkgate_zk_stranded_sessions";
 pub const ZK_REQUESTS: &str = "zkgate_zk_requests_total";
 pub const ZK_REQUEST_DURATION: &str = "zkgate_zk_request_duration_seconds";
 pub const GRPC_REQUESTS: &str = "zkgate_grpc_requests_total";
@@ -177,7 +188,15 @@ fn describe() {
     );
     describe_gauge!(
         ZK_DIVERGED_SESSIONS,
-        "Sessions of this gateway whose ZooKeeper server is proven diverged from its quorum (it lists a member the leader does not have, ZOOKEEPER-5010): their queues grant nothing until the server is restarted. Alert on > 0."
+        "Sessions of this gateway whose ZooKeeper server is proven diverged from its quorum (it lists a member the leader does not have, ZOOKEEPER-5010): their queues grant nothing until a listing no longer shows that member (the session moved to another server, or the server was healed)."
+    );
+    describe_counter!(
+        ZK_DIVERGENCE_PROOFS,
+        "Times a session of this gateway was proven on a ZooKeeper server diverged from its quorum (each time from no proof to one): unlike zkgate_zk_diverged_sessions it keeps a proof that a move to another server ended within a second, between two scrapes. That server stays wrong: heal it."
+    );
+    describe_gauge!(
+        ZK_STRANDED_SESSIONS,
+        "Sessions of this gateway stranded on a diverged ZooKeeper server (a proof standing for 5 s): their waiting members and observers were ended UNAVAILABLE and they take no new ones; with every session stranded the gateway is not ready."
     );
     describe_counter!(
         HOLDER_PINGS,
@@ -213,12 +232,14 @@ fn describe() {
 fn register_unlabelled() {
     counter!(ZK_SESSION_EXPIRATIONS).increment(0);
     counter!(ZK_STRAYS_DELETED).increment(0);
+    counter!(ZK_DIVERGENCE_PROOFS).increment(0);
     for g in [
         CAMPAIGNS_ACTIVE,
         OBSERVERS_ACTIVE,
         LOCKS_HELD,
         ZK_CONNECTED,
         ZK_DIVERGED_SESSIONS,
+        ZK_STRANDED_SESSIONS,
     ] {
         gauge!(g).increment(0.0);
     }
@@ -309,6 +330,11 @@ impl SessionShare {
         Self::of(ZK_DIVERGED_SESSIONS)
     }
 
+    /// A share of `zkgate_zk_stranded_sessions`.
+    pub fn stranded() -> Self {
+        Self::of(ZK_STRANDED_SESSIONS)
+    }
+
     fn of(gauge: &'static str) -> Self {
         Self {
             gauge,
@@ -372,6 +398,11 @@ pub fn holder_ping(result: &'static str) {
 /// A stray member znode deleted (`coord::queue::state::Strays`).
 pub fn stray_deleted() {
     counter!(ZK_STRAYS_DELETED).increment(1);
+}
+
+/// A session of this gateway was proven on a diverged ZooKeeper server (`coord::divergence`).
+pub fn divergence_proven() {
+    counter!(ZK_DIVERGENCE_PROOFS).increment(1);
 }
 
 pub fn zk_session_lost() {

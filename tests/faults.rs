@@ -2291,6 +2291,18 @@ async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nob
         g0.coord.session().is_err() && !g0.coord.is_serving() && g0.coord.is_connected(),
         "stranded: connected, but serving nothing"
     );
+    // What the alert rules read (the recorder is the test process's: ≥, not =).
+    let metrics = support::scrape_metrics(g0.http).await;
+    for (metric, at_least) in [
+        ("zkgate_zk_stranded_sessions", 1),
+        ("zkgate_zk_divergence_proofs_total", 1),
+        ("zkgate_zk_diverged_sessions", 1),
+    ] {
+        assert!(
+            support::metric_value(&metrics, metric, &[]) >= at_least,
+            "{metric} in {metrics}"
+        );
+    }
     let mut c0 = g0.client().await;
     let refused = support::refusal(support::CampaignStream::open_with(
         &mut c0,
@@ -2313,6 +2325,12 @@ async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nob
         g0.coord.is_serving()
     })
     .await;
+    let metrics = support::scrape_metrics(g0.http).await;
+    assert_eq!(
+        support::metric_value(&metrics, "zkgate_zk_stranded_sessions", &[]),
+        0,
+        "{metrics}"
+    );
     let mut ee = support::Campaign::join(&mut c0, e, "e", b"").await;
     drop(dd);
     assert_eq!(ee.elected().await.candidate, "e");

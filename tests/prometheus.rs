@@ -17,7 +17,9 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use zkgate::metrics as m;
-use zkgate::metrics::{CONTRACT_METRICS, ELECTION_GAUGES, HISTOGRAMS, NAME_METRICS};
+use zkgate::metrics::{
+    CONTRACT_METRICS, ELECTION_GAUGES, HISTOGRAMS, NAME_METRICS, ZK_FAULT_METRICS,
+};
 use zkgate_testkit::*;
 
 /// How long Prometheus may take to start, scrape and evaluate what a test expects.
@@ -107,6 +109,7 @@ fn assert_known_metrics(file: &str, names: &BTreeSet<String>) {
             !CONTRACT_METRICS.contains(&n.as_str())
                 && !ELECTION_GAUGES.contains(&n.as_str())
                 && !NAME_METRICS.contains(&n.as_str())
+                && !ZK_FAULT_METRICS.contains(&n.as_str())
         })
         .collect();
     assert!(
@@ -137,6 +140,8 @@ fn alert_rules_use_only_exported_metrics() {
         "ZkgateElectionLabelCapReached",
         "ZkgateZooKeeperDisconnected",
         "ZkgateSessionExpired",
+        "ZkgateZooKeeperServerDiverged",
+        "ZkgateGatewayStranded",
         "ZkgateFailoverSlow",
         "ZkgateLongWaits",
         "ZkgateWaitersPilingUp",

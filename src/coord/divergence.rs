@@ -63,6 +63,7 @@ pub struct Divergence {
     /// Whether the standing proof has outlasted [`STRANDED_AFTER`] (module docs).
     stranded: watch::Sender<bool>,
     gauge: Mutex<crate::metrics::SessionShare>,
+    stranded_gauge: Mutex<crate::metrics::SessionShare>,
 }
 
 impl Default for Divergence {
@@ -72,6 +73,7 @@ impl Default for Divergence {
             since: Mutex::default(),
             stranded: watch::Sender::new(false),
             gauge: Mutex::new(crate::metrics::SessionShare::diverged()),
+            stranded_gauge: Mutex::new(crate::metrics::SessionShare::stranded()),
         }
     }
 }
@@ -107,6 +109,7 @@ impl Divergence {
                 .stranded
                 .send_if_modified(|s| !std::mem::replace(s, true));
             if newly {
+                set_share(&self.stranded_gauge, true);
                 tracing::error!(
                     after = ?STRANDED_AFTER,
                     "the session's ZooKeeper server still diverges from its quorum: its waiting members end UNAVAILABLE and it takes no new ones until the server is healed (restart it from an empty data directory); holders keep their holds"
@@ -122,10 +125,12 @@ impl Divergence {
         self.proofs.send_modify(|p| {
             p.entry(queue.to_owned()).or_default().insert(member);
         });
-        self.since
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert_with(Instant::now);
+        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        if since.is_none() {
+            *since = Some(Instant::now());
+            crate::metrics::divergence_proven();
+        }
+        drop(since);
         self.update_gauge();
     }
 
@@ -142,6 +147,7 @@ impl Divergence {
             if !self.diverged() {
                 *self.since.lock().unwrap_or_else(|p| p.into_inner()) = None;
                 self.stranded.send_if_modified(std::mem::take);
+                set_share(&self.stranded_gauge, false);
             }
             tracing::warn!(
                 queue,
@@ -153,12 +159,12 @@ impl Divergence {
     }
 
     fn update_gauge(&self) {
-        let diverged = self.diverged();
-        self.gauge
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .set(diverged);
+        set_share(&self.gauge, self.diverged());
     }
+}
+
+fn set_share(share: &Mutex<crate::metrics::SessionShare>, counted: bool) {
+    share.lock().unwrap_or_else(|p| p.into_inner()).set(counted);
 }
 
 /// Lists each queue with a standing proof every [`HEAL_CHECK_EVERY`] while the link is up,
