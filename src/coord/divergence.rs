@@ -28,8 +28,8 @@
 //! `UNAVAILABLE` (their znodes go, and their clients retry on another gateway,
 //! `QueueState::set_session_stranded`), so do its observers (`QueueView::stranded`), and
 //! the pool gives it no new member or read (`SessionPool::session_from`; with every session
-//! stranded the gateway's health is `NOT_SERVING`). Holders confirmed before keep their holds, as under any proof. The
-//! session is no longer stranded once the proof ends.
+//! stranded the gateway's health is `NOT_SERVING`). Holders confirmed before keep their holds,
+//! as under any proof. The session is no longer stranded once the proof ends.
 //!
 //! [`Action::Diverged`]: super::queue::state::Action::Diverged
 
@@ -37,9 +37,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::link::Link;
 use super::zk::Zk;
@@ -248,7 +247,7 @@ mod tests {
         assert!(!d.strand_if_standing(start + STRANDED_AFTER), "no proof");
         d.prove("/q1", "g1".into());
         let stranded = d.subscribe_stranded();
-        // (seconds after the proof, another proof meanwhile, stranded)
+        // (seconds after the proof, stranded by then)
         for (after, stranded_then) in [(0, false), (4, false), (5, true), (6, true)] {
             let now = Instant::now() + Duration::from_secs(after);
             assert_eq!(d.strand_if_standing(now), stranded_then, "{after} s");

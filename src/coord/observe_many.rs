@@ -227,8 +227,9 @@ impl ManyObservation {
     /// # Errors
     /// `SessionLost` when the gateway's session ends, `WatchEnded` when an election's watch
     /// ends, `Unavailable` (`Retry::Stranded`) when the folder's session is stranded on a
-    /// diverged server (the client observes again, on any gateway); `LimitReached` when more elections
-    /// than `max_elections` (or the gateway's `max_queues`) would be followed.
+    /// diverged server, or an election's is (the client observes again, on any gateway);
+    /// `LimitReached` when more elections than `max_elections` (or the gateway's `max_queues`)
+    /// would be followed.
     ///
     /// # Cancellation safety
     /// Cancellation safe between elections: a change seen while following a new election is
