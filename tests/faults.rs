@@ -2116,6 +2116,7 @@ struct DivergedFollower {
 
 impl DivergedFollower {
     const ELECTION: &'static str = "diverged";
+    const LOCK: &'static str = "diverged-lock";
 
     async fn start() -> Self {
         let e = Self::ELECTION;
@@ -2192,20 +2193,21 @@ impl DivergedFollower {
     /// c campaigns on a gateway whose session is on `f`, reaching it through `connect`: the
     /// leader refuses x, the synced `f` still lists it, and the session is proven diverged.
     /// `proven` runs then (a test lets the session move away). When a resigns, b (on the
-    /// healthy gateway) is elected and c is not, although by `f`'s view c is next. Also
-    /// returns an Observe stream of the election on g0, opened before the proof.
-    async fn c_is_not_elected_beside_b(
-        &mut self,
-        connect: &str,
-        proven: impl FnOnce(),
-    ) -> (
-        support::Gateway,
-        support::Campaign,
-        tonic::Streaming<pb::ObserveResponse>,
-    ) {
+    /// healthy gateway) is elected and c is not, although by `f`'s view c is next. Before the
+    /// proof, an Observe of the election is opened on g0, and l0 queues there for a lock that
+    /// la holds on the healthy gateway.
+    async fn c_is_not_elected_beside_b(&mut self, connect: &str, proven: impl FnOnce()) -> OnF {
         let e = Self::ELECTION;
         let opts = Self::gateway_opts(Some(self.ga.root.clone()));
         let g0 = support::Gateway::start_with(connect, opts).await;
+        let mut la_client = self.ga.lock_client().await;
+        let mut la =
+            support::Acquisition::open(&mut la_client, support::acquire_msg(Self::LOCK, "la"))
+                .await;
+        la.acquired().await;
+        let mut l0_client = g0.lock_client().await;
+        let l0 = support::Acquisition::open(&mut l0_client, support::acquire_msg(Self::LOCK, "l0"))
+            .await;
         let mut c0 = g0.client().await;
         let observer = support::observe(&mut c0, e).await;
         let mut c = support::Campaign::join(&mut c0, e, "c", b"").await;
@@ -2222,11 +2224,25 @@ impl DivergedFollower {
             e.is_heartbeat() || e.is_link()
         })
         .await;
-        (g0, c, observer)
+        OnF {
+            g0,
+            c,
+            observer,
+            la,
+            l0,
+        }
     }
 
-    /// Once g0 is back on a truthful view, it grants again: c is elected after b.
-    async fn c_is_elected_after_b(self, g0: support::Gateway, mut c: support::Campaign) {
+    /// Once g0 is back on a truthful view, it grants again: c is elected after b, and l0
+    /// acquires the lock after la.
+    async fn c_is_elected_after_b(self, on_f: OnF) {
+        let OnF {
+            g0,
+            mut c,
+            la,
+            mut l0,
+            ..
+        } = on_f;
         let healed = || async {
             g0.coord
                 .session()
@@ -2236,6 +2252,9 @@ impl DivergedFollower {
         drop(self.b);
         assert_eq!(c.elected().await.candidate, "c");
         drop(c);
+        la.release().await;
+        l0.acquired().await;
+        drop(l0);
         support::wait_no_members(&self.quorum, &self.ga.root, Duration::from_secs(10)).await;
         g0.stop().await;
         self.ga.stop().await;
@@ -2243,12 +2262,24 @@ impl DivergedFollower {
     }
 }
 
+/// What [`DivergedFollower::c_is_not_elected_beside_b`] leaves: gateway g0 on `f`, c waiting
+/// there, an Observe of the election there, and the lock that la holds on the healthy gateway
+/// with l0 waiting for it on g0.
+struct OnF {
+    g0: support::Gateway,
+    c: support::Campaign,
+    observer: tonic::Streaming<pb::ObserveResponse>,
+    la: support::Acquisition,
+    l0: support::Acquisition,
+}
+
 /// G1 on a diverged server ([`DivergedFollower`]): a gateway that reaches only `f` grants
 /// nothing; once the proof has stood for `STRANDED_AFTER` (5 s) it is stranded there, and it
 /// must not hold up anyone else meanwhile: its waiting member c, which in the quorum's order
 /// heads the election once b leaves, ends `UNAVAILABLE` (its znode deleted), a new campaign on
 /// it is refused `UNAVAILABLE`, its health is `NOT_SERVING`, and d, queued behind c on the
-/// healthy gateway, is elected when b resigns; an Observe on it ends `UNAVAILABLE`. When `f`
+/// healthy gateway, is elected when b resigns; an Observe on it ends `UNAVAILABLE`, and so does
+/// l0, queued there for a lock held on the healthy gateway; its health is `NOT_SERVING`. When `f`
 /// is restarted from the quorum's state
 /// (`LocalZk::wipe`, a full SNAP: the operator's remedy when `zkgate_zk_diverged_sessions`
 /// > 0), its session rides the restart out (T = 10 s) and serves again: e, campaigning there,
@@ -2263,7 +2294,13 @@ async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nob
     let e = DivergedFollower::ELECTION;
     let mut d = DivergedFollower::start().await;
     let only_f = d.zk.server_address(d.f).to_string();
-    let (g0, mut c, mut observer) = d.c_is_not_elected_beside_b(&only_f, || ()).await;
+    let OnF {
+        g0,
+        mut c,
+        mut observer,
+        la,
+        mut l0,
+    } = d.c_is_not_elected_beside_b(&only_f, || ()).await;
     let mut ca = d.ga.client().await;
     let mut dd = support::Campaign::join(&mut ca, e, "d", b"").await;
     tokio::time::timeout(
@@ -2272,6 +2309,26 @@ async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nob
     )
     .await
     .expect("c, waiting on the stranded gateway, ends UNAVAILABLE");
+    // So does l0, waiting there for the lock la holds on the healthy gateway.
+    let l0_end = tokio::time::timeout(STEP, l0.expect_end(Some(Code::Unavailable)))
+        .await
+        .expect("l0 ends at once");
+    assert!(
+        l0_end.is_some_and(|s| s.message().contains("diverged")),
+        "the status says why"
+    );
+    let health = support::health_client(&g0)
+        .await
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health answers")
+        .into_inner();
+    assert_eq!(
+        health.status(),
+        tonic_health::pb::health_check_response::ServingStatus::NotServing
+    );
     // Its observers, shown a vacancy there while b leads, observe again elsewhere.
     let observed_end = tokio::time::timeout(Duration::from_secs(15), async {
         loop {
@@ -2339,6 +2396,7 @@ async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nob
     let shown = support::next_observed(&mut observer).await;
     assert_eq!(shown.map(|l| l.candidate).as_deref(), Some("e"));
     drop(ee);
+    la.release().await;
     support::wait_no_members(&d.quorum, &d.ga.root, Duration::from_secs(10)).await;
     g0.stop().await;
     d.ga.stop().await;
@@ -2361,8 +2419,8 @@ async fn a_session_on_a_diverged_server_moves_to_another_and_grants_again() {
     let connect = format!("{},{}", d.zk.server_address(d.f), cutter.addr());
     // The other server is reachable once the proof is made: the session moves there well
     // before the proof would strand it (`STRANDED_AFTER`), so c keeps its place.
-    let (g0, c, _observer) = d
+    let on_f = d
         .c_is_not_elected_beside_b(&connect, || cutter.pass())
         .await;
-    d.c_is_elected_after_b(g0, c).await;
+    d.c_is_elected_after_b(on_f).await;
 }
