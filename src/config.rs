@@ -164,6 +164,12 @@ pub struct ServeArgs {
     /// in one ZooKeeper multi (one transaction, one fsync); `false` sends each alone
     #[arg(long, env = "ZKGATE_ZK_BATCH", default_value_t = true, action = clap::ArgAction::Set)]
     pub zk_batch: bool,
+    /// How long a proof that the gateway's ZooKeeper server diverged from its quorum may stand
+    /// (the session tries another server every second meanwhile) before the session is
+    /// stranded: its waiting members end UNAVAILABLE and it takes no new ones until healed
+    #[arg(long, env = "ZKGATE_ZK_STRANDED_AFTER", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[serde(with = "humantime_serde")]
+    pub zk_stranded_after: Duration,
     /// PEM certificate for TLS on the gRPC port (needs --tls-key; half a TLS setup is refused)
     #[arg(long, env = "ZKGATE_TLS_CERT")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -364,6 +370,7 @@ impl ServeArgs {
             max_value_bytes,
             zk_max_packet,
             zk_batch,
+            zk_stranded_after,
             stop_margin,
             silence_limit,
             zk_tick_time,
@@ -837,6 +844,7 @@ mod tests {
             "first_message_timeout" => s("3s", "4s"),
             "zk_max_packet" => i(500_000, 600_000),
             "zk_batch" => Some((B(false), B(true))),
+            "zk_stranded_after" => s("7s", "9s"),
             "tls_cert" => s("/one.pem", "/two.pem"),
             "tls_key" => s("/one.key", "/two.key"),
             "tls_client_ca" => s("/one-ca.pem", "/two-ca.pem"),

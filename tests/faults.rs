@@ -29,6 +29,7 @@ use support::recorder::StreamClient;
 use support::TestEvent as _;
 use tokio::sync::watch;
 use tonic::Code;
+use zkgate::coord::divergence::STRANDED_AFTER;
 use zkgate::coord::timing::Timing;
 use zkgate::coord::CoordConfig;
 use zkgate::proto as pb;
@@ -2117,6 +2118,9 @@ struct DivergedFollower {
 impl DivergedFollower {
     const ELECTION: &'static str = "diverged";
     const LOCK: &'static str = "diverged-lock";
+    /// The lock h0 holds on g0 from before the proof, with hw waiting for it on the healthy
+    /// gateway.
+    const HELD: &'static str = "diverged-held";
 
     async fn start() -> Self {
         let e = Self::ELECTION;
@@ -2190,16 +2194,32 @@ impl DivergedFollower {
         }
     }
 
+    /// g0's options: [`Self::gateway_opts`], its sessions stranded after `stranded_after`.
+    fn g0_opts(&self, stranded_after: Duration) -> support::GatewayOpts {
+        support::GatewayOpts {
+            configure: Some(Box::new(move |cfg| {
+                cfg.coord.zk_stranded_after = stranded_after;
+            })),
+            ..Self::gateway_opts(Some(self.ga.root.clone()))
+        }
+    }
+
     /// c campaigns on a gateway whose session is on `f`, reaching it through `connect`: the
     /// leader refuses x, the synced `f` still lists it, and the session is proven diverged.
     /// `proven` runs then (a test lets the session move away). When a resigns, b (on the
     /// healthy gateway) is elected and c is not, although by `f`'s view c is next. Before the
-    /// proof, an Observe of the election is opened on g0, and l0 queues there for a lock that
-    /// la holds on the healthy gateway.
-    async fn c_is_not_elected_beside_b(&mut self, connect: &str, proven: impl FnOnce()) -> OnF {
+    /// proof, an Observe of the election is opened on g0, l0 queues there for a lock that
+    /// la holds on the healthy gateway, and h0 acquires another lock there (its queue on `f` is
+    /// truthful, and nothing is proven yet), which hw then waits for on the healthy gateway.
+    /// g0's sessions are stranded after `stranded_after`.
+    async fn c_is_not_elected_beside_b(
+        &mut self,
+        connect: &str,
+        stranded_after: Duration,
+        proven: impl FnOnce(),
+    ) -> OnF {
         let e = Self::ELECTION;
-        let opts = Self::gateway_opts(Some(self.ga.root.clone()));
-        let g0 = support::Gateway::start_with(connect, opts).await;
+        let g0 = support::Gateway::start_with(connect, self.g0_opts(stranded_after)).await;
         let mut la_client = self.ga.lock_client().await;
         let mut la =
             support::Acquisition::open(&mut la_client, support::acquire_msg(Self::LOCK, "la"))
@@ -2208,6 +2228,13 @@ impl DivergedFollower {
         let mut l0_client = g0.lock_client().await;
         let l0 = support::Acquisition::open(&mut l0_client, support::acquire_msg(Self::LOCK, "l0"))
             .await;
+        let mut h0 =
+            support::Acquisition::open(&mut l0_client, support::acquire_msg(Self::HELD, "h0"))
+                .await;
+        let h0_token = h0.acquired().await.fencing_token;
+        let hw = support::Acquisition::open(&mut la_client, support::acquire_msg(Self::HELD, "hw"))
+            .await;
+        assert_eq!(hw.position, 1, "hw waits behind h0");
         let mut c0 = g0.client().await;
         let observer = support::observe(&mut c0, e).await;
         let mut c = support::Campaign::join(&mut c0, e, "c", b"").await;
@@ -2230,19 +2257,22 @@ impl DivergedFollower {
             observer,
             la,
             l0,
+            held: Held { h0, h0_token, hw },
         }
     }
 
     /// Once g0 is back on a truthful view, it grants again: c is elected after b, and l0
-    /// acquires the lock after la.
+    /// acquires the lock after la; h0 held throughout.
     async fn c_is_elected_after_b(self, on_f: OnF) {
         let OnF {
             g0,
             mut c,
             la,
             mut l0,
+            held,
             ..
         } = on_f;
+        held.h0_held_throughout(&self.ga).await;
         let healed = || async {
             g0.coord
                 .session()
@@ -2271,6 +2301,44 @@ struct OnF {
     observer: tonic::Streaming<pb::ObserveResponse>,
     la: support::Acquisition,
     l0: support::Acquisition,
+    held: Held,
+}
+
+/// h0, holding lock [`DivergedFollower::HELD`] on g0 since before the proof, and hw waiting
+/// for it on the healthy gateway.
+struct Held {
+    h0: support::Acquisition,
+    h0_token: u64,
+    hw: support::Acquisition,
+}
+
+impl Held {
+    /// Nobody was granted beside h0 while g0's server diverged: the quorum still calls h0's
+    /// token current, hw still waits, and h0, still holding, releases through g0's session
+    /// (its stream ends OK, not `UNAVAILABLE`); then hw acquires with a greater token.
+    async fn h0_held_throughout(self, ga: &support::Gateway) {
+        let Held {
+            h0,
+            h0_token,
+            mut hw,
+        } = self;
+        let mut on_ga = ga.lock_client().await;
+        let current = on_ga
+            .validate(pb::LockValidateRequest {
+                name: DivergedFollower::HELD.into(),
+                fencing_token: h0_token,
+            })
+            .await
+            .expect("the healthy gateway validates")
+            .into_inner()
+            .current;
+        assert!(current, "h0's token is still the lock's current one");
+        hw.quiet_for(Duration::from_millis(300)).await;
+        h0.release().await;
+        let granted = hw.acquired().await;
+        assert!(granted.fencing_token > h0_token, "{granted:?}");
+        drop(hw);
+    }
 }
 
 /// G1 on a diverged server ([`DivergedFollower`]): a gateway that reaches only `f` grants
@@ -2279,7 +2347,10 @@ struct OnF {
 /// heads the election once b leaves, ends `UNAVAILABLE` (its znode deleted), a new campaign on
 /// it is refused `UNAVAILABLE`, its health is `NOT_SERVING`, and d, queued behind c on the
 /// healthy gateway, is elected when b resigns; an Observe on it ends `UNAVAILABLE`, and so does
-/// l0, queued there for a lock held on the healthy gateway; its health is `NOT_SERVING`. When `f`
+/// l0, queued there for a lock held on the healthy gateway; its health is `NOT_SERVING`. h0,
+/// which holds another lock there since before the proof, keeps its hold: the quorum calls its
+/// token current, hw waits for it on the healthy gateway, and its release (through the stranded
+/// session) lets hw in. When `f`
 /// is restarted from the quorum's state
 /// (`LocalZk::wipe`, a full SNAP: the operator's remedy when `zkgate_zk_diverged_sessions`
 /// > 0), its session rides the restart out (T = 10 s) and serves again: e, campaigning there,
@@ -2300,7 +2371,10 @@ async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nob
         mut observer,
         la,
         mut l0,
-    } = d.c_is_not_elected_beside_b(&only_f, || ()).await;
+        held,
+    } = d
+        .c_is_not_elected_beside_b(&only_f, STRANDED_AFTER, || ())
+        .await;
     let mut ca = d.ga.client().await;
     let mut dd = support::Campaign::join(&mut ca, e, "d", b"").await;
     tokio::time::timeout(
@@ -2348,6 +2422,9 @@ async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nob
         g0.coord.session().is_err() && !g0.coord.is_serving() && g0.coord.is_connected(),
         "stranded: connected, but serving nothing"
     );
+    // A holder there keeps its hold (its znode is committed: nobody else can be granted
+    // beside it) and its release still goes through the stranded session.
+    held.h0_held_throughout(&d.ga).await;
     // What the alert rules read (the recorder is the test process's: ≥, not =).
     let metrics = support::scrape_metrics(g0.http).await;
     for (metric, at_least) in [
@@ -2417,10 +2494,11 @@ async fn a_session_on_a_diverged_server_moves_to_another_and_grants_again() {
         .unwrap();
     cutter.drop_all();
     let connect = format!("{},{}", d.zk.server_address(d.f), cutter.addr());
-    // The other server is reachable once the proof is made: the session moves there well
-    // before the proof would strand it (`STRANDED_AFTER`), so c keeps its place.
+    // The other server is reachable once the proof is made, and the session moves there
+    // (within about 2 s) long before a proof standing for a minute would strand it, however
+    // loaded the machine: so c keeps its place.
     let on_f = d
-        .c_is_not_elected_beside_b(&connect, || cutter.pass())
+        .c_is_not_elected_beside_b(&connect, Duration::from_secs(60), || cutter.pass())
         .await;
     d.c_is_elected_after_b(on_f).await;
 }

@@ -69,6 +69,10 @@ pub struct CoordConfig {
     /// Member creates and deletes that are ready while another write of the session is in
     /// flight leave together in one ZooKeeper `multi` (`--zk-batch`; see [`super::batch`]).
     pub zk_batch: bool,
+    /// How long a proof that the session's server diverged from its quorum stands before the
+    /// session is stranded there: its waiting members end `UNAVAILABLE` and it takes no new
+    /// ones (`--zk-stranded-after`; see [`super::divergence`]).
+    pub zk_stranded_after: Duration,
 }
 
 impl CoordConfig {
@@ -92,6 +96,7 @@ impl CoordConfig {
             max_proclaim_bytes_in_flight: DEFAULT_MAX_PROCLAIM_BYTES_IN_FLIGHT,
             zk_max_packet: paging::DEFAULT_ZK_MAX_PACKET,
             zk_batch: true,
+            zk_stranded_after: super::divergence::STRANDED_AFTER,
         }
     }
 

@@ -46,8 +46,9 @@ use super::zk::Zk;
 /// How often a standing proof is checked against a fresh listing of its queue.
 pub const HEAL_CHECK_EVERY: Duration = Duration::from_secs(1);
 
-/// How long a proof stands before the session is stranded (see the module docs): five tries
-/// of the move, each a second apart, and short beside the stall it ends.
+/// How long a proof stands, by default, before the session is stranded (see the module docs;
+/// `--zk-stranded-after`): five tries of the move, each a second apart, and short beside the
+/// stall it ends.
 pub const STRANDED_AFTER: Duration = Duration::from_secs(5);
 
 /// Queue path → the members the leader does not have that the session's server listed.
@@ -59,7 +60,9 @@ pub struct Divergence {
     proofs: watch::Sender<Proofs>,
     /// Since when a proof has stood (`None` while none does).
     since: Mutex<Option<Instant>>,
-    /// Whether the standing proof has outlasted [`STRANDED_AFTER`] (module docs).
+    /// How long a proof stands before it strands the session ([`STRANDED_AFTER`] unless set).
+    stranded_after: Duration,
+    /// Whether the standing proof has outlasted `stranded_after` (module docs).
     stranded: watch::Sender<bool>,
     gauge: Mutex<crate::metrics::SessionShare>,
     stranded_gauge: Mutex<crate::metrics::SessionShare>,
@@ -67,17 +70,23 @@ pub struct Divergence {
 
 impl Default for Divergence {
     fn default() -> Self {
+        Self::new(STRANDED_AFTER)
+    }
+}
+
+impl Divergence {
+    /// A session's divergence that strands it once a proof has stood for `stranded_after`.
+    pub fn new(stranded_after: Duration) -> Self {
         Self {
             proofs: watch::Sender::new(Proofs::new()),
             since: Mutex::default(),
+            stranded_after,
             stranded: watch::Sender::new(false),
             gauge: Mutex::new(crate::metrics::SessionShare::diverged()),
             stranded_gauge: Mutex::new(crate::metrics::SessionShare::stranded()),
         }
     }
-}
 
-impl Divergence {
     /// Whether the session's server is proven diverged.
     pub fn diverged(&self) -> bool {
         !self.proofs.borrow().is_empty()
@@ -99,18 +108,18 @@ impl Divergence {
         self.stranded.subscribe()
     }
 
-    /// Strands the session if a proof has stood for [`STRANDED_AFTER`] by `now`; returns
+    /// Strands the session if a proof has stood for `stranded_after` by `now`; returns
     /// whether it is stranded.
     pub fn strand_if_standing(&self, now: Instant) -> bool {
         let since = *self.since.lock().unwrap_or_else(|p| p.into_inner());
-        if since.is_some_and(|since| now.saturating_duration_since(since) >= STRANDED_AFTER) {
+        if since.is_some_and(|since| now.saturating_duration_since(since) >= self.stranded_after) {
             let newly = self
                 .stranded
                 .send_if_modified(|s| !std::mem::replace(s, true));
             if newly {
                 set_share(&self.stranded_gauge, true);
                 tracing::error!(
-                    after = ?STRANDED_AFTER,
+                    after = ?self.stranded_after,
                     "the session's ZooKeeper server still diverges from its quorum: its waiting members end UNAVAILABLE and it takes no new ones until the server is healed (restart it from an empty data directory); holders keep their holds"
                 );
             }

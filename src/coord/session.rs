@@ -373,7 +373,7 @@ pub async fn supervise_slot(
             unary_reads: tokio::sync::Semaphore::new(UNARY_WORK_IN_FLIGHT),
             unary_writes: tokio::sync::Semaphore::new(UNARY_WORK_IN_FLIGHT),
             clock: Mutex::new(SessionClock::new(timing, Instant::now())),
-            divergence: Arc::default(),
+            divergence: Arc::new(super::divergence::Divergence::new(cfg.zk_stranded_after)),
         });
         tokio::spawn(super::divergence::watch_healing(
             session.zk.clone(),
