@@ -2502,3 +2502,101 @@ async fn a_session_on_a_diverged_server_moves_to_another_and_grants_again() {
         .await;
     d.c_is_elected_after_b(on_f).await;
 }
+
+/// A pool of two sessions on a diverged server ([`DivergedFollower`], g0 with
+/// `--zk-sessions 2` reaching only `f`): a proof is the session's own, so only the session
+/// whose queue made it is stranded. The pool gives that session's queues to the other one
+/// (`SessionPool::session_from` skips a stranded session as it skips a disconnected one), and
+/// the gateway stays serving: a lock whose name maps to the stranded session is acquired on
+/// g0, its znode owned by the other session. Fails if the pool handed out the stranded
+/// session (the acquisition is refused `UNAVAILABLE`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_serves_from_its_sessions_that_are_not_stranded() {
+    use zkgate::coord::types::{QueueKind, QueueName};
+    let _serial = support::serial().lock().await;
+    let e = DivergedFollower::ELECTION;
+    let mut d = DivergedFollower::start().await;
+    let only_f = d.zk.server_address(d.f).to_string();
+    let opts = support::GatewayOpts {
+        zk_sessions: Some(2),
+        ..d.g0_opts(Duration::from_secs(2))
+    };
+    let g0 = support::Gateway::start_with(&only_f, opts).await;
+    let session_of = |kind, name: &str| {
+        let name = QueueName::new(name).expect("a valid name");
+        g0.coord.session_for(kind, &name).map(|s| s.session_id())
+    };
+    let names: Vec<String> = (0..64).map(|i| format!("pool-{i}")).collect();
+    support::wait_until(
+        "both of g0's sessions serve",
+        Duration::from_secs(10),
+        || {
+            let ids: std::collections::BTreeSet<i64> = names
+                .iter()
+                .filter_map(|n| session_of(QueueKind::Lock, n).ok())
+                .collect();
+            async move { ids.len() == 2 }
+        },
+    )
+    .await;
+    let proving = session_of(QueueKind::Election, e).expect("the election's session");
+    let shared = names
+        .iter()
+        .find(|n| session_of(QueueKind::Lock, n).ok() == Some(proving))
+        .expect("a lock name that maps to the election's session");
+
+    // c's queue proves `f` diverged on its session, which is stranded 2 s later: c ends.
+    let mut c0 = g0.client().await;
+    let mut c = support::Campaign::join(&mut c0, e, "c", b"").await;
+    tokio::time::timeout(
+        Duration::from_secs(15),
+        c.expect_end(Some(Code::Unavailable)),
+    )
+    .await
+    .expect("c, waiting on the stranded session, ends UNAVAILABLE");
+
+    assert!(g0.coord.is_serving(), "the other session still serves");
+    let other = session_of(QueueKind::Lock, shared).expect("served by the other session");
+    assert_ne!(other, proving, "the stranded session is skipped");
+    let health = support::health_client(&g0)
+        .await
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health answers")
+        .into_inner();
+    assert_eq!(
+        health.status(),
+        tonic_health::pb::health_check_response::ServingStatus::Serving
+    );
+    let mut lc = g0.lock_client().await;
+    let mut l = support::Acquisition::open(&mut lc, support::acquire_msg(shared, "l")).await;
+    l.acquired().await;
+    let queue = format!("{}/locks/{shared}", g0.root);
+    let nodes = d
+        .quorum
+        .list_children(&queue)
+        .await
+        .expect("the lock's queue");
+    let [node] = nodes.as_slice() else {
+        panic!("one member: {nodes:?}")
+    };
+    let (_, stat) = d
+        .quorum
+        .get_data(&format!("{queue}/{node}"))
+        .await
+        .expect("l's znode");
+    assert_eq!(
+        stat.ephemeral_owner, other,
+        "l's znode is the serving session's"
+    );
+    l.release().await;
+
+    drop(d.a.take());
+    drop(d.b);
+    support::wait_no_members(&d.quorum, &d.ga.root, Duration::from_secs(10)).await;
+    g0.stop().await;
+    d.ga.stop().await;
+    d.zk.shutdown().await;
+}
