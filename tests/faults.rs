@@ -2237,6 +2237,14 @@ impl DivergedFollower {
         assert_eq!(hw.position, 1, "hw waits behind h0");
         let mut c0 = g0.client().await;
         let observer = support::observe(&mut c0, e).await;
+        let observe_many = c0
+            .observe_many(pb::ObserveManyRequest {
+                prefix: String::new(),
+                elections: vec![e.into()],
+            })
+            .await
+            .expect("ObserveMany accepted")
+            .into_inner();
         let mut c = support::Campaign::join(&mut c0, e, "c", b"").await;
         support::wait_until("g0 finds f diverged", Duration::from_secs(10), || async {
             g0.coord.session().is_ok_and(|s| s.diverged())
@@ -2255,6 +2263,7 @@ impl DivergedFollower {
             g0,
             c,
             observer,
+            observe_many,
             la,
             l0,
             held: Held { h0, h0_token, hw },
@@ -2299,6 +2308,7 @@ struct OnF {
     g0: support::Gateway,
     c: support::Campaign,
     observer: tonic::Streaming<pb::ObserveResponse>,
+    observe_many: tonic::Streaming<pb::ObserveManyResponse>,
     la: support::Acquisition,
     l0: support::Acquisition,
     held: Held,
@@ -2346,8 +2356,9 @@ impl Held {
 /// must not hold up anyone else meanwhile: its waiting member c, which in the quorum's order
 /// heads the election once b leaves, ends `UNAVAILABLE` (its znode deleted), a new campaign on
 /// it is refused `UNAVAILABLE`, its health is `NOT_SERVING`, and d, queued behind c on the
-/// healthy gateway, is elected when b resigns; an Observe on it ends `UNAVAILABLE`, and so does
-/// l0, queued there for a lock held on the healthy gateway; its health is `NOT_SERVING`. h0,
+/// healthy gateway, is elected when b resigns; an Observe and an ObserveMany on it end
+/// `UNAVAILABLE`, and so does l0, queued there for a lock held on the healthy gateway; `Leader`
+/// and `Holders` there are refused `UNAVAILABLE`; its health is `NOT_SERVING`. h0,
 /// which holds another lock there since before the proof, keeps its hold: the quorum calls its
 /// token current, hw waits for it on the healthy gateway, and its release (through the stranded
 /// session) lets hw in. When `f`
@@ -2369,6 +2380,7 @@ async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nob
         g0,
         mut c,
         mut observer,
+        mut observe_many,
         la,
         mut l0,
         held,
@@ -2403,7 +2415,8 @@ async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nob
         health.status(),
         tonic_health::pb::health_check_response::ServingStatus::NotServing
     );
-    // Its observers, shown a vacancy there while b leads, observe again elsewhere.
+    // Its observers, shown a vacancy there while b leads, observe again elsewhere: Observe
+    // and ObserveMany alike.
     let observed_end = tokio::time::timeout(Duration::from_secs(15), async {
         loop {
             match observer.message().await {
@@ -2417,6 +2430,20 @@ async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nob
     assert!(
         matches!(&observed_end, Err(s) if s.code() == Code::Unavailable),
         "{observed_end:?}"
+    );
+    let many_end = tokio::time::timeout(STEP, async {
+        loop {
+            match observe_many.message().await {
+                Ok(Some(_)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("the ObserveMany on the stranded gateway ends");
+    assert!(
+        matches!(&many_end, Err(s) if s.code() == Code::Unavailable),
+        "{many_end:?}"
     );
     assert!(
         g0.coord.session().is_err() && !g0.coord.is_serving() && g0.coord.is_connected(),
@@ -2438,6 +2465,23 @@ async fn a_gateway_stranded_on_a_diverged_server_grants_nothing_and_holds_up_nob
         );
     }
     let mut c0 = g0.client().await;
+    // Reads too: its server's view can be trusted by nobody.
+    let leader = c0
+        .leader(pb::LeaderRequest { election: e.into() })
+        .await
+        .expect_err("Leader refused while stranded");
+    let mut l0_client = g0.lock_client().await;
+    let holders = l0_client
+        .holders(pb::HoldersRequest {
+            name: DivergedFollower::LOCK.into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("Holders refused while stranded");
+    for refused in [leader, holders] {
+        assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+        assert!(refused.message().contains("diverged"), "{refused:?}");
+    }
     let refused = support::refusal(support::CampaignStream::open_with(
         &mut c0,
         [support::join_msg(e, "e", b"")],
