@@ -136,6 +136,58 @@ async fn a_create_applied_after_its_search_found_nothing_is_deleted() {
     wait_no_members(&zkc, &gw.root, Duration::from_secs(5)).await;
 }
 
+/// A join dropped while it searches for its create whose reply was lost (the client went away
+/// mid-join): its znode, which ZooKeeper did create but whose name the join does not know yet,
+/// is deleted at once by the queue, which the join's cleanup asked to delete any znode of the
+/// join's protected id (`Cleanup::drop`, `queue::state::Strays`). Every `sync` fails meanwhile,
+/// and a search for a lost create starts with one (`member::find_protected`), so neither the
+/// join's search nor its cleanup's can have found the znode: only the drop's rule removes it.
+/// Without that rule the znode stays until the cleanup's search gets through, which needs the
+/// link to answer again; while it cannot, the znode heads the election once the members ahead
+/// of it leave, with nobody elected.
+#[tokio::test]
+async fn a_join_dropped_while_it_searches_for_its_lost_create_leaves_nothing() {
+    let zk = shared_zk();
+    let gw = Gateway::start(&zk).await;
+    let mut c = gw.client().await;
+    let zkc = zk_client(&zk).await;
+    let mut first = Campaign::join(&mut c, "dropped-join", "first", b"").await;
+    first.elected().await;
+
+    let zkg = gw.coord.session().unwrap().zk.clone();
+    const ARMED: u32 = 1_000_000;
+    zkg.lose_next_create_reply();
+    zkg.fail_next_unsent("sync", ARMED);
+    // The call is answered only once the join is done, which it cannot be while every `sync`
+    // fails: the join runs in a task that the test aborts (the client going away).
+    let mut c2 = c.clone();
+    let join = tokio::spawn(async move {
+        CampaignStream::open_with(&mut c2, [join_msg("dropped-join", "a", b"")]).await
+    });
+    wait_until("a's create applied, its search under way", STEP, || async {
+        member_znodes(&zkc, &gw.root).await.len() == 2 && zkg.unsent_failures_left("sync") < ARMED
+    })
+    .await;
+    join.abort();
+    assert!(
+        join.await.is_err_and(|e| e.is_cancelled()),
+        "no answer came"
+    );
+    wait_until("a's znode deleted", STEP, || async {
+        member_znodes(&zkc, &gw.root).await.len() == 1
+    })
+    .await;
+    assert!(
+        zkg.unsent_failures_left("sync") > 0,
+        "no search got past its sync meanwhile"
+    );
+    zkg.clear_unsent_failures("sync");
+    first.quiet_for(Duration::from_millis(200)).await;
+    drop(first);
+    wait_no_members(&zkc, &gw.root, Duration::from_secs(5)).await;
+    gw.stop().await;
+}
+
 /// A resign (in-stream) or a stream's end whose deletes keep failing on the link for longer
 /// than the session timeout, while the session itself lives on: the delete is retried until
 /// the znode is gone, so the waiter behind is elected and nothing is left. (Giving up after

@@ -941,6 +941,16 @@ impl Zk {
             .or_default() += times;
     }
 
+    /// Test seam: disarms the failures [`Zk::fail_next_unsent`] armed for `op` that no request
+    /// has used yet.
+    #[doc(hidden)]
+    pub fn clear_unsent_failures(&self, op: &'static str) {
+        self.fail_unsent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(op);
+    }
+
     /// Test seam: how many of the failures armed by [`Zk::fail_next_unsent`] for `op` are
     /// still waiting for a request (0 once every one was used).
     #[doc(hidden)]
