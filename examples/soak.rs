@@ -45,6 +45,17 @@
 //! a drain still running silence limit + 5 s after SIGTERM fails the run. `--granted-below D`
 //! sets the ensemble's `maxSessionTimeout` to D, below what the gateways ask.
 //!
+//! `DivergeServer` causes ZOOKEEPER-5010's outcome on purpose, since the restarts above cause
+//! the real one only now and then: a follower is killed, its database rewritten
+//! (`LocalZk::diverge`) to list a ghost at the head of every queue with members (just below
+//! the head's sequence, owned by a session the ensemble never had) and, in half of the queues,
+//! to lack the member second in line, and started again; after
+//! T + 6 s it is killed, wiped and started again (mostly server 0, g0's only one). Meanwhile its gateways must grant nothing
+//! from it: those that name other servers move away, and g0, when the server is its only one,
+//! is stranded (its waiting members end `UNAVAILABLE`). The summary counts the faults, how
+//! many of them the server showed (a snapshot sync undoes the edits), and the stranded
+//! sessions per gateway.
+//!
 //! The operator (`--operator`, on by default) plays the runbook of docs/observability.md: a
 //! session on a ZooKeeper server diverged from its quorum (ZOOKEEPER-5010, which the soak's
 //! restarts cause now and then) grants nothing, and a gateway that reaches only that server
@@ -318,6 +329,13 @@ enum Fault {
     /// The same after every client link to that gateway is blackholed: its holders cannot
     /// hear that they are revoked (G3c).
     DrainUnreachable,
+    /// A follower's database rewritten while it is down (`LocalZk::diverge`) so that, started
+    /// again, it lists a ghost at the head of every queue: a member below the head's sequence,
+    /// owned by a session that never existed (ZOOKEEPER-5010's outcome, made on purpose: the
+    /// soaks met the real one only now and then). Its gateways prove it and grant nothing
+    /// there, move to another server (g1, g2) or are stranded (g0 when it is server 0), for
+    /// T + 6 s; then the server is wiped and started again (the operator's remedy).
+    DivergeServer,
     /// Not drawn at random (not in [`FAULTS`]): the operator's remedy ([`run_operator`]) when a
     /// gateway's `zkgate_zk_diverged_sessions` stays above 0 — the server that lists a member
     /// most servers do not is killed, its database wiped (keeping `myid`) and started again,
@@ -335,7 +353,7 @@ const CLIENT_FAULTS: [Fault; 7] = [
     Fault::VerbFreeze,
 ];
 
-const FAULTS: [Fault; 20] = [
+const FAULTS: [Fault; 21] = [
     Fault::KillClient,
     Fault::ResetClient,
     Fault::BlackholeClient,
@@ -356,6 +374,7 @@ const FAULTS: [Fault; 20] = [
     Fault::VerbFreeze,
     Fault::Drain,
     Fault::DrainUnreachable,
+    Fault::DivergeServer,
 ];
 
 /// One injected fault: recovery is measured from `recover_from` against `bound`.
@@ -592,6 +611,12 @@ struct OperatorLog {
     wipes: Vec<Wipe>,
     /// Sustained reports for which no server listed a member most servers do not.
     not_found: usize,
+    /// [`Fault::DivergeServer`]s injected, and those whose server showed its ghosts once
+    /// started again.
+    diverge_faults: usize,
+    diverge_shown: usize,
+    /// Per gateway: the ERROR lines of a session stranded on its diverged server.
+    stranded: BTreeMap<String, u64>,
 }
 
 /// One wipe of a diverged ZooKeeper server by the operator.
@@ -953,13 +978,12 @@ impl World {
         let proofs = text
             .matches("the session's ZooKeeper server diverged from its quorum")
             .count() as u64;
-        *self
-            .operator
-            .lock()
-            .unwrap()
-            .logged
-            .entry(p.name.clone())
-            .or_default() += proofs;
+        let stranded = text
+            .matches("the session's ZooKeeper server still diverges from its quorum")
+            .count() as u64;
+        let mut op = self.operator.lock().unwrap();
+        *op.logged.entry(p.name.clone()).or_default() += proofs;
+        *op.stranded.entry(p.name.clone()).or_default() += stranded;
     }
 
     fn running_gateways(&self) -> Vec<usize> {
@@ -1261,7 +1285,7 @@ async fn soak(args: Args) -> std::process::ExitCode {
         let kind = kinds[world.random(kinds.len())];
         let injected = {
             let mut zk = zk.lock().await;
-            inject(&world, &mut zk, &peers, kind).await
+            inject(&world, &mut zk, &peers, &root, kind).await
         };
         if let Some(f) = injected {
             world.injected.lock().unwrap().push(f);
@@ -1693,6 +1717,14 @@ fn print_operator(world: &World) {
     println!(
         "  ERROR \"diverged from its quorum\" lines in the gateways' logs (one per queue that proved it): {}",
         per_gateway(&|g| op.logged.get(g).copied().unwrap_or_default().to_string())
+    );
+    println!(
+        "  sessions stranded on a diverged server (ERROR \"still diverges from its quorum\"): {}",
+        per_gateway(&|g| op.stranded.get(g).copied().unwrap_or_default().to_string())
+    );
+    println!(
+        "  DivergeServer faults: {} injected, {} of them shown by their server (the rest undone by a snapshot sync)",
+        op.diverge_faults, op.diverge_shown
     );
     for w in &op.wipes {
         println!(
@@ -2203,10 +2235,12 @@ async fn inject(
     world: &Arc<World>,
     zk: &mut LocalZk,
     peers: &support::ensemble::PeerCutters,
+    root: &str,
     kind: Fault,
 ) -> Option<Injected> {
     let t = world.t;
     match kind {
+        Fault::DivergeServer => diverge_server(world, zk, root).await,
         Fault::KillClient
         | Fault::ResetClient
         | Fault::BlackholeClient
@@ -2629,6 +2663,147 @@ async fn diverged_gauge(http: std::net::SocketAddr) -> Option<u64> {
 /// others (`OperatorWipeDivergedServer`, the whole ensemble's; recovery counted from the
 /// moment the server serves again, bound T + 1 s); a wiped leader is also a leader kill (time
 /// without a quorum). No server found: said, and nothing done.
+/// [`Fault::DivergeServer`]: a follower killed, its database given a ghost at the head of
+/// every queue with members (read from the other servers just before), started again; T + 6 s
+/// later killed, wiped and started again. `None` when nothing could be edited (no follower,
+/// no queue with members, or the tool failed: said).
+async fn diverge_server(world: &Arc<World>, zk: &mut LocalZk, root: &str) -> Option<Injected> {
+    let t = world.t;
+    let leader = zk.leader_index().await?;
+    let followers: Vec<usize> = (0..zk.len()).filter(|&i| i != leader).collect();
+    // Mostly server 0, g0's only one: the kill sends every other gateway's session elsewhere,
+    // and g0 comes back to the diverged server (the others land there only on a later
+    // reconnect within the window).
+    let f = if followers.contains(&0) && world.random(4) != 0 {
+        0
+    } else {
+        followers[world.random(followers.len())]
+    };
+    let others: Vec<String> = (0..zk.len())
+        .filter(|&i| i != f)
+        .map(|i| zk.server_address(i).to_string())
+        .collect();
+    let quorum = tokio::time::timeout(
+        Duration::from_secs(5),
+        zookeeper_client::Client::connect(&others.join(",")),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    let (mut ghosts, mut lacks) = (Vec::new(), Vec::new());
+    for folder in ["elections", "locks"] {
+        let base = format!("{root}/{folder}");
+        for queue in quorum.list_children(&base).await.unwrap_or_default() {
+            let members = quorum
+                .list_children(&format!("{base}/{queue}"))
+                .await
+                .unwrap_or_default();
+            // In sequence order (the name's last part). A ghost just below the head heads the
+            // queue on the diverged server; every other time, the server also lacks the member
+            // second in line (as in session 25's soak, where it lacked one that waited).
+            let mut ordered: Vec<(i64, String, String)> = members
+                .iter()
+                .filter_map(|m| {
+                    let (front, seq) = m.rsplit_once('-')?;
+                    let (mode, _) = front.split_once('-')?;
+                    Some((seq.parse::<i64>().ok()?, mode.to_owned(), m.clone()))
+                })
+                .collect();
+            ordered.sort();
+            if let Some((_, _, second)) = ordered.get(1).filter(|_| world.random(2) == 0) {
+                lacks.push(format!("{base}/{queue}/{second}"));
+            }
+            let head = ordered.first().map(|(seq, mode, _)| (*seq, mode.clone()));
+            if let Some((seq, mode)) = head.filter(|(seq, _)| *seq > 0) {
+                let id: u128 = world.rng.lock().unwrap().random();
+                ghosts.push((
+                    format!("{base}/{queue}/{mode}-{id:032x}-{:010}", seq - 1),
+                    // A session the ensemble never had: nothing removes the ghost but a wipe.
+                    0x7a7a_0000_0000_0000 + ghosts.len() as i64 + 1,
+                ));
+            }
+        }
+    }
+    drop(quorum);
+    if ghosts.is_empty() {
+        return None;
+    }
+    let what = format!(
+        "DivergeServer server {f} ({} ghosts, {} members lacking)",
+        ghosts.len(),
+        lacks.len()
+    );
+    let from = Instant::now();
+    world.say(&format!("FAULT {what}"));
+    if let Err(e) = zk.kill(f).await {
+        world.say(&format!("{what}: kill failed: {e}"));
+    }
+    let mut edits = support::localzk::Divergence {
+        delete: lacks,
+        ghosts,
+    };
+    if let Err(e) = zk.diverge(f, &edits).await {
+        // Most likely a member to lack that left between the read and the kill.
+        world.say(&format!("{what}: the rewrite failed ({e}); ghosts only"));
+        edits.delete.clear();
+        if let Err(e) = zk.diverge(f, &edits).await {
+            world.say(&format!(
+                "{what}: the rewrite failed ({e}); server {f} comes back as it was"
+            ));
+        }
+    }
+    if let Err(e) = zk.start(f).await {
+        world.say(&format!("restarting ZooKeeper server {f} failed: {e}"));
+    }
+    // The leader undoes the edits when it syncs the server with a snapshot instead of a DIFF
+    // (`ServerSet::diverge`): then nothing diverged, and the summary says so.
+    let on_f = zk.server_address(f).to_string();
+    let (ghost, _) = &edits.ghosts[0];
+    let shown = async {
+        let client = zookeeper_client::Client::connect(&on_f).await.ok()?;
+        Some(client.check_stat(ghost).await.ok()?.is_some())
+    };
+    let shown = tokio::time::timeout(Duration::from_secs(5), shown)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+    {
+        let mut op = world.operator.lock().unwrap();
+        op.diverge_faults += 1;
+        op.diverge_shown += usize::from(shown);
+    }
+    if !shown {
+        world.say(&format!(
+            "{what}: server {f} does not show its ghosts (synced by a snapshot)"
+        ));
+    }
+    // Long enough for a proof and a stranding (5 s after it) on a session that reconnected.
+    tokio::time::sleep(t + Duration::from_secs(6)).await;
+    if let Err(e) = zk.kill(f).await {
+        world.say(&format!("{what}: kill failed: {e}"));
+    }
+    if let Err(e) = zk.wipe(f).await {
+        world.say(&format!("{what}: wipe failed: {e}"));
+    }
+    let mut started = zk.start(f).await;
+    if started.is_err() {
+        started = zk.start(f).await;
+    }
+    let back = started.is_ok().then(Instant::now);
+    match back {
+        Some(b) => world.say(&format!(
+            "healed {what} (wiped; serving again {:?} after the fault began)",
+            b - from
+        )),
+        None => world.say(&format!("{what}: server {f} did not come back")),
+    }
+    Some(Injected {
+        recover_from: back.unwrap_or(from),
+        ..Injected::new(Fault::DivergeServer, what, from, t + Duration::from_secs(1))
+    })
+}
+
 async fn operator_wipe(
     world: &Arc<World>,
     zk: &mut LocalZk,
