@@ -2644,3 +2644,83 @@ async fn a_pool_serves_from_its_sessions_that_are_not_stranded() {
     d.ga.stop().await;
     d.zk.shutdown().await;
 }
+
+/// A diverged server that *lacks* a member of the gateway's own (ZOOKEEPER-5010 the other
+/// way, as the soak's `DivergeServer` makes it): g0 reaches only follower `f`, c waits there
+/// behind a, and `f` is rewritten to lack c while d waits behind c on the healthy gateway.
+/// g0's session rides `f`'s restart out and its listing no longer shows c, with no event of
+/// c's deletion: the leader, asked, still has c, so `f` lacks a committed member. c keeps its
+/// place (nothing is granted from `f`'s view), and once the proof has stood for
+/// `--zk-stranded-after` c ends `UNAVAILABLE` and its znode is deleted, so d is elected when a
+/// resigns.
+///
+/// Fails without the rule (the listing taken at its word, session 28's soak: stalls of up to
+/// 70 s): c was told it had left (its stream ended OK, as after a release by lease) and its
+/// znode stayed, committed and nobody's, ahead of d for as long as g0's session lived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_lacks_a_gateways_own_member_leaves_no_orphan() {
+    let _serial = support::serial().lock().await;
+    let e = "lacked";
+    let opts = LocalZkOptions {
+        max_session_timeout: Some(Duration::from_secs(20)),
+        ..Default::default()
+    };
+    let mut zk = LocalZk::start_ensemble(3, opts)
+        .await
+        .expect("start a ZooKeeper ensemble");
+    let leader = zk.leader_index().await.expect("the ensemble has a leader");
+    let f = (leader + 1) % 3;
+    let healthy: Vec<String> = (0..3)
+        .filter(|&i| i != f)
+        .map(|i| zk.server_address(i).to_string())
+        .collect();
+    let healthy = healthy.join(",");
+    let ga = support::Gateway::start_with(&healthy, DivergedFollower::gateway_opts(None)).await;
+    let on_f = zk.server_address(f).to_string();
+    let g0 =
+        support::Gateway::start_with(&on_f, DivergedFollower::gateway_opts(Some(ga.root.clone())))
+            .await;
+    let mut ca = ga.client().await;
+    let mut a = support::Campaign::join(&mut ca, e, "a", b"").await;
+    a.elected().await;
+    let mut c0 = g0.client().await;
+    let mut c = support::Campaign::join(&mut c0, e, "c", b"").await;
+    let mut d = support::Campaign::join(&mut ca, e, "d", b"").await;
+    let quorum = support::zk_client(&healthy).await;
+    let members = election_members(&quorum, &ga.root, e).await;
+    let [_, c_node, _] = members.as_slice() else {
+        panic!("a, c and d: {members:?}")
+    };
+    let f_client = support::zk_client(&on_f).await;
+    support::wait_until("f lists a, c and d", Duration::from_secs(10), || async {
+        election_members(&f_client, &ga.root, e).await.len() == 3
+    })
+    .await;
+    drop(f_client);
+
+    zk.kill(f).await.unwrap();
+    let edits = support::localzk::Divergence {
+        delete: vec![format!("{}/elections/{e}/{c_node}", ga.root)],
+        ghosts: Vec::new(),
+    };
+    zk.diverge(f, &edits).await.expect("rewrite f's database");
+    zk.start(f).await.unwrap();
+    // c is not told it left: it waits on, and ends UNAVAILABLE once its session is stranded.
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        c.expect_end(Some(Code::Unavailable)),
+    )
+    .await
+    .expect("c ends once g0 is stranded on f");
+    support::wait_until("c's znode deleted", Duration::from_secs(10), || async {
+        election_members(&quorum, &ga.root, e).await.len() == 2
+    })
+    .await;
+    drop(a);
+    assert_eq!(d.elected().await.candidate, "d", "nothing left ahead of d");
+    drop(d);
+    support::wait_no_members(&quorum, &ga.root, Duration::from_secs(10)).await;
+    g0.stop().await;
+    ga.stop().await;
+    zk.shutdown().await;
+}

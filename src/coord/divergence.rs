@@ -8,6 +8,12 @@
 //! then on *no* queue of the session may grant, because a missing member cannot be asked about
 //! (nobody knows its name) and may hold elsewhere.
 //!
+//! A server can also *lack* a committed member. One that is this gateway's own betrays it:
+//! a listing that does not show it, with no event of its deletion, is checked at the leader,
+//! and a leader that has it proves the server diverged the other way
+//! (`QueueState::lacked`, [`Divergence::prove_lacked`]); that part of a proof ends when a
+//! listing shows the member again or the member leaves ([`Divergence::withdraw_lacked`]).
+//!
 //! The proof is kept here, per session, with the queue and members that made it, and it ends
 //! only when a listing of that queue no longer shows any of them: the server was restarted and
 //! synced again, or the session moved to another server. [`watch_healing`] makes that listing
@@ -51,8 +57,26 @@ pub const HEAL_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// stall it ends.
 pub const STRANDED_AFTER: Duration = Duration::from_secs(5);
 
-/// Queue path → the members the leader does not have that the session's server listed.
-pub type Proofs = BTreeMap<String, BTreeSet<String>>;
+/// What proves one queue's server diverged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueProof {
+    /// Members the leader does not have that the session's server lists (kept ghosts): the
+    /// proof stands while a listing shows any of them.
+    pub kept: BTreeSet<String>,
+    /// This gateway's own members, which the leader has, that the session's server does not
+    /// list (a committed member lacking): each stands until a listing shows it or it leaves
+    /// ([`Divergence::withdraw_lacked`]).
+    pub lacked: BTreeSet<String>,
+}
+
+impl QueueProof {
+    fn is_empty(&self) -> bool {
+        self.kept.is_empty() && self.lacked.is_empty()
+    }
+}
+
+/// Queue path → what proves that queue's server diverged.
+pub type Proofs = BTreeMap<String, QueueProof>;
 
 /// One session's proofs of divergence (see the module docs).
 #[derive(Debug)]
@@ -131,8 +155,39 @@ impl Divergence {
     /// still lists after a `sync`.
     pub fn prove(&self, queue: &str, member: String) {
         self.proofs.send_modify(|p| {
-            p.entry(queue.to_owned()).or_default().insert(member);
+            p.entry(queue.to_owned()).or_default().kept.insert(member);
         });
+        self.proved();
+    }
+
+    /// The leader has `member`, a member of this gateway in the queue at `queue`, which the
+    /// session's server does not list: the server lacks a committed member.
+    pub fn prove_lacked(&self, queue: &str, member: String) {
+        self.proofs.send_modify(|p| {
+            p.entry(queue.to_owned()).or_default().lacked.insert(member);
+        });
+        self.proved();
+    }
+
+    /// A member that [`Divergence::prove_lacked`] named is gone (it left, and the leader
+    /// deleted it): what it proved ends with it.
+    pub fn withdraw_lacked(&self, queue: &str, member: &str) {
+        let withdrawn = self.proofs.send_if_modified(|p| {
+            let Some(proof) = p.get_mut(queue) else {
+                return false;
+            };
+            let withdrawn = proof.lacked.remove(member);
+            if proof.is_empty() {
+                p.remove(queue);
+            }
+            withdrawn
+        });
+        if withdrawn {
+            self.maybe_ended(queue);
+        }
+    }
+
+    fn proved(&self) {
         let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
         if since.is_none() {
             *since = Some(Instant::now());
@@ -142,28 +197,45 @@ impl Divergence {
         self.update_gauge();
     }
 
-    /// A listing of `queue` (`None`: the queue's znode is gone) ends its proof when it shows
-    /// none of the members that made it.
+    /// A listing of `queue` (`None`: the queue's znode is gone) ends the part of its proof
+    /// made by kept members when it shows none of them, and each lacked member's when it shows
+    /// that member (a queue gone shows nothing and lacks nothing).
     pub fn listed(&self, queue: &str, children: Option<&[String]>) {
-        let healed = self.proofs.borrow().get(queue).is_some_and(|members| {
-            !children.is_some_and(|c| c.iter().any(|child| members.contains(child)))
+        let shows = |m: &String| children.is_some_and(|c| c.contains(m));
+        let healed = self.proofs.send_if_modified(|p| {
+            let Some(proof) = p.get_mut(queue) else {
+                return false;
+            };
+            let before = proof.clone();
+            if !proof.kept.iter().any(shows) {
+                proof.kept.clear();
+            }
+            proof.lacked.retain(|m| children.is_some() && !shows(m));
+            let changed = *proof != before;
+            if proof.is_empty() {
+                p.remove(queue);
+            }
+            changed
         });
         if healed {
-            self.proofs.send_modify(|p| {
-                p.remove(queue);
-            });
-            if !self.diverged() {
-                *self.since.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                self.stranded.send_if_modified(std::mem::take);
-                set_share(&self.stranded_gauge, false);
-            }
-            tracing::warn!(
-                queue,
-                diverged = self.diverged(),
-                "a listing no longer shows the members that proved the session's server diverged"
-            );
-            self.update_gauge();
+            self.maybe_ended(queue);
         }
+    }
+
+    /// After part of `queue`'s proof ended: the session is no longer diverged (nor stranded)
+    /// once no proof stands.
+    fn maybe_ended(&self, queue: &str) {
+        if !self.diverged() {
+            *self.since.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            self.stranded.send_if_modified(std::mem::take);
+            set_share(&self.stranded_gauge, false);
+        }
+        tracing::warn!(
+            queue,
+            diverged = self.diverged(),
+            "what proved the session's server diverged no longer stands in this queue (a listing, or a lacked member gone)"
+        );
+        self.update_gauge();
     }
 
     fn update_gauge(&self) {
@@ -247,6 +319,47 @@ mod tests {
             d.listed(queue, listing.as_deref());
             assert_eq!(d.diverged(), diverged, "{queue} {listing:?}");
         }
+    }
+
+    #[test]
+    fn a_lacked_member_proves_until_it_is_listed_again_or_leaves() {
+        let d = Divergence::default();
+        d.prove_lacked("/q1", "m1".into());
+        d.prove_lacked("/q2", "m2".into());
+        // (queue, listing or withdrawal, diverged after it)
+        enum Step<'a> {
+            Listed(&'a str, Option<&'a [&'a str]>),
+            Withdrawn(&'a str, &'a str),
+        }
+        let table = [
+            // Still lacking it: the proof stands.
+            (Step::Listed("/q1", Some(&["m5"])), true),
+            // Another queue's member withdrawn says nothing of /q1's.
+            (Step::Withdrawn("/q2", "m1"), true),
+            // Shown again: /q1 healed; /q2 still stands.
+            (Step::Listed("/q1", Some(&["m1", "m5"])), true),
+            // m2 left: nothing stands.
+            (Step::Withdrawn("/q2", "m2"), false),
+        ];
+        for (step, diverged) in table {
+            match step {
+                Step::Listed(queue, listing) => {
+                    let listing: Option<Vec<String>> =
+                        listing.map(|l| l.iter().map(|s| s.to_string()).collect());
+                    d.listed(queue, listing.as_deref());
+                }
+                Step::Withdrawn(queue, member) => d.withdraw_lacked(queue, member),
+            }
+            assert_eq!(d.diverged(), diverged);
+        }
+        // A queue with both: its kept ghost gone from the listing still leaves the lacked
+        // member's proof standing.
+        d.prove("/q3", "g1".into());
+        d.prove_lacked("/q3", "m3".into());
+        d.listed("/q3", Some(&[]));
+        assert!(d.diverged(), "m3 still lacked");
+        d.listed("/q3", Some(&["m3".to_string()]));
+        assert!(!d.diverged());
     }
 
     #[test]

@@ -864,6 +864,14 @@ impl Actor {
                 self.io.divergence.prove(&self.path, node);
                 Ok(vec![])
             }
+            Action::Lacks(node) => {
+                self.io.divergence.prove_lacked(&self.path, node);
+                Ok(vec![])
+            }
+            Action::Withdraw(node) => {
+                self.io.divergence.withdraw_lacked(&self.path, &node);
+                Ok(vec![])
+            }
             Action::VerifyAtLeader(nodes) => {
                 let answers = futures::future::join_all(nodes.into_iter().map(|node| {
                     let path = format!("{}/{node}", self.path);

@@ -1411,9 +1411,11 @@ impl Sim {
             }
             // The model's servers lag but never diverge: a proof here is a false one, which
             // would stall every queue of the session.
-            Action::Diverged(node) => {
+            Action::Diverged(node) | Action::Lacks(node) => {
                 self.fail(format!("s{si} took its server for diverged over {node}"));
             }
+            // Only ever after a false proof, which has failed the run already.
+            Action::Withdraw(_) => {}
             Action::VerifyAtLeader(nodes) => self.actor_read(
                 si,
                 Req::CheckAtLeader(nodes.clone()),

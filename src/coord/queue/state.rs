@@ -379,6 +379,11 @@ pub enum Action {
     /// leader does not have): tell every queue of the session, none of which may grant
     /// from this server's views any more ([`QueueState::diverged`]).
     Diverged(String),
+    /// The session's server has diverged from its quorum the other way: it lacks this local
+    /// member, which the leader has (`QueueState::lacked`). Told like [`Action::Diverged`].
+    Lacks(String),
+    /// A member named by [`Action::Lacks`] is gone: what it proved ends with it.
+    Withdraw(String),
 }
 
 /// Protected ids of this session's creates that met a transport failure, each with the znode
@@ -579,6 +584,18 @@ pub struct QueueState {
     /// `sync`: proof that the server diverged from its quorum ([`QueueState::diverged`]),
     /// for as long as its listings show any of them.
     refuted: HashSet<String>,
+    /// Local members a listing did not show although no event said they went, awaiting the
+    /// leader's word ([`Action::VerifyAtLeader`]): gone if the leader does not have them
+    /// either (a deletion the view missed while unsynced), else `lacked`. They stay local
+    /// meanwhile, and the queue grants nothing ([`QueueState::diverged`]).
+    missing: HashSet<String>,
+    /// Local members the leader has that the session's server does not list: the server
+    /// lacks a committed member (ZOOKEEPER-5010), proof that it diverged, for as long as its
+    /// listings lack them and they live ([`Action::Lacks`]). Before this rule a gateway took
+    /// such a member for deleted: it told its client the hold had ended and left the znode,
+    /// committed and nobody's, at the head of its queue until the session ended (the soak's
+    /// `DivergeServer`, session 28: stalls of up to 70 s).
+    lacked: HashSet<String>,
     /// Another queue of the session proved its server diverged ([`QueueState::set_session_diverged`]).
     session_diverged: bool,
     /// The session is stranded on its diverged server ([`QueueState::set_session_stranded`]).
@@ -618,6 +635,8 @@ impl QueueState {
             strays: Strays::default(),
             refuting: HashSet::new(),
             refuted: HashSet::new(),
+            missing: HashSet::new(),
+            lacked: HashSet::new(),
             session_diverged: false,
             session_stranded: false,
         }
@@ -672,7 +691,11 @@ impl QueueState {
     /// Members confirmed before stay holders: their znodes are in the committed history,
     /// and they lose them only through events or the session, as anywhere.
     pub fn diverged(&self) -> bool {
-        self.session_diverged || !self.refuted.is_empty() || !self.refuting.is_empty()
+        self.session_diverged
+            || !self.refuted.is_empty()
+            || !self.refuting.is_empty()
+            || !self.missing.is_empty()
+            || !self.lacked.is_empty()
     }
 
     /// What observers were last shown by this state.
@@ -791,6 +814,11 @@ impl QueueState {
             }
             Event::Unregister(node) => {
                 self.local.remove(&node);
+                self.missing.remove(&node);
+                // Its release goes through the leader; the server that lacks it sees nothing.
+                if self.lacked.remove(&node) {
+                    out.push(Action::Withdraw(node));
+                }
             }
             Event::Reconcile { link_up } => {
                 self.link_up = link_up;
@@ -874,15 +902,33 @@ impl QueueState {
             tracing::warn!(queue = %self.name, members = ?suspects, "members listed below the queue's highest sequence number that earlier listings did not have: asking the leader whether they exist");
             out.push(Action::VerifyAtLeader(suspects));
         }
-        let mut gone: Vec<(i64, String)> = self
-            .local
+        // A local member the listing does not show went without an event (a deletion the
+        // view missed while unsynced) — or the server lacks it. Only the leader can tell.
+        let unlisted = |n: &String| {
+            self.local
+                .get(n)
+                .is_some_and(|l| !self.members.contains_key(&(l.sequence, n.clone())))
+        };
+        let shown_again: Vec<String> = self
+            .lacked
             .iter()
-            .filter(|(n, l)| !self.members.contains_key(&(l.sequence, (*n).clone())))
-            .map(|(n, l)| (l.sequence, n.clone()))
+            .filter(|n| !unlisted(n))
+            .cloned()
             .collect();
-        gone.sort();
-        for (seq, node) in gone {
-            self.forget(seq, &node, out);
+        for node in shown_again {
+            self.lacked.remove(&node);
+        }
+        let mut missing: Vec<String> = self
+            .local
+            .keys()
+            .filter(|n| unlisted(n) && !self.lacked.contains(*n))
+            .cloned()
+            .collect();
+        missing.sort();
+        self.missing = missing.iter().cloned().collect();
+        if !missing.is_empty() {
+            tracing::warn!(queue = %self.name, members = ?missing, "local members the listing does not show, with no event of their deletion: asking the leader whether they exist");
+            out.push(Action::VerifyAtLeader(missing));
         }
         let names: HashSet<&String> = self.members.keys().map(|(_, n)| n).collect();
         match &mut self.recipe {
@@ -919,6 +965,10 @@ impl QueueState {
     ) {
         let mut left_out = false;
         for (node, answer) in answers {
+            if self.missing.contains(&node) {
+                self.judge_missing(node, answer, out);
+                continue;
+            }
             if !self.suspects.contains(&node) {
                 continue;
             }
@@ -949,6 +999,35 @@ impl QueueState {
         }
         if left_out {
             self.reconcile(out);
+        }
+    }
+
+    /// The leader's word on a local member a listing did not show ([`QueueState::missing`]):
+    /// gone there too, it is forgotten (its stream learns why); there, the session's server
+    /// lacks it and diverged ([`Action::Lacks`]); no answer, it stays missing until the next
+    /// listing asks again, and the queue grants nothing meanwhile.
+    fn judge_missing(
+        &mut self,
+        node: String,
+        answer: Result<bool, zkc::Error>,
+        out: &mut Vec<Action>,
+    ) {
+        match answer {
+            Ok(false) => {
+                self.missing.remove(&node);
+                if let Some(seq) = self.local.get(&node).map(|l| l.sequence) {
+                    self.forget(seq, &node, out);
+                }
+            }
+            Ok(true) => {
+                self.missing.remove(&node);
+                tracing::error!(queue = %self.name, member = %node, "the session's ZooKeeper server lacks a member of this gateway that the ensemble's leader has (ZOOKEEPER-5010): the member keeps its place, and this session grants nothing until a listing shows it again or it leaves");
+                self.lacked.insert(node.clone());
+                out.push(Action::Lacks(node));
+            }
+            Err(e) => {
+                tracing::warn!(queue = %self.name, member = %node, error = %e, "the leader could not be asked about a local member the listing did not show; it stays, and nothing is granted, until the next listing");
+            }
         }
     }
 
@@ -1038,6 +1117,10 @@ impl QueueState {
     }
 
     fn forget(&mut self, sequence: i64, node: &str, out: &mut Vec<Action>) {
+        self.missing.remove(node);
+        if self.lacked.remove(node) {
+            out.push(Action::Withdraw(node.to_owned()));
+        }
         self.strays.deleting.remove(node);
         self.members.remove(&(sequence, node.to_owned()));
         match &mut self.recipe {
@@ -1683,6 +1766,17 @@ mod tests {
             .unwrap_or_default()
     }
 
+    fn leader_asked(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::VerifyAtLeader(n) => Some(n.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
     fn signalled(actions: &[Action]) -> Vec<(String, &MemberSignal)> {
         actions
             .iter()
@@ -2116,16 +2210,78 @@ mod tests {
         enlist(&mut s, created('w', 1, 1, Some(1)));
         enlist(&mut s, created('w', 2, 1, None));
         let out = s.apply(Event::Listed(Some(vec![node('w', 2)])));
+        // Not shown, with no event of its deletion: the leader is asked first (the server
+        // may lack it), and nothing is granted meanwhile.
+        assert!(signalled(&out).is_empty(), "{out:?}");
+        assert_eq!(leader_asked(&out), vec![node('w', 1)]);
+        assert!(s.diverged());
+        // Gone there too: a deletion the view missed.
+        let out = s.apply(Event::Verified(vec![(node('w', 1), Ok(false))]));
         assert!(matches!(
             signalled(&out).as_slice(),
             [(n, MemberSignal::Gone)] if n == &node('w', 1)
         ));
+        assert!(!s.diverged());
         assert_eq!(s.members(), 1);
         let due = ownership_asked(&s.apply(Event::Reconcile { link_up: true }));
         assert_eq!((due[0].sequence, due[0].czxid), (2, None));
         // The queue itself gone: empty and absent.
         s.apply(Event::Listed(None));
         assert_eq!((s.members(), s.present()), (0, false));
+    }
+
+    /// A server that lacks a member of ours the leader has (ZOOKEEPER-5010): the member keeps
+    /// its place (it is not told it went, and its znode is not left behind as nobody's), the
+    /// session is told its server diverged, and nothing is granted — not even to the member
+    /// behind it, whom the server's view shows first — until it leaves or is shown again.
+    #[test]
+    fn a_local_member_the_server_lacks_keeps_its_place_and_nothing_is_granted() {
+        for leaves in [true, false] {
+            let mut s = state(QueueKind::Lock, &[('w', 1), ('w', 2), ('w', 3)]);
+            enlist(&mut s, created('w', 1, 1, Some(1)));
+            enlist(&mut s, created('w', 2, 1, None));
+            enlist(&mut s, created('w', 3, 1, None));
+            let out = s.apply(Event::Listed(Some(vec![node('w', 1), node('w', 3)])));
+            assert_eq!(leader_asked(&out), vec![node('w', 2)]);
+            let out = s.apply(Event::Verified(vec![(node('w', 2), Ok(true))]));
+            assert!(signalled(&out).is_empty(), "{out:?}");
+            assert!(
+                matches!(out.as_slice(), [Action::Lacks(n)] if n == &node('w', 2)),
+                "{out:?}"
+            );
+            assert!(s.diverged());
+            // The holder leaves: by the server's view w3 is next, but w2 is, and neither is
+            // granted while the view lacks w2.
+            let out = s.apply(Event::MemberDeleted(member('w', 1)));
+            assert!(ownership_asked(&out).is_empty(), "{out:?}");
+            assert!(ownership_asked(&s.apply(Event::Reconcile { link_up: true })).is_empty());
+            // A later listing that still lacks w2 asks nothing again.
+            let out = s.apply(Event::Listed(Some(vec![node('w', 3)])));
+            assert!(leader_asked(&out).is_empty(), "{out:?}");
+            let out = if leaves {
+                // w2 leaves (its delete goes through the leader): the proof goes with it, and
+                // w3 is granted.
+                let out = s.apply(Event::Unregister(node('w', 2)));
+                assert!(
+                    matches!(out.as_slice(), [Action::Withdraw(n)] if n == &node('w', 2)),
+                    "{out:?}"
+                );
+                s.apply(Event::Reconcile { link_up: true })
+            } else {
+                // The server shows w2 again (healed): w2, first in line, is granted.
+                let out = s.apply(Event::Listed(Some(vec![node('w', 2), node('w', 3)])));
+                assert!(leader_asked(&out).is_empty(), "{out:?}");
+                s.apply(Event::Reconcile { link_up: true })
+            };
+            assert!(!s.diverged(), "leaves: {leaves}");
+            let due = ownership_asked(&out);
+            let granted = if leaves { 3 } else { 2 };
+            assert_eq!(
+                due.iter().map(|d| d.sequence).collect::<Vec<_>>(),
+                vec![granted],
+                "leaves: {leaves}: {out:?}"
+            );
+        }
     }
 
     #[test]
