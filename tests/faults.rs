@@ -2122,24 +2122,36 @@ impl DivergedFollower {
     /// gateway.
     const HELD: &'static str = "diverged-held";
 
-    async fn start() -> Self {
-        let e = Self::ELECTION;
+    /// A 3-server ensemble whose sessions outlive a server's restart with room to spare, a
+    /// follower `f` of it, and gateway `ga` on the other two.
+    async fn ensemble() -> (LocalZk, usize, support::Gateway) {
         let opts = LocalZkOptions {
-            // A session outlives its only server's restart with room to spare.
             max_session_timeout: Some(Duration::from_secs(20)),
             ..Default::default()
         };
-        let mut zk = LocalZk::start_ensemble(3, opts)
+        let zk = LocalZk::start_ensemble(3, opts)
             .await
             .expect("start a ZooKeeper ensemble");
         let leader = zk.leader_index().await.expect("the ensemble has a leader");
         let f = (leader + 1) % 3;
-        let healthy: Vec<String> = (0..3)
+        let ga =
+            support::Gateway::start_with(&Self::others(&zk, f), Self::gateway_opts(None)).await;
+        (zk, f, ga)
+    }
+
+    /// The connect string of every server but `f`.
+    fn others(zk: &LocalZk, f: usize) -> String {
+        let others: Vec<String> = (0..3)
             .filter(|&i| i != f)
             .map(|i| zk.server_address(i).to_string())
             .collect();
-        let healthy = healthy.join(",");
-        let ga = support::Gateway::start_with(&healthy, Self::gateway_opts(None)).await;
+        others.join(",")
+    }
+
+    async fn start() -> Self {
+        let e = Self::ELECTION;
+        let (mut zk, f, ga) = Self::ensemble().await;
+        let healthy = Self::others(&zk, f);
         let mut ca = ga.client().await;
         let mut x = support::Campaign::join(&mut ca, e, "x", b"").await;
         x.elected().await;
@@ -2661,21 +2673,8 @@ async fn a_pool_serves_from_its_sessions_that_are_not_stranded() {
 async fn a_server_that_lacks_a_gateways_own_member_leaves_no_orphan() {
     let _serial = support::serial().lock().await;
     let e = "lacked";
-    let opts = LocalZkOptions {
-        max_session_timeout: Some(Duration::from_secs(20)),
-        ..Default::default()
-    };
-    let mut zk = LocalZk::start_ensemble(3, opts)
-        .await
-        .expect("start a ZooKeeper ensemble");
-    let leader = zk.leader_index().await.expect("the ensemble has a leader");
-    let f = (leader + 1) % 3;
-    let healthy: Vec<String> = (0..3)
-        .filter(|&i| i != f)
-        .map(|i| zk.server_address(i).to_string())
-        .collect();
-    let healthy = healthy.join(",");
-    let ga = support::Gateway::start_with(&healthy, DivergedFollower::gateway_opts(None)).await;
+    let (mut zk, f, ga) = DivergedFollower::ensemble().await;
+    let healthy = DivergedFollower::others(&zk, f);
     let on_f = zk.server_address(f).to_string();
     let g0 =
         support::Gateway::start_with(&on_f, DivergedFollower::gateway_opts(Some(ga.root.clone())))
