@@ -393,7 +393,15 @@ impl Agent {
         let got = tokio::task::spawn_blocking(move || wait_nth(&log, nth))
             .await
             .unwrap();
-        got.unwrap_or_else(|e| panic!("{e} from {}", self.describe()))
+        got.unwrap_or_else(|e| {
+            // The Python agent dumps every thread's stack on SIGUSR1 (faulthandler): where it
+            // hangs, in the panic's stderr.
+            if self.label.starts_with("python:") {
+                self.signal("USR1");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            panic!("{e} from {}", self.describe())
+        })
     }
 
     fn signal(&self, sig: &str) {

@@ -12,6 +12,7 @@ auto-requeue (unless --once: exit 3 after the first loss) and prints one JSON ob
 """
 
 import argparse
+import faulthandler
 import json
 import os
 import signal
@@ -47,6 +48,9 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    # Every thread's stack on stderr at SIGUSR1: what a harness asks for before it gives up on
+    # an agent that went quiet (tests/cross_language.rs).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     granted = "elected" if args.verb == "elect" else "acquired"
 
