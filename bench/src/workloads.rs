@@ -37,11 +37,13 @@ pub struct Ctx {
 }
 
 /// What one system spent on a stretch of work: ZooKeeper's (or etcd's) log flushes, ZooKeeper's
-/// watch notifications, and the gateway's ZooKeeper requests by operation.
+/// watch notifications and the requests it received (a `multi` of many operations is one), and
+/// the gateway's ZooKeeper requests by operation.
 #[derive(Debug, Clone, Default)]
 pub struct Cost {
     pub fsyncs: f64,
     pub notifications: f64,
+    pub packets_received: f64,
     pub requests: BTreeMap<String, f64>,
 }
 
@@ -49,6 +51,7 @@ impl Cost {
     fn add_delta(&mut self, before: &Cost, after: &Cost) {
         self.fsyncs += after.fsyncs - before.fsyncs;
         self.notifications += after.notifications - before.notifications;
+        self.packets_received += after.packets_received - before.packets_received;
         for (op, v) in &after.requests {
             *self.requests.entry(op.clone()).or_insert(0.0) +=
                 v - before.requests.get(op).copied().unwrap_or(0.0);
@@ -74,7 +77,7 @@ async fn counters(ctx: &Ctx, s: usize) -> Cost {
             let ZkCounters {
                 fsyncs,
                 notifications,
-                ..
+                packets_received,
             } = env::mntr(ctx.zk_addr).await;
             let requests = if s == 0 {
                 ctx.gateway.zk_requests().await
@@ -84,6 +87,7 @@ async fn counters(ctx: &Ctx, s: usize) -> Cost {
             Cost {
                 fsyncs,
                 notifications,
+                packets_received,
                 requests,
             }
         }
@@ -544,6 +548,21 @@ async fn throughput_workload(
             per(&r[2], r[2].cost.notifications),
         ]),
     );
+    // Requests, not operations: a `multi` of many creates and deletes is one (what batching
+    // saves ZooKeeper's request pipeline; the operations inside still cost their own share).
+    ctx.report.rows.push(
+        Row::new(
+            workload,
+            &format!("{what}: requests ZooKeeper received per acquisition"),
+            "",
+            Better::Count,
+        )
+        .values([
+            per(&r[0], r[0].cost.packets_received),
+            None,
+            per(&r[2], r[2].cost.packets_received),
+        ]),
+    );
     ctx.report.rows.push(
         Row::new(
             workload,
@@ -581,6 +600,21 @@ async fn throughput_workload(
     // measured.
     let cpu_per =
         |t: &Throughput, pct: f64| Some(pct / 100.0 / t.rate.max(f64::MIN_POSITIVE) * 1e6);
+    // The ensemble's share alone: what every tenant of a shared ensemble pays (issue 21's
+    // target compares it with the recipe's in W4).
+    ctx.report.rows.push(
+        Row::new(
+            workload,
+            &format!("{what}: ZooKeeper CPU per acquisition"),
+            "µs",
+            Better::Count,
+        )
+        .values([
+            cpu_per(&r[0], r[0].zk_cpu),
+            None,
+            cpu_per(&r[2], r[2].zk_cpu),
+        ]),
+    );
     ctx.report.rows.push(
         Row::new(
             workload,
