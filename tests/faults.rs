@@ -2723,3 +2723,101 @@ async fn a_server_that_lacks_a_gateways_own_member_leaves_no_orphan() {
     ga.stop().await;
     zk.shutdown().await;
 }
+
+/// A *holder* whose member a diverged server lacks ([`a_server_that_lacks_a_gateways_own_member_leaves_no_orphan`]
+/// the other way round): h0 holds a lock on g0, which reaches only follower `f`, and hw waits
+/// for it on the healthy gateway; `f` is rewritten to lack h0's member. g0's listing no longer
+/// shows h0 and no event said it was deleted: the leader, asked, still has it, so `f` lacks a
+/// committed member, and g0 is stranded once the proof has stood for `--zk-stranded-after`.
+/// h0 has not lost — its znode is committed, first in line, and every other gateway sees it so
+/// — so it is told nothing: its stream stays open, the quorum's `Validate` calls its token
+/// current, and hw is not granted. Its release goes through the stranded session (the stream
+/// ends OK), hw acquires with a greater token, and with the member gone the proof is withdrawn:
+/// g0 serves again.
+///
+/// Fails without the rule (the listing taken at its word, session 28's soak): h0's stream ended
+/// OK at once, as after a release by lease, while its znode stayed committed ahead of hw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_the_server_lacks_keeps_its_hold_and_nobody_is_granted_beside_it() {
+    let _serial = support::serial().lock().await;
+    let lock = "lacked-holder";
+    let (mut zk, f, ga) = DivergedFollower::ensemble().await;
+    let healthy = DivergedFollower::others(&zk, f);
+    let on_f = zk.server_address(f).to_string();
+    let g0 = support::Gateway::start_with(
+        &on_f,
+        support::GatewayOpts {
+            configure: Some(Box::new(|cfg| {
+                cfg.coord.zk_stranded_after = Duration::from_secs(2);
+            })),
+            ..DivergedFollower::gateway_opts(Some(ga.root.clone()))
+        },
+    )
+    .await;
+    let mut on_g0 = g0.lock_client().await;
+    let mut h0 = support::Acquisition::open(&mut on_g0, support::acquire_msg(lock, "h0")).await;
+    let h0_token = h0.acquired().await.fencing_token;
+    let mut on_ga = ga.lock_client().await;
+    let mut hw = support::Acquisition::open(&mut on_ga, support::acquire_msg(lock, "hw")).await;
+    assert_eq!(hw.position, 1, "hw waits behind h0");
+    let queue = format!("{}/locks/{lock}", ga.root);
+    let quorum = support::zk_client(&healthy).await;
+    let mut members = quorum
+        .list_children(&queue)
+        .await
+        .expect("the lock's queue");
+    members.sort_by_key(|m| m[m.len().saturating_sub(10)..].to_owned());
+    let [h0_node, _] = members.as_slice() else {
+        panic!("h0 and hw: {members:?}")
+    };
+    let f_client = support::zk_client(&on_f).await;
+    support::wait_until("f lists h0 and hw", Duration::from_secs(10), || async {
+        f_client
+            .list_children(&queue)
+            .await
+            .is_ok_and(|m| m.len() == 2)
+    })
+    .await;
+    drop(f_client);
+
+    zk.kill(f).await.unwrap();
+    let edits = support::localzk::Divergence {
+        delete: vec![format!("{queue}/{h0_node}")],
+        ghosts: Vec::new(),
+    };
+    zk.diverge(f, &edits).await.expect("rewrite f's database");
+    zk.start(f).await.unwrap();
+    // The proof, and the stranding it leads to, are the condition: only then is h0's hold
+    // through a server that lacks it. h0 hears nothing but heartbeats meanwhile.
+    let stranded = support::wait_until("g0 stranded on f", Duration::from_secs(30), || async {
+        g0.coord.is_connected() && !g0.coord.is_serving()
+    });
+    tokio::select! {
+        () = stranded => {}
+        told = h0.next() => panic!("h0 was told {told:?} while g0 proved that f lacks its member"),
+    }
+    h0.quiet_for(Duration::from_millis(300)).await;
+    let current = on_ga
+        .validate(pb::LockValidateRequest {
+            name: lock.into(),
+            fencing_token: h0_token,
+        })
+        .await
+        .expect("the healthy gateway validates")
+        .into_inner()
+        .current;
+    assert!(current, "h0's token is still the lock's current one");
+    hw.quiet_for(Duration::from_millis(300)).await;
+    h0.release().await;
+    let granted = hw.acquired().await;
+    assert!(granted.fencing_token > h0_token, "{granted:?}");
+    support::wait_until("g0 serves again", Duration::from_secs(10), || async {
+        g0.coord.is_serving()
+    })
+    .await;
+    drop(hw);
+    support::wait_no_members(&quorum, &ga.root, Duration::from_secs(10)).await;
+    g0.stop().await;
+    ga.stop().await;
+    zk.shutdown().await;
+}
