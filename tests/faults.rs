@@ -2278,7 +2278,12 @@ impl DivergedFollower {
             observe_many,
             la,
             l0,
-            held: Held { h0, h0_token, hw },
+            held: Held {
+                name: Self::HELD,
+                h0,
+                h0_token,
+                hw,
+            },
         }
     }
 
@@ -2329,6 +2334,8 @@ struct OnF {
 /// h0, holding lock [`DivergedFollower::HELD`] on g0 since before the proof, and hw waiting
 /// for it on the healthy gateway.
 struct Held {
+    /// The lock's name.
+    name: &'static str,
     h0: support::Acquisition,
     h0_token: u64,
     hw: support::Acquisition,
@@ -2340,6 +2347,7 @@ impl Held {
     /// (its stream ends OK, not `UNAVAILABLE`); then hw acquires with a greater token.
     async fn h0_held_throughout(self, ga: &support::Gateway) {
         let Held {
+            name,
             h0,
             h0_token,
             mut hw,
@@ -2347,7 +2355,7 @@ impl Held {
         let mut on_ga = ga.lock_client().await;
         let current = on_ga
             .validate(pb::LockValidateRequest {
-                name: DivergedFollower::HELD.into(),
+                name: name.into(),
                 fencing_token: h0_token,
             })
             .await
@@ -2740,7 +2748,7 @@ async fn a_server_that_lacks_a_gateways_own_member_leaves_no_orphan() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_the_server_lacks_keeps_its_hold_and_nobody_is_granted_beside_it() {
     let _serial = support::serial().lock().await;
-    let lock = "lacked-holder";
+    let lock: &'static str = "lacked-holder";
     let (mut zk, f, ga) = DivergedFollower::ensemble().await;
     let healthy = DivergedFollower::others(&zk, f);
     let on_f = zk.server_address(f).to_string();
@@ -2758,7 +2766,7 @@ async fn a_holder_the_server_lacks_keeps_its_hold_and_nobody_is_granted_beside_i
     let mut h0 = support::Acquisition::open(&mut on_g0, support::acquire_msg(lock, "h0")).await;
     let h0_token = h0.acquired().await.fencing_token;
     let mut on_ga = ga.lock_client().await;
-    let mut hw = support::Acquisition::open(&mut on_ga, support::acquire_msg(lock, "hw")).await;
+    let hw = support::Acquisition::open(&mut on_ga, support::acquire_msg(lock, "hw")).await;
     assert_eq!(hw.position, 1, "hw waits behind h0");
     let queue = format!("{}/locks/{lock}", ga.root);
     let quorum = support::zk_client(&healthy).await;
@@ -2797,25 +2805,18 @@ async fn a_holder_the_server_lacks_keeps_its_hold_and_nobody_is_granted_beside_i
         told = h0.next() => panic!("h0 was told {told:?} while g0 proved that f lacks its member"),
     }
     h0.quiet_for(Duration::from_millis(300)).await;
-    let current = on_ga
-        .validate(pb::LockValidateRequest {
-            name: lock.into(),
-            fencing_token: h0_token,
-        })
-        .await
-        .expect("the healthy gateway validates")
-        .into_inner()
-        .current;
-    assert!(current, "h0's token is still the lock's current one");
-    hw.quiet_for(Duration::from_millis(300)).await;
-    h0.release().await;
-    let granted = hw.acquired().await;
-    assert!(granted.fencing_token > h0_token, "{granted:?}");
+    Held {
+        name: lock,
+        h0,
+        h0_token,
+        hw,
+    }
+    .h0_held_throughout(&ga)
+    .await;
     support::wait_until("g0 serves again", Duration::from_secs(10), || async {
         g0.coord.is_serving()
     })
     .await;
-    drop(hw);
     support::wait_no_members(&quorum, &ga.root, Duration::from_secs(10)).await;
     g0.stop().await;
     ga.stop().await;

@@ -11,21 +11,13 @@
 # perf's own cost slows the gateway: compare its shares, and take rates from a run without it.
 set -euo pipefail
 gateway=$(realpath "$1"); workload=${2:-W4}; out=${3:-/tmp/profile}
-cd "$(dirname "$0")/../.."
-name=$(basename "$gateway")
-target/release/zkgate-bench --only "$workload" --gateway "$gateway" \
-    --figures "$out-fig" --json "$out.json" --out "$out.md" > "$out.log" 2>&1 &
-bench=$!
-pid=
-for _ in $(seq 1 300); do
-    pid=$(pgrep -n -x "$name" || true)
-    [ -n "$pid" ] && break
-    sleep 0.1
-done
-[ -n "$pid" ] || { echo "the gateway ($name) did not start; see $out.log" >&2; exit 1; }
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/../.."
+. "$here/lib.sh"
+start_bench "$gateway" "$workload" "$out"
 # perf stops by itself when the gateway exits at the end of the run.
 perf record -e cpu-clock -F 1000 --call-graph dwarf,16384 -p "$pid" -o "$out.perf.data" \
     > "$out.perf.log" 2>&1 || true
 wait "$bench"
 perf script -i "$out.perf.data" -F comm,tid,ip,sym --no-inline > "$out.script" 2>/dev/null
-python3 "$(dirname "$0")/profile.py" "$out.script"
+python3 "$here/profile.py" "$out.script"

@@ -8,18 +8,10 @@
 #   bench/trace/stretches.sh target/release/zkgate W2 /tmp/w2
 set -euo pipefail
 gateway=$(realpath "$1"); workload=${2:-W2}; out=${3:-/tmp/stretches}
-cd "$(dirname "$0")/../.."
-name=$(basename "$gateway")
-target/release/zkgate-bench --only "$workload" --gateway "$gateway" \
-    --figures "$out-fig" --json "$out.json" --out "$out.md" > "$out.log" 2>&1 &
-bench=$!
-pid=
-for _ in $(seq 1 300); do
-    pid=$(pgrep -x "$name" | head -1 || true)
-    [ -n "$pid" ] && break
-    sleep 0.1
-done
-[ -n "$pid" ] || { echo "the gateway ($name) did not start; see $out.log" >&2; exit 1; }
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/../.."
+. "$here/lib.sh"
+start_bench "$gateway" "$workload" "$out"
 perf trace -p "$pid" -e recvfrom,writev,sendto,write,read -o "$out.trace" -- sleep 25 2>/dev/null || true
 wait "$bench"
-python3 "$(dirname "$0")/stretches.py" "$out.trace"
+python3 "$here/stretches.py" "$out.trace"
