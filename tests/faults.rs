@@ -2567,6 +2567,166 @@ async fn a_session_on_a_diverged_server_moves_to_another_and_grants_again() {
     d.c_is_elected_after_b(on_f).await;
 }
 
+/// A child process killed when the test ends, also when it fails (a verb left running would
+/// campaign on against the next test's gateways).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `zkgate elect NAME -- CMD` through a gateway stranded on a diverged server
+/// ([`DivergedFollower`]): the verb's endpoints are g0, which reaches only `f`, then the
+/// healthy gateway. It queues on g0 (behind a and b in the quorum's order, but right behind a
+/// in `f`'s, which shows the ghost x and lacks b). g0 proves the divergence and grants
+/// nothing: when a resigns, b is elected on the healthy gateway, and CMD does not start. Once
+/// the proof has stood for `STRANDED_AFTER` the verb's stream ends `UNAVAILABLE`, and it
+/// queues again on the next endpoint, behind b. CMD starts exactly once, after b resigned,
+/// with a greater fencing token.
+///
+/// Fails without the rule (`QueueState::diverged` always false): g0 elects the verb as soon as
+/// a resigns, and CMD runs beside b — the overlap the soak found, with a command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_with_a_command_on_a_stranded_gateway_fails_over_and_never_runs_beside_the_leader() {
+    let _serial = support::serial().lock().await;
+    let e = DivergedFollower::ELECTION;
+    let mut d = DivergedFollower::start().await;
+    let only_f = d.zk.server_address(d.f).to_string();
+    let g0 = support::Gateway::start_with(&only_f, d.g0_opts(STRANDED_AFTER)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let starts = dir.path().join("starts");
+    let stderr = dir.path().join("stderr");
+    // CMD appends its start time (ns since the epoch) and fencing token, then runs until the
+    // verb stops it.
+    let cmd = r#"echo "$(date +%s%N) $ZKGATE_FENCING_TOKEN" >> "$0"; exec sleep 600"#;
+    let mut verb = KillOnDrop(
+        std::process::Command::new(BIN)
+            .args(["elect", e, "--candidate", "cli", "--", "sh", "-c", cmd])
+            .arg(&starts)
+            .env("ZKGATE_ENDPOINT", format!("{},{}", g0.url(), d.ga.url()))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("zkgate elect"),
+    );
+    let said = || std::fs::read_to_string(&stderr).unwrap_or_default();
+    let started = || -> Vec<(u128, u64)> {
+        std::fs::read_to_string(&starts)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let (at, token) = l.split_once(' ').expect("stamp and token");
+                (at.parse().unwrap(), token.parse().unwrap())
+            })
+            .collect()
+    };
+    let owner_of = |node: String| {
+        let quorum = &d.quorum;
+        let queue = format!("{}/elections/{e}", d.ga.root);
+        async move {
+            quorum
+                .get_data(&format!("{queue}/{node}"))
+                .await
+                .ok()
+                .map(|(_, stat)| stat.ephemeral_owner)
+        }
+    };
+    let ga_session = d.ga.coord.session().expect("ga serves").session_id();
+    // The verb queues on g0, the first endpoint, which lists the election from `f` and proves
+    // it diverged (or is already stranded: the proof came first). Nobody else uses the
+    // election on g0, so this is the verb's queue.
+    support::wait_until("g0 finds f diverged", Duration::from_secs(20), || async {
+        g0.coord.session().is_ok_and(|s| s.diverged())
+            || (g0.coord.is_connected() && !g0.coord.is_serving())
+    })
+    .await;
+    let a = d.a.take().expect("a leads");
+    drop(a);
+    let b = d.b.elected().await;
+    assert_eq!(b.candidate, "b");
+    // The verb leaves the stranded gateway and queues behind b on the healthy one; CMD has
+    // not started meanwhile.
+    support::wait_until(
+        "the verb queued again on the healthy gateway",
+        Duration::from_secs(30),
+        || async {
+            assert!(
+                started().is_empty(),
+                "CMD started while b leads: {:?}\n{}",
+                started(),
+                said()
+            );
+            let members = election_members(&d.quorum, &d.ga.root, e).await;
+            match members.as_slice() {
+                [_, node] => owner_of(node.clone()).await == Some(ga_session),
+                _ => false,
+            }
+        },
+    )
+    .await;
+    assert!(
+        started().is_empty(),
+        "CMD started while b leads: {:?}\n{}",
+        started(),
+        said()
+    );
+    // It left g0 because g0 ended its stream `UNAVAILABLE`, and tried the next endpoint.
+    let ga_url = d.ga.url();
+    let log = said();
+    assert!(
+        log.contains("the stream ended before leadership was granted (unavailable)")
+            && log
+                .lines()
+                .any(|l| l.starts_with("zkgate: campaigning again") && l.ends_with(&ga_url)),
+        "{log}"
+    );
+    let resigned_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    drop(d.b);
+    support::wait_until("CMD started", Duration::from_secs(20), || async {
+        !started().is_empty()
+    })
+    .await;
+    let runs = started();
+    assert_eq!(runs.len(), 1, "CMD ran once: {runs:?}\n{}", said());
+    let (at, token) = runs[0];
+    assert!(
+        at > resigned_at,
+        "CMD started after b resigned: {at} vs {resigned_at}"
+    );
+    assert!(
+        token > b.fencing_token,
+        "{token} after b's {}",
+        b.fencing_token
+    );
+    // SIGTERM: the verb stops CMD (`sleep`, killed by the signal it passes on) and resigns;
+    // it exits with CMD's code, 128 + 15.
+    zkgate_localzk::process::send_signal(verb.0.id(), "TERM").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = verb.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the verb exits after SIGTERM\n{}",
+            said()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(143), "{status:?}\n{}", said());
+    support::wait_no_members(&d.quorum, &d.ga.root, Duration::from_secs(10)).await;
+    g0.stop().await;
+    d.ga.stop().await;
+    d.zk.shutdown().await;
+}
+
 /// A pool of two sessions on a diverged server ([`DivergedFollower`], g0 with
 /// `--zk-sessions 2` reaching only `f`): a proof is the session's own, so only the session
 /// whose queue made it is stranded. The pool gives that session's queues to the other one
