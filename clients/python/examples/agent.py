@@ -25,6 +25,9 @@ import zkgate  # noqa: E402
 
 _out = threading.Lock()
 
+# How long the agent waits for its channels to close after SIGTERM before it exits anyway.
+CLOSE_WAIT = 5.0
+
 
 def emit(**event) -> None:
     with _out:
@@ -76,8 +79,22 @@ def main() -> int:
             break
     if stop.is_set():
         standby.close()
-        fleet.close()
+        # The hold is given up once close() returns: say so before closing the channels.
         emit(event="released")
+        # grpc-python's Channel.close() can block for good after a stream ended abnormally
+        # (grpc/grpc#20026, #34364; a keepalive timeout, #19910): close them on a thread of
+        # their own, and exit without waiting for it after CLOSE_WAIT seconds.
+        closer = threading.Thread(target=fleet.close, name="fleet-close", daemon=True)
+        closer.start()
+        closer.join(CLOSE_WAIT)
+        if closer.is_alive():
+            print(
+                f"agent: the channels did not close within {CLOSE_WAIT} s; exiting",
+                file=sys.stderr,
+                flush=True,
+            )
+            faulthandler.dump_traceback(all_threads=True)
+            os._exit(0)
         return 0
     fleet.close()
     if standby.error is not None:
