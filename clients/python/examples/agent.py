@@ -25,9 +25,6 @@ import zkgate  # noqa: E402
 
 _out = threading.Lock()
 
-# How long the agent waits for its channels to close after SIGTERM before it exits anyway.
-CLOSE_WAIT = 5.0
-
 
 def emit(**event) -> None:
     with _out:
@@ -82,14 +79,10 @@ def main() -> int:
         # The hold is given up once close() returns: say so before closing the channels.
         emit(event="released")
         # grpc-python's Channel.close() can block for good after a stream ended abnormally
-        # (grpc/grpc#20026, #34364; a keepalive timeout, #19910): close them on a thread of
-        # their own, and exit without waiting for it after CLOSE_WAIT seconds.
-        closer = threading.Thread(target=fleet.close, name="fleet-close", daemon=True)
-        closer.start()
-        closer.join(CLOSE_WAIT)
-        if closer.is_alive():
+        # (Fleet.close): past its timeout, say where, and exit without it.
+        if not fleet.close():
             print(
-                f"agent: the channels did not close within {CLOSE_WAIT} s; exiting",
+                f"agent: the channels did not close within {fleet.CLOSE_TIMEOUT} s; exiting",
                 file=sys.stderr,
                 flush=True,
             )

@@ -85,6 +85,32 @@ def test_the_token_rides_on_every_call_threaded_and_asyncio():
     assert seen == ["Bearer s3cret", "Bearer s3cret"]
 
 
+def test_close_waits_for_the_channels_at_most_its_timeout():
+    class Channel:
+        def __init__(self, release):
+            self.release = release
+            self.closed = threading.Event()
+
+        def close(self):
+            self.release.wait()
+            self.closed.set()
+
+    quick, stuck = threading.Event(), threading.Event()
+    quick.set()
+    fleet = zkgate.Fleet("x:1,y:2")
+    fleet._channels = {0: Channel(quick), 1: Channel(quick)}
+    assert fleet.close(timeout=STEP) is True
+    # A channel whose close blocks (grpc/grpc#20026): close() returns False after its timeout,
+    # and the channel still closes in the background once it can.
+    blocked = Channel(stuck)
+    fleet._channels = {0: blocked}
+    assert fleet.close(timeout=0.1) is False
+    assert not blocked.closed.is_set()
+    stuck.set()
+    assert blocked.closed.wait(STEP)
+    assert fleet.close() is True  # nothing left to close
+
+
 def test_backoff_is_full_jitter_doubling_to_two_seconds():
     b = Backoff()
     for n in range(12):

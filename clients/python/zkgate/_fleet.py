@@ -307,12 +307,33 @@ class Fleet:
         self.current = nxt
         return nxt
 
-    def close(self) -> None:
-        """Closes every channel (threaded fleets; asyncio fleets use :meth:`aclose`)."""
+    # How long :meth:`close` waits for the channels by default.
+    CLOSE_TIMEOUT = 5.0
+
+    def close(self, timeout: Optional[float] = CLOSE_TIMEOUT) -> bool:
+        """Closes every channel (threaded fleets; asyncio fleets use :meth:`aclose`), waiting at
+        most ``timeout`` seconds (``None``: for ever); returns whether they all closed in time.
+
+        grpc-python's ``Channel.close()`` can block for good after a stream ended abnormally
+        (grpc/grpc#20026, #34364; after a keepalive timeout, #19910). A program giving its holds
+        up must not hang on it: the channels are closed on a daemon thread, which finishes in
+        the background (or is left behind at exit) if they take longer."""
         with self._lock:
             channels, self._channels = list(self._channels.values()), {}
-        for ch in channels:
-            ch.close()
+        if not channels:
+            return True
+
+        def close_all() -> None:
+            for ch in channels:
+                ch.close()
+
+        if timeout is None:
+            close_all()
+            return True
+        closer = threading.Thread(target=close_all, name="zkgate-fleet-close", daemon=True)
+        closer.start()
+        closer.join(timeout)
+        return not closer.is_alive()
 
     async def aclose(self) -> None:
         with self._lock:
