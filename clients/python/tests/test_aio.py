@@ -17,6 +17,34 @@ def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 60))
 
 
+def test_aclose_waits_for_the_channels_at_most_its_timeout():
+    class Channel:
+        def __init__(self, release):
+            self.release = release
+            self.closed = False
+
+        async def close(self):
+            await self.release.wait()
+            self.closed = True
+
+    async def main():
+        quick, stuck = asyncio.Event(), asyncio.Event()
+        quick.set()
+        fleet = zk.Fleet("x:1,y:2")
+        first, second = Channel(quick), Channel(quick)
+        fleet._channels = {0: first, 1: second}
+        assert await fleet.aclose(timeout=STEP) is True
+        assert first.closed and second.closed
+        # A channel whose close blocks: aclose() gives it up after its timeout.
+        blocked = Channel(stuck)
+        fleet._channels = {0: blocked}
+        assert await fleet.aclose(timeout=0.1) is False
+        assert not blocked.closed
+        assert await fleet.aclose() is True  # nothing left to close
+
+    run(main())
+
+
 def test_candidates_are_elected_in_order_with_growing_tokens(addr, election):
     async def main():
         async with zk.Fleet(["127.0.0.1:1", addr]) as fleet:

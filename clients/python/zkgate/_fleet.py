@@ -19,6 +19,7 @@ Both APIs (threads: ``zkgate``; asyncio: ``zkgate.aio``) build on :class:`Fleet`
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import random
@@ -335,11 +336,24 @@ class Fleet:
         closer.join(timeout)
         return not closer.is_alive()
 
-    async def aclose(self) -> None:
+    async def aclose(self, timeout: Optional[float] = CLOSE_TIMEOUT) -> bool:
+        """:meth:`close` for asyncio fleets: waits at most ``timeout`` seconds (``None``: for
+        ever), then gives the close up (cancelled) and returns ``False``."""
         with self._lock:
             channels, self._channels = list(self._channels.values()), {}
-        for ch in channels:
-            await ch.close()
+
+        async def close_all() -> None:
+            for ch in channels:
+                await ch.close()
+
+        if timeout is None:
+            await close_all()
+            return True
+        try:
+            await asyncio.wait_for(close_all(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     def call(self, fn: Callable[[Any, float], Any]):
         """Runs a unary call ``fn(channel, deadline)`` on the current endpoint, moving on to the
@@ -394,11 +408,11 @@ class _OneChannel(Fleet):
         self._lock = threading.Lock()
         self.current = 0
 
-    def close(self) -> None:  # the caller's channel
-        pass
+    def close(self, timeout: Optional[float] = None) -> bool:  # the caller's channel
+        return True
 
-    async def aclose(self) -> None:
-        pass
+    async def aclose(self, timeout: Optional[float] = None) -> bool:
+        return True
 
 
 Target = Union[Fleet, grpc.Channel, str, Sequence[str], None]
